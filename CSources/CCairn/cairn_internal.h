@@ -1,0 +1,54 @@
+/* cairn_internal.h: declarations shared between the C core's files. Not installed,
+ * not part of the ABI. */
+#ifndef CAIRN_INTERNAL_H
+#define CAIRN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CRC32C (Castagnoli, reflected, as in iSCSI and ext4): continues `crc` over `len`
+ * bytes. Start with 0. Uses the SSE4.2 / ARMv8 CRC instructions when the CPU has
+ * them. Async-signal-safe. */
+uint32_t cairn__crc32c(uint32_t crc, const void *data, size_t len);
+
+/* Little-endian loads and stores of the on-disk formats (the core targets
+ * little-endian machines; these keep the intent explicit and alignment-safe). */
+static inline uint16_t cairn__le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t cairn__le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t cairn__le64(const unsigned char *p)
+{
+    return (uint64_t)cairn__le32(p) | ((uint64_t)cairn__le32(p + 4) << 32);
+}
+static inline void cairn__put16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+static inline void cairn__put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16); p[3] = (unsigned char)(v >> 24);
+}
+static inline void cairn__put64(unsigned char *p, uint64_t v)
+{
+    cairn__put32(p, (uint32_t)v); cairn__put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Ring recovery over a data area already in memory (see ring.c). Scans the records
+ * in [read_pos, write_pos), rewrites torn regions as padding, and counts. Exposed so
+ * the fuzzer can drive recovery without files. Returns 0. */
+typedef struct cairn__recovery {
+    uint64_t recovered;
+    uint64_t skipped_regions;
+    uint64_t skipped_bytes;
+} cairn__recovery_t;
+int cairn__ring_recover(unsigned char *data, uint64_t capacity, uint64_t read_pos,
+                        uint64_t write_pos, cairn__recovery_t *out);
+
+/* Checks a ring file header (the first CAIRN_RING_HEADER_SIZE bytes) against the
+ * file size. Returns 0, CAIRN_ECORRUPT, CAIRN_ETRUNCATED or CAIRN_EVERSION. */
+int cairn__ring_check_header(const unsigned char *hdr, size_t hdr_len, uint64_t file_size);
+
+/* Size of the ring file header; data starts at this offset. */
+#define CAIRN_RING_HEADER_SIZE 4096u
+
+#endif

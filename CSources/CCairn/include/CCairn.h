@@ -1,0 +1,519 @@
+/*
+ * CCairn.h: the public interface of Cairn's C core.
+ *
+ * The core holds what must be fast or crash-proof:
+ *   - a file-backed, memory-mapped ring buffer of records (many producers, one
+ *     consumer) that survives the process being killed;
+ *   - zstd framing: a batch of records becomes one standard zstd frame, preceded by a
+ *     skippable frame carrying Cairn's metadata, so any zstd tool can read the body.
+ *
+ * This header includes only the C standard library. Handles are opaque; structures
+ * passed by value hold fixed-width types only. On-disk and on-wire layouts are
+ * specified in docs/FORMATS.md.
+ *
+ * Conventions:
+ *   - Functions returning `int` return 0 on success, a negative CAIRN_E* code for a
+ *     Cairn error, or a positive errno value for a failed system call.
+ *   - Each function documents its ownership rules, its thread-safety and whether it
+ *     is async-signal-safe.
+ */
+#ifndef CCAIRN_H
+#define CCAIRN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------ */
+/* Versions                                                                         */
+/* ------------------------------------------------------------------------------ */
+
+/** Version of the C core library, as major * 10000 + minor * 100 + patch. */
+#define CAIRN_CORE_VERSION 100
+
+/** Version of the ring file format written by this library (docs/FORMATS.md). */
+#define CAIRN_RING_FORMAT_VERSION 1
+
+/** Version of the batch frame metadata written by this library (docs/FORMATS.md). */
+#define CAIRN_FRAME_FORMAT_VERSION 1
+
+/* ------------------------------------------------------------------------------ */
+/* Errors                                                                           */
+/* ------------------------------------------------------------------------------ */
+
+/** Success. */
+#define CAIRN_OK 0
+/** An argument is out of range or a handle is NULL. */
+#define CAIRN_EINVAL (-1)
+/** The ring has no room for the record; it was dropped and counted. */
+#define CAIRN_EFULL (-2)
+/** The record is larger than the ring's maximum record size; dropped and counted. */
+#define CAIRN_ETOOBIG (-3)
+/** Another open handle (in this or another process) owns the ring file. */
+#define CAIRN_ELOCKED (-4)
+/** Input is damaged: bad magic, bad checksum, inconsistent lengths. */
+#define CAIRN_ECORRUPT (-5)
+/** Input ends before the structure it announces. */
+#define CAIRN_ETRUNCATED (-6)
+/** Input was written in a format version this library does not read. */
+#define CAIRN_EVERSION (-7)
+/** The caller's output buffer is too small. */
+#define CAIRN_EBUFSIZE (-8)
+/** Decoding would exceed the configured maximum size. */
+#define CAIRN_ELIMIT (-9)
+/** The zstd library reported an error. */
+#define CAIRN_EZSTD (-10)
+/** Memory could not be allocated. */
+#define CAIRN_ENOMEM (-11)
+/** The frame needs a dictionary the decoder does not have. */
+#define CAIRN_EDICT (-12)
+
+/**
+ * Describes an error code returned by any cairn_ function.
+ *
+ * @param err  A negative CAIRN_E* code, 0, or a positive errno value.
+ * @return     A static, NUL-terminated English description; never NULL. Unknown codes
+ *             give "unknown error". Positive values are described without calling
+ *             strerror(3), so the call stays signal-safe.
+ *
+ * Ownership: the string is static; do not free it.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+const char *cairn_strerror(int err);
+
+/* ------------------------------------------------------------------------------ */
+/* Ring buffer                                                                      */
+/* ------------------------------------------------------------------------------ */
+
+/**
+ * A file-backed ring buffer of variable-size records.
+ *
+ * Producers (any number of threads) append records without taking a lock; one
+ * consumer reads runs of records in order and releases them with a commit once they
+ * are safe elsewhere. The file is mapped MAP_SHARED, so a record is durable against
+ * the process dying (SIGKILL, crash) as soon as its append returns; it is durable
+ * against power loss only after cairn_ring_sync().
+ */
+typedef struct cairn_ring cairn_ring_t;
+
+/** Default ring capacity in bytes (1 MiB). */
+#define CAIRN_RING_DEFAULT_CAPACITY (1u << 20)
+/** Smallest accepted ring capacity in bytes (64 KiB). */
+#define CAIRN_RING_MIN_CAPACITY (1u << 16)
+/** Largest accepted ring capacity in bytes (1 GiB). */
+#define CAIRN_RING_MAX_CAPACITY (1u << 30)
+/** Size of a record header in the ring file, in bytes. */
+#define CAIRN_RING_RECORD_HEADER 16u
+/** Records start at multiples of this many bytes. */
+#define CAIRN_RING_ALIGN 16u
+
+/** Options for cairn_ring_open(). Initialise with cairn_ring_options_init(). */
+typedef struct cairn_ring_options {
+    /** Data capacity in bytes; rounded up to a power of two within
+     *  [CAIRN_RING_MIN_CAPACITY, CAIRN_RING_MAX_CAPACITY]. An existing ring keeps the
+     *  capacity it was created with. Default CAIRN_RING_DEFAULT_CAPACITY. */
+    uint64_t capacity;
+    /** Largest payload accepted, in bytes; larger appends fail with CAIRN_ETOOBIG.
+     *  0 (the default) and any larger value mean capacity / 4. */
+    uint32_t max_record;
+    /** Consumed pages are dropped from memory (madvise MADV_DONTNEED) once at least
+     *  this many bytes of whole pages have been released by commits, so resident
+     *  memory follows the live window rather than the capacity. 0 keeps every page
+     *  resident. Default 64 KiB. */
+    uint32_t reclaim_bytes;
+} cairn_ring_options_t;
+
+/** How cairn_ring_open() found the file. */
+typedef enum cairn_ring_origin {
+    /** The file did not exist or was empty; a fresh ring was created. */
+    CAIRN_RING_CREATED = 0,
+    /** A valid ring was reopened with its unconsumed records. */
+    CAIRN_RING_REOPENED = 1,
+    /** The file was unreadable as a ring (garbage, truncated, wrong version, zeroed
+     *  header); it was renamed aside and a fresh ring created. */
+    CAIRN_RING_SET_ASIDE = 2
+} cairn_ring_origin_t;
+
+/** Counters of one open ring. Counts are since cairn_ring_open(). */
+typedef struct cairn_ring_stats {
+    uint64_t capacity;        /**< data capacity in bytes */
+    uint64_t used;            /**< bytes between the read and write cursors */
+    uint64_t high_water;      /**< largest `used` seen since open */
+    uint64_t appended;        /**< records published */
+    uint64_t dropped_full;    /**< appends refused with CAIRN_EFULL */
+    uint64_t dropped_too_big; /**< appends refused with CAIRN_ETOOBIG */
+    uint64_t recovered;       /**< unconsumed records found intact at open */
+    uint64_t skipped_corrupt; /**< torn or damaged regions skipped at open */
+    uint64_t skipped_bytes;   /**< bytes in those regions */
+    uint32_t origin;          /**< a cairn_ring_origin_t */
+    uint32_t max_record;      /**< largest payload accepted */
+} cairn_ring_stats_t;
+
+/** A reservation made by cairn_ring_reserve(); write the payload into `data`. */
+typedef struct cairn_ring_reservation {
+    void *data;       /**< where the payload goes; `capacity` bytes are writable */
+    uint32_t capacity;/**< bytes reserved for the payload */
+    uint64_t pos;     /**< absolute position of the record in the ring */
+} cairn_ring_reservation_t;
+
+/** One record returned by cairn_ring_peek(). */
+typedef struct cairn_ring_record {
+    const void *data; /**< payload, inside the mapping; valid until committed */
+    uint32_t len;     /**< payload length in bytes */
+    uint64_t pos;     /**< absolute position of the record */
+} cairn_ring_record_t;
+
+/**
+ * Fills `opts` with the defaults.
+ *
+ * @param opts  Options to initialise; must not be NULL.
+ *
+ * Ownership: the caller owns `opts`.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+void cairn_ring_options_init(cairn_ring_options_t *opts);
+
+/**
+ * Opens the ring file at `path`, creating it if needed.
+ *
+ * A valid ring is reopened: its unconsumed records are kept, records torn by a
+ * producer that died mid-write are skipped and counted, and later records are still
+ * found. A file that is not a readable ring is renamed to
+ * `<path>.corrupt-<unix seconds>-<pid>` and a fresh ring is created in its place. The
+ * file's blocks are allocated up front, so writing through the mapping cannot fault
+ * on a full disk. The file is locked (flock) for as long as the handle is open.
+ *
+ * @param path  File path, NUL-terminated; its directory must exist.
+ * @param opts  Options, or NULL for the defaults.
+ * @param out   Receives the handle on success, NULL on failure.
+ * @return 0; CAIRN_EINVAL for a NULL argument or an option out of range;
+ *         CAIRN_ELOCKED if another handle owns the file; CAIRN_ENOMEM; or an errno
+ *         value from open, flock, fallocate, mmap or rename (ENOSPC when the disk
+ *         cannot hold the ring).
+ *
+ * Ownership: the caller owns the handle and releases it with cairn_ring_close().
+ * Thread-safety: safe from any thread; each call makes an independent handle.
+ * Async-signal-safe: no.
+ */
+int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ring_t **out);
+
+/**
+ * Unmaps and unlocks the ring. Unconsumed records stay in the file for the next open.
+ *
+ * @param ring  The handle, or NULL (ignored).
+ *
+ * Ownership: the handle is invalid afterwards, as are record pointers from peek.
+ * Thread-safety: no other call on this handle may run concurrently.
+ * Async-signal-safe: no.
+ */
+void cairn_ring_close(cairn_ring_t *ring);
+
+/**
+ * Appends one record: reserves space, copies `len` bytes from `data`, publishes.
+ * Never blocks and never overwrites unconsumed records.
+ *
+ * @param ring  The ring.
+ * @param data  Payload; may be NULL only when `len` is 0.
+ * @param len   Payload length in bytes.
+ * @return 0 once the record is published; CAIRN_EFULL when there is no room (the drop
+ *         is counted); CAIRN_ETOOBIG when `len` exceeds the maximum record size
+ *         (counted); CAIRN_EINVAL for a NULL argument.
+ *
+ * Ownership: the bytes are copied; the caller keeps `data`.
+ * Thread-safety: safe from any number of threads concurrently (lock-free).
+ * Async-signal-safe: yes (no allocation, no locks, no system calls).
+ */
+int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len);
+
+/**
+ * Reserves room for a payload of up to `len` bytes to be written in place.
+ *
+ * Every successful reservation must be ended by exactly one cairn_ring_publish() or
+ * cairn_ring_cancel(), promptly: the consumer cannot read past an open reservation.
+ *
+ * @param ring  The ring.
+ * @param len   Largest payload that will be written.
+ * @param res   Receives the reservation.
+ * @return 0; CAIRN_EFULL or CAIRN_ETOOBIG (counted, as for append); CAIRN_EINVAL.
+ *
+ * Ownership: `res->data` points into the mapping and is writable until the
+ *            reservation is published or cancelled.
+ * Thread-safety: safe from any number of threads concurrently (lock-free).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t *res);
+
+/**
+ * Publishes a reservation holding `len` bytes of payload (len <= res->capacity).
+ * Room reserved beyond `len` is turned into padding the consumer skips.
+ *
+ * @param ring  The ring the reservation came from.
+ * @param res   The reservation; it is ended by this call.
+ * @param len   Bytes written at `res->data`.
+ * @return 0; CAIRN_EINVAL when `len` exceeds the reservation (the reservation is then
+ *         cancelled, so the ring never stalls).
+ *
+ * Ownership: the bytes now belong to the ring.
+ * Thread-safety: called by the thread that made the reservation.
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len);
+
+/**
+ * Ends a reservation without a record: the space becomes padding.
+ *
+ * @param ring  The ring the reservation came from.
+ * @param res   The reservation; it is ended by this call.
+ *
+ * Ownership: `res->data` must not be used afterwards.
+ * Thread-safety: called by the thread that made the reservation.
+ * Async-signal-safe: yes.
+ */
+void cairn_ring_cancel(cairn_ring_t *ring, cairn_ring_reservation_t *res);
+
+/**
+ * The read cursor: the position of the oldest unconsumed record. Pass it to
+ * cairn_ring_peek() to start reading.
+ *
+ * @param ring  The ring.
+ * @return The absolute read position (0 for a NULL ring).
+ *
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+uint64_t cairn_ring_read_pos(const cairn_ring_t *ring);
+
+/**
+ * Reads published records from `from` on, in order, without consuming them.
+ *
+ * Stops at the first record not yet published, after `max_records`, or before the
+ * payload total would exceed `max_bytes` (at least one record is returned when one
+ * is available, however large). Padding is skipped. Peeking again from `*next`
+ * continues the run, so a consumer can form the next batch while the previous one is
+ * still in flight.
+ *
+ * @param ring         The ring.
+ * @param from         The read cursor or a `*next` from an earlier peek.
+ * @param records      Array receiving up to `max_records` records.
+ * @param max_records  Capacity of `records`.
+ * @param max_bytes    Payload budget for this run.
+ * @param next         Receives the position after the last record returned (and any
+ *                     padding after it): the value to commit to release them.
+ * @return The number of records returned (0 when none is published yet), or
+ *         CAIRN_EINVAL when `from` lies outside the unconsumed window.
+ *
+ * Ownership: record data points into the mapping; valid until committed or closed.
+ * Thread-safety: one consumer thread at a time (with cairn_ring_commit()).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *records,
+                    size_t max_records, size_t max_bytes, uint64_t *next);
+
+/**
+ * Releases every record before `upto`, moving the read cursor. Their space becomes
+ * free for producers and, per `reclaim_bytes`, their pages leave memory.
+ *
+ * @param ring  The ring.
+ * @param upto  A `*next` returned by cairn_ring_peek() on this handle.
+ * @return 0; CAIRN_EINVAL when `upto` is behind the read cursor or beyond what has
+ *         been peeked.
+ *
+ * Thread-safety: one consumer thread at a time (with cairn_ring_peek()).
+ * Async-signal-safe: no (may call madvise).
+ */
+int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
+
+/**
+ * Writes the mapping to disk (msync MS_SYNC), for durability across power loss.
+ *
+ * @param ring  The ring.
+ * @return 0 or an errno value from msync.
+ *
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no.
+ */
+int cairn_ring_sync(cairn_ring_t *ring);
+
+/**
+ * Copies the ring's counters into `stats`.
+ *
+ * @param ring   The ring.
+ * @param stats  Receives the counters.
+ * @return 0 or CAIRN_EINVAL for a NULL argument.
+ *
+ * Thread-safety: safe from any thread; counters are read individually, not as one
+ *                atomic snapshot.
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
+
+/* ------------------------------------------------------------------------------ */
+/* Batch frames                                                                     */
+/* ------------------------------------------------------------------------------ */
+
+/** Magic number of the skippable zstd frame carrying Cairn's batch metadata. */
+#define CAIRN_FRAME_SKIPPABLE_MAGIC 0x184D2A5Cu
+/** Bytes of Cairn metadata inside that skippable frame (format version 1). */
+#define CAIRN_FRAME_META_SIZE 32u
+/** Bytes before the zstd data frame: skippable header (8) + metadata. */
+#define CAIRN_FRAME_PREFIX_SIZE (8u + CAIRN_FRAME_META_SIZE)
+/** Default zstd compression level used by Cairn. */
+#define CAIRN_FRAME_DEFAULT_LEVEL 1
+
+/** A byte range given to the frame encoder. */
+typedef struct cairn_slice {
+    const void *data; /**< first byte; may be NULL only when len is 0 */
+    size_t len;       /**< length in bytes */
+} cairn_slice_t;
+
+/** Metadata of one batch frame, as read from its skippable frame. */
+typedef struct cairn_frame_info {
+    uint16_t version;      /**< metadata format version */
+    uint16_t flags;        /**< reserved, 0 */
+    uint32_t record_count; /**< records in the body */
+    uint64_t batch_id;     /**< caller-chosen batch identifier */
+    uint32_t dict_id;      /**< zstd dictionary id, 0 when none */
+    uint64_t content_size; /**< decompressed body size in bytes */
+    uint64_t frame_size;   /**< total bytes of the batch (both frames) */
+} cairn_frame_info_t;
+
+/** A reusable batch encoder (one zstd compression context). */
+typedef struct cairn_frame_encoder cairn_frame_encoder_t;
+/** A reusable batch decoder (one zstd decompression context). */
+typedef struct cairn_frame_decoder cairn_frame_decoder_t;
+
+/**
+ * Creates an encoder.
+ *
+ * @param level     zstd compression level (1..19; negative levels are accepted as
+ *                  zstd's fast levels); CAIRN_FRAME_DEFAULT_LEVEL is a good default.
+ * @param dict      Optional zstd dictionary (raw content or trained), or NULL.
+ * @param dict_len  Its length in bytes (0 without a dictionary).
+ * @param out       Receives the encoder.
+ * @return 0; CAIRN_EINVAL; CAIRN_ENOMEM; CAIRN_EZSTD when zstd rejects the level or
+ *         the dictionary.
+ *
+ * Ownership: the dictionary is copied; free the encoder with cairn_frame_encoder_free().
+ * Thread-safety: an encoder is used by one thread at a time.
+ * Async-signal-safe: no.
+ */
+int cairn_frame_encoder_new(int level, const void *dict, size_t dict_len,
+                            cairn_frame_encoder_t **out);
+
+/**
+ * Frees an encoder.
+ *
+ * @param enc  The encoder, or NULL (ignored).
+ *
+ * Thread-safety: not concurrently with other calls on `enc`.
+ * Async-signal-safe: no.
+ */
+void cairn_frame_encoder_free(cairn_frame_encoder_t *enc);
+
+/**
+ * The largest batch frame that records totalling `payload_bytes` in `record_count`
+ * records can produce: size the output buffer of cairn_frame_encode() with it.
+ *
+ * @return The bound in bytes.
+ *
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+size_t cairn_frame_bound(size_t payload_bytes, size_t record_count);
+
+/**
+ * Encodes a batch: a skippable frame with the metadata, then one zstd frame (content
+ * size and checksum on) whose content is each record followed by '\n'.
+ *
+ * @param enc       The encoder.
+ * @param batch_id  Identifier stored in the metadata.
+ * @param records   The records, in order; none may contain a '\n' byte.
+ * @param count     Number of records (at least 1, at most UINT32_MAX).
+ * @param dst       Output buffer.
+ * @param dst_cap   Its size; cairn_frame_bound() is always enough.
+ * @param dst_len   Receives the batch size in bytes.
+ * @return 0; CAIRN_EINVAL (NULL argument, no records, a record containing '\n');
+ *         CAIRN_EBUFSIZE; CAIRN_EZSTD.
+ *
+ * Ownership: the caller owns all buffers; the encoder allocates nothing per batch
+ *            once warm.
+ * Thread-safety: one thread at a time per encoder.
+ * Async-signal-safe: no.
+ */
+int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
+                       const cairn_slice_t *records, size_t count,
+                       void *dst, size_t dst_cap, size_t *dst_len);
+
+/**
+ * Reads the metadata of the batch at the start of `src` without decompressing.
+ *
+ * @param src   Batch bytes.
+ * @param len   Their length.
+ * @param info  Receives the metadata, including the total frame size.
+ * @return 0; CAIRN_ETRUNCATED; CAIRN_ECORRUPT (not a Cairn batch, or its zstd frame
+ *         header is damaged); CAIRN_EVERSION.
+ *
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+int cairn_frame_read_info(const void *src, size_t len, cairn_frame_info_t *info);
+
+/**
+ * Creates a decoder that refuses bodies larger than `max_content` bytes.
+ *
+ * @param max_content  Largest decompressed body accepted (at least 1).
+ * @param dict         Optional dictionary (as given to the encoder), or NULL.
+ * @param dict_len     Its length in bytes.
+ * @param out          Receives the decoder.
+ * @return 0; CAIRN_EINVAL; CAIRN_ENOMEM; CAIRN_EZSTD.
+ *
+ * Ownership: the dictionary is copied; free with cairn_frame_decoder_free().
+ * Thread-safety: a decoder is used by one thread at a time.
+ * Async-signal-safe: no.
+ */
+int cairn_frame_decoder_new(size_t max_content, const void *dict, size_t dict_len,
+                            cairn_frame_decoder_t **out);
+
+/**
+ * Frees a decoder.
+ *
+ * @param dec  The decoder, or NULL (ignored).
+ *
+ * Thread-safety: not concurrently with other calls on `dec`.
+ * Async-signal-safe: no.
+ */
+void cairn_frame_decoder_free(cairn_frame_decoder_t *dec);
+
+/**
+ * Decodes exactly one batch occupying all of `src`, checking every bound: metadata,
+ * content size against `max_content` and `dst_cap`, the zstd checksum, and that the
+ * body holds `record_count` newline-terminated records.
+ *
+ * @param dec      The decoder.
+ * @param src      Batch bytes.
+ * @param len      Their length.
+ * @param dst      Receives the body (records, each followed by '\n').
+ * @param dst_cap  Its size.
+ * @param dst_len  Receives the body length.
+ * @param info     Receives the metadata; may be NULL.
+ * @return 0; CAIRN_ETRUNCATED; CAIRN_ECORRUPT (bad metadata, checksum, trailing
+ *         bytes, record count); CAIRN_EVERSION; CAIRN_ELIMIT; CAIRN_EBUFSIZE;
+ *         CAIRN_EDICT; CAIRN_EZSTD.
+ *
+ * Thread-safety: one thread at a time per decoder.
+ * Async-signal-safe: no.
+ */
+int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, size_t len,
+                       void *dst, size_t dst_cap, size_t *dst_len,
+                       cairn_frame_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCAIRN_H */

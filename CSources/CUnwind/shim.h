@@ -1,0 +1,2 @@
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>

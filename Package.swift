@@ -1,0 +1,49 @@
+// swift-tools-version:6.0
+//
+// Cairn: telemetry and crash capture for long-running Linux services.
+// The C core (CCairn) does what must be fast or signal-safe; Swift modules build on it.
+import PackageDescription
+
+let strictC: [CSetting] = [
+    .unsafeFlags(["-Wall", "-Wextra", "-Werror", "-std=gnu11", "-O2"]),
+]
+
+let package = Package(
+    name: "Cairn",
+    products: [
+        .library(name: "CairnStore", targets: ["CairnStore"]),
+        .library(name: "CCairn", targets: ["CCairn"]),
+    ],
+    targets: [
+        // System libraries from Debian's packages.
+        .systemLibrary(name: "CZstd", path: "CSources/CZstd", pkgConfig: "libzstd",
+                       providers: [.apt(["libzstd-dev"])]),
+        .systemLibrary(name: "CLMDB", path: "CSources/CLMDB", pkgConfig: "lmdb",
+                       providers: [.apt(["liblmdb-dev"])]),
+        .systemLibrary(name: "CUnwind", path: "CSources/CUnwind", pkgConfig: "libunwind",
+                       providers: [.apt(["libunwind-dev"])]),
+
+        // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
+        .target(name: "CCairn", dependencies: ["CZstd"], path: "CSources/CCairn",
+                cSettings: strictC),
+
+        // Swift wrappers of the C core.
+        .target(name: "CairnStore", dependencies: ["CCairn"], path: "Sources/CairnStore",
+                swiftSettings: [.swiftLanguageMode(.v6)]),
+
+        // A child process for kill tests: appends to a ring until it is SIGKILLed.
+        .executableTarget(name: "cairn-ring-child", dependencies: ["CCairn"],
+                          path: "Tests/RingChild"),
+
+        .testTarget(name: "CCairnTests",
+                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child"],
+                    path: "Tests/CCairnTests"),
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore"],
+                    path: "Tests/CairnStoreTests"),
+
+        // Benchmarks: a plain executable; `make bench` runs it in release mode.
+        .executableTarget(name: "CairnBenchmarks", dependencies: ["CCairn", "CZstd", "CairnStore"],
+                          path: "Benchmarks/CairnBenchmarks",
+                          swiftSettings: [.unsafeFlags(["-Ounchecked"])]),
+    ]
+)

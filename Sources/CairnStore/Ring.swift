@@ -1,0 +1,231 @@
+import CCairn
+
+/// A file-backed ring buffer of records: the hot path of Cairn's event pipeline.
+///
+/// Any number of threads append records without taking a lock; one consumer reads
+/// them in order with ``peek(from:maxRecords:maxBytes:)`` and releases them with
+/// ``commit(upTo:)`` once they are safe elsewhere. A record survives the process being
+/// killed as soon as ``append(_:)`` returns; it survives power loss after ``sync()``.
+///
+/// ```swift
+/// let ring = try Ring(path: "/var/lib/myservice/cairn/events.ring")
+/// try ring.append(Array(#"{"name":"checkout"}"#.utf8))
+/// let run = try ring.peek(maxRecords: 500, maxBytes: 512 * 1024)
+/// for record in run.records { send(record.bytes) }
+/// try ring.commit(upTo: run.next)
+/// ```
+///
+/// `Ring` is `Sendable` because the C core synchronises producers with atomics on the
+/// shared mapping; ``peek(from:maxRecords:maxBytes:)`` and ``commit(upTo:)`` belong to a
+/// single consumer, which the caller guarantees (as with any single-consumer queue).
+public final class Ring: @unchecked Sendable {
+    /// Options for opening a ring.
+    public struct Options: Sendable, Equatable {
+        /// Data capacity in bytes, rounded up to a power of two between 64 KiB and
+        /// 1 GiB. An existing ring keeps the capacity it was created with.
+        public var capacity: Int
+        /// Largest record accepted, in bytes; `nil` means a quarter of the capacity
+        /// (also the upper limit).
+        public var maxRecord: Int?
+        /// Consumed pages leave memory once this many bytes of them have been
+        /// committed; 0 keeps every page resident.
+        public var reclaimBytes: Int
+
+        /// Creates options; the defaults suit a service tracking a few thousand
+        /// events per second.
+        public init(capacity: Int = 1 << 20, maxRecord: Int? = nil, reclaimBytes: Int = 64 * 1024) {
+            self.capacity = capacity
+            self.maxRecord = maxRecord
+            self.reclaimBytes = reclaimBytes
+        }
+    }
+
+    /// How the ring file was found when it was opened.
+    public enum Origin: UInt32, Sendable {
+        /// No ring existed; a fresh one was created.
+        case created = 0
+        /// An existing ring was reopened with its unconsumed records.
+        case reopened = 1
+        /// The file was not a readable ring; it was renamed aside
+        /// (`<path>.corrupt-<seconds>-<pid>`) and a fresh ring created.
+        case setAside = 2
+    }
+
+    /// Counters of an open ring, since it was opened.
+    public struct Stats: Sendable, Equatable {
+        /// Data capacity in bytes.
+        public var capacity: UInt64
+        /// Bytes between the read and write cursors.
+        public var used: UInt64
+        /// Largest ``used`` seen.
+        public var highWater: UInt64
+        /// Records published.
+        public var appended: UInt64
+        /// Appends refused because the ring was full.
+        public var droppedFull: UInt64
+        /// Appends refused because the record was too large.
+        public var droppedTooBig: UInt64
+        /// Unconsumed records found intact when the ring was opened.
+        public var recovered: UInt64
+        /// Torn or damaged regions skipped when the ring was opened.
+        public var skippedCorrupt: UInt64
+        /// Bytes in those regions.
+        public var skippedBytes: UInt64
+        /// How the file was found.
+        public var origin: Origin
+        /// Largest record accepted.
+        public var maxRecord: UInt32
+    }
+
+    /// A record returned by ``Ring/peek(from:maxRecords:maxBytes:)``.
+    ///
+    /// ``bytes`` points into the ring's mapping: it stays valid until the record is
+    /// committed or the ring is closed. Copy what must outlive that.
+    public struct Record: @unchecked Sendable {
+        /// The payload, inside the mapping.
+        public let bytes: UnsafeRawBufferPointer
+        /// The record's absolute position in the ring.
+        public let position: UInt64
+    }
+
+    /// A run of records in order, and the position that releases them.
+    public struct Run: @unchecked Sendable {
+        /// The records, oldest first.
+        public let records: [Record]
+        /// Pass to ``Ring/commit(upTo:)`` to release the run, or to
+        /// ``Ring/peek(from:maxRecords:maxBytes:)`` to continue after it.
+        public let next: UInt64
+    }
+
+    private let handle: OpaquePointer
+
+    /// The path of the ring file.
+    public let path: String
+
+    /// Opens the ring file at `path`, creating it (and nothing else: its directory
+    /// must exist) if needed.
+    ///
+    /// - Throws: ``CairnError`` with ``CairnError/locked`` when another handle, in this
+    ///   or another process, has the file open; `EINVAL`-style ``CairnError/invalid``
+    ///   for options out of range; an `errno` code for a failing system call.
+    public init(path: String, options: Options = Options()) throws(CairnError) {
+        var opts = cairn_ring_options_t()
+        cairn_ring_options_init(&opts)
+        guard options.capacity > 0, options.reclaimBytes >= 0, (options.maxRecord ?? 0) >= 0
+        else { throw CairnError(CAIRN_EINVAL, function: "cairn_ring_open") }
+        opts.capacity = UInt64(options.capacity)
+        opts.max_record = UInt32(clamping: options.maxRecord ?? 0)
+        opts.reclaim_bytes = UInt32(clamping: options.reclaimBytes)
+        var out: OpaquePointer?
+        let rc = cairn_ring_open(path, &opts, &out)
+        guard rc == 0, let out else { throw CairnError(rc, function: "cairn_ring_open") }
+        self.handle = out
+        self.path = path
+    }
+
+    deinit { cairn_ring_close(handle) }
+
+    /// Appends one record (copied). Never blocks.
+    ///
+    /// - Throws: ``CairnError/full`` when there is no room, ``CairnError/tooBig`` when
+    ///   the record exceeds the maximum; both drops are counted in ``stats()``.
+    @inlinable
+    public func append(_ bytes: UnsafeRawBufferPointer) throws(CairnError) {
+        let rc = cairn_ring_append(rawHandle, bytes.baseAddress, bytes.count)
+        if rc != 0 { throw CairnError(rc, function: "cairn_ring_append") }
+    }
+
+    /// Appends one record (copied). Never blocks.
+    ///
+    /// - Throws: as ``append(_:)-(UnsafeRawBufferPointer)``.
+    @inlinable
+    public func append(_ bytes: [UInt8]) throws(CairnError) {
+        let rc = bytes.withUnsafeBytes { cairn_ring_append(rawHandle, $0.baseAddress, $0.count) }
+        if rc != 0 { throw CairnError(rc, function: "cairn_ring_append") }
+    }
+
+    /// Reserves room for up to `capacity` bytes and lets `body` write the record in
+    /// place (no intermediate copy).
+    ///
+    /// `body` returns how many bytes it wrote, or `nil` to abandon the record; the
+    /// reservation is ended either way.
+    ///
+    /// - Returns: `true` when a record was published, `false` when `body` abandoned it.
+    /// - Throws: ``CairnError/full`` or ``CairnError/tooBig`` (counted), or
+    ///   ``CairnError/invalid`` when `body` claims more bytes than were reserved (the
+    ///   record is then abandoned).
+    @discardableResult
+    public func withReservation(
+        capacity: Int, _ body: (UnsafeMutableRawBufferPointer) -> Int?
+    ) throws(CairnError) -> Bool {
+        var res = cairn_ring_reservation_t()
+        let rc = cairn_ring_reserve(handle, max(capacity, 0), &res)
+        guard rc == 0, let base = res.data else { throw CairnError(rc, function: "cairn_ring_reserve") }
+        guard let written = body(UnsafeMutableRawBufferPointer(start: base, count: Int(res.capacity))),
+              written >= 0
+        else {
+            cairn_ring_cancel(handle, &res)
+            return false
+        }
+        try cairnCheck("cairn_ring_publish") { cairn_ring_publish(handle, &res, written) }
+        return true
+    }
+
+    /// The read cursor: the position of the oldest unconsumed record.
+    public var readPosition: UInt64 { cairn_ring_read_pos(handle) }
+
+    /// Reads published records in order without consuming them.
+    ///
+    /// - Parameters:
+    ///   - from: Where to start: the read cursor (the default) or an earlier run's
+    ///     ``Run/next``, to build the next batch while the previous is in flight.
+    ///   - maxRecords: At most this many records.
+    ///   - maxBytes: Stop before the payload total exceeds this (one oversized record
+    ///     is still returned on its own).
+    /// - Throws: ``CairnError/invalid`` when `from` is outside the unconsumed window.
+    public func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int) throws(CairnError) -> Run {
+        let start = from ?? readPosition
+        let limit = max(maxRecords, 0)
+        var next: UInt64 = 0
+        var raw = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: limit)
+        let n = raw.withUnsafeMutableBufferPointer { buf in
+            cairn_ring_peek(handle, start, buf.baseAddress, limit, max(maxBytes, 0), &next)
+        }
+        if n < 0 { throw CairnError(n, function: "cairn_ring_peek") }
+        var records: [Record] = []
+        records.reserveCapacity(Int(n))
+        for r in raw.prefix(Int(n)) {
+            records.append(Record(bytes: UnsafeRawBufferPointer(start: r.data, count: Int(r.len)),
+                                  position: r.pos))
+        }
+        return Run(records: records, next: next)
+    }
+
+    /// Releases every record before `position` (a ``Run/next``), freeing its space.
+    ///
+    /// - Throws: ``CairnError/invalid`` when `position` is behind the read cursor or
+    ///   beyond what has been peeked.
+    public func commit(upTo position: UInt64) throws(CairnError) {
+        try cairnCheck("cairn_ring_commit") { cairn_ring_commit(handle, position) }
+    }
+
+    /// Flushes the mapping to disk, for durability across power loss.
+    public func sync() throws(CairnError) {
+        try cairnCheck("cairn_ring_sync") { cairn_ring_sync(handle) }
+    }
+
+    /// The ring's counters.
+    public func stats() -> Stats {
+        var s = cairn_ring_stats_t()
+        _ = cairn_ring_stats(handle, &s)
+        return Stats(capacity: s.capacity, used: s.used, highWater: s.high_water,
+                     appended: s.appended, droppedFull: s.dropped_full,
+                     droppedTooBig: s.dropped_too_big, recovered: s.recovered,
+                     skippedCorrupt: s.skipped_corrupt, skippedBytes: s.skipped_bytes,
+                     origin: Origin(rawValue: s.origin) ?? .created, maxRecord: s.max_record)
+    }
+
+    /// The C handle, for code in this package that calls the core directly.
+    @usableFromInline
+    package var rawHandle: OpaquePointer { handle }
+}

@@ -1,0 +1,120 @@
+import CCairn
+import Foundation
+
+/// A fresh temporary directory, removed when the value is deinitialised.
+final class TempDir {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "/cairn-test-\(getpid())-\(UUID().uuidString.prefix(8))"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    func file(_ name: String) -> String { path + "/" + name }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// An open C ring, closed on deinit.
+final class CRing {
+    let handle: OpaquePointer
+    init(_ path: String, capacity: UInt64 = UInt64(CAIRN_RING_MIN_CAPACITY), maxRecord: UInt32 = 0,
+         reclaim: UInt32 = 64 * 1024) throws {
+        var opts = cairn_ring_options_t()
+        cairn_ring_options_init(&opts)
+        opts.capacity = capacity
+        opts.max_record = maxRecord
+        opts.reclaim_bytes = reclaim
+        var out: OpaquePointer?
+        let rc = cairn_ring_open(path, &opts, &out)
+        guard rc == 0, let out else { throw RingTestError.open(rc) }
+        handle = out
+    }
+    deinit { cairn_ring_close(handle) }
+
+    @discardableResult
+    func append(_ bytes: [UInt8]) -> Int32 {
+        bytes.withUnsafeBytes { cairn_ring_append(handle, $0.baseAddress, $0.count) }
+    }
+    @discardableResult
+    func append(_ s: String) -> Int32 { append(Array(s.utf8)) }
+
+    /// Reads every published record from the read cursor on, commits them, returns copies.
+    func drain(batch: Int = 64, commit: Bool = true) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        var from = cairn_ring_read_pos(handle)
+        var recs = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: batch)
+        while true {
+            var next: UInt64 = 0
+            let n = recs.withUnsafeMutableBufferPointer {
+                cairn_ring_peek(handle, from, $0.baseAddress, batch, Int.max, &next)
+            }
+            if n <= 0 { break }
+            for r in recs.prefix(Int(n)) {
+                out.append(Array(UnsafeRawBufferPointer(start: r.data, count: Int(r.len))))
+            }
+            from = next
+        }
+        if commit { _ = cairn_ring_commit(handle, from) }
+        return out
+    }
+
+    var stats: cairn_ring_stats_t {
+        var s = cairn_ring_stats_t()
+        _ = cairn_ring_stats(handle, &s)
+        return s
+    }
+}
+
+enum RingTestError: Error { case open(Int32) }
+
+/// Carries a C handle or pointer into a thread's closure. Tests that use it synchronise
+/// through the C core (the ring's own atomics), which is what they test.
+struct Unchecked<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// Deterministic pseudo-random numbers (SplitMix64), so a failing case can be replayed.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// The repository root, found from this file's path.
+let repoRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()
+
+/// The directory holding the package's built products (next to the test bundle).
+let productsDir: String = {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+    // On Linux the test binary is <products>/<Package>PackageTests.xctest.
+    if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
+    return url.path
+}()
+
+/// Runs a command to completion, returning its exit status and standard output.
+func run(_ argv: [String], stdin: Data? = nil) throws -> (status: Int32, stdout: Data, stderr: Data) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    p.arguments = argv
+    let out = Pipe(), err = Pipe(), inp = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = inp
+    try p.run()
+    if let stdin { inp.fileHandleForWriting.write(stdin) }
+    try? inp.fileHandleForWriting.close()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, o, e)
+}

@@ -1,0 +1,110 @@
+/* cairn-ring-child: a process for the ring kill tests.
+ *
+ * Usage: cairn-ring-child <ring path> <run id> <producer threads>
+ *
+ * Producer threads append records as fast as they can, each a JSON object naming the
+ * run, the thread and a per-thread sequence number, padded with filler derived from
+ * them so the reader can tell a real record from an invented one. After each append
+ * returns success the thread reports it on stdout; a consumer thread reports each
+ * record it reads before committing it. Every report is one 16-byte write(2) to a
+ * pipe, so reports are atomic and never interleave. The parent sends SIGKILL at a
+ * random moment and checks the ring against the reports. */
+#include "CCairn.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static cairn_ring_t *ring;
+static unsigned run_id;
+
+static void report(char kind, uint32_t thread, uint64_t seq)
+{
+    unsigned char msg[16] = {0};
+    msg[0] = (unsigned char)kind;
+    memcpy(msg + 4, &thread, 4);
+    memcpy(msg + 8, &seq, 8);
+    if (write(STDOUT_FILENO, msg, sizeof msg) != (ssize_t)sizeof msg) _exit(3);
+}
+
+/* Must match the expectation in RingKillTests.swift. */
+static int make_record(char *buf, size_t cap, unsigned run, uint32_t thread, uint64_t seq)
+{
+    int fill = (int)((seq * 37 + thread * 11) % 300);
+    int n = snprintf(buf, cap, "{\"r\":%u,\"t\":%u,\"s\":%llu,\"x\":\"", run, thread, (unsigned long long)seq);
+    for (int i = 0; i < fill && (size_t)n < cap - 3; i++) buf[n++] = (char)('a' + (seq + (uint64_t)i) % 26);
+    buf[n++] = '"';
+    buf[n++] = '}';
+    return n;
+}
+
+static void *producer(void *arg)
+{
+    uint32_t thread = (uint32_t)(uintptr_t)arg;
+    char buf[512];
+    for (uint64_t seq = 0;; seq++) {
+        int n = make_record(buf, sizeof buf, run_id, thread, seq);
+        int rc;
+        while ((rc = cairn_ring_append(ring, buf, (size_t)n)) == CAIRN_EFULL) sched_yield();
+        if (rc != 0) _exit(4);
+        report('A', thread, seq);
+    }
+    return NULL;
+}
+
+static void *consumer(void *arg)
+{
+    (void)arg;
+    cairn_ring_record_t recs[64];
+    for (;;) {
+        uint64_t next;
+        int n = cairn_ring_peek(ring, cairn_ring_read_pos(ring), recs, 64, 1 << 20, &next);
+        if (n < 0) _exit(5);
+        if (n == 0) { sched_yield(); continue; }
+        for (int i = 0; i < n; i++) {
+            unsigned r, t;
+            unsigned long long s;
+            if (sscanf((const char *)recs[i].data, "{\"r\":%u,\"t\":%u,\"s\":%llu", &r, &t, &s) != 3) _exit(6);
+            if (r == run_id) report('C', t, s);
+        }
+        if (cairn_ring_commit(ring, next) != 0) _exit(7);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads>\n", argv[0]);
+        return 2;
+    }
+    run_id = (unsigned)strtoul(argv[2], NULL, 10);
+    int producers = atoi(argv[3]);
+    cairn_ring_options_t opts;
+    cairn_ring_options_init(&opts);
+    opts.capacity = CAIRN_RING_MIN_CAPACITY; /* small, so runs wrap many times */
+    int rc = cairn_ring_open(argv[1], &opts, &ring);
+    if (rc != 0) {
+        fprintf(stderr, "open: %s\n", cairn_strerror(rc));
+        return 1;
+    }
+    /* Records left by an earlier run are the parent's to check; start after them. */
+    uint64_t next, from = cairn_ring_read_pos(ring);
+    cairn_ring_record_t rec;
+    while (cairn_ring_peek(ring, from, &rec, 1, 1, &next) > 0) from = next;
+    if (from != cairn_ring_read_pos(ring)) {
+        fprintf(stderr, "ring not empty at start\n");
+        return 1;
+    }
+    pthread_t th[16];
+    pthread_t c;
+    pthread_create(&c, NULL, consumer, NULL);
+    for (int i = 0; i < producers && i < 16; i++) pthread_create(&th[i], NULL, producer, (void *)(uintptr_t)i);
+    report('S', 0, 0); /* started */
+    pthread_join(c, NULL);
+    return 0;
+}
