@@ -1,13 +1,15 @@
 /* cairn-ring-child: a process for the ring kill tests.
  *
- * Usage: cairn-ring-child <ring path> <run id> <producer threads>
+ * Usage: cairn-ring-child <ring path> <run id> <producer threads> [<silent threads>]
  *
  * Producer threads append records as fast as they can, each a JSON object naming the
  * run, the thread and a per-thread sequence number, padded with filler derived from
  * them so the reader can tell a real record from an invented one. After each append
  * returns success the thread reports it on stdout; a consumer thread reports each
  * record it reads before committing it. Every report is one 16-byte write(2) to a
- * pipe, so reports are atomic and never interleave. The parent sends SIGKILL at a
+ * pipe, so reports are atomic and never interleave. Silent threads (numbered after
+ * the reporting ones) append large records without reporting, so that a kill often
+ * lands inside an append and leaves a torn record. The parent sends SIGKILL at a
  * random moment and checks the ring against the reports. */
 #include "CCairn.h"
 
@@ -21,6 +23,7 @@
 
 static cairn_ring_t *ring;
 static unsigned run_id;
+static uint32_t reporting_threads;
 
 static void report(char kind, uint32_t thread, uint64_t seq)
 {
@@ -34,7 +37,7 @@ static void report(char kind, uint32_t thread, uint64_t seq)
 /* Must match the expectation in RingKillTests.swift. */
 static int make_record(char *buf, size_t cap, unsigned run, uint32_t thread, uint64_t seq)
 {
-    int fill = (int)((seq * 37 + thread * 11) % 300);
+    int fill = (int)((seq * 37 + thread * 11) % (thread < reporting_threads ? 300 : 4000));
     int n = snprintf(buf, cap, "{\"r\":%u,\"t\":%u,\"s\":%llu,\"x\":\"", run, thread, (unsigned long long)seq);
     for (int i = 0; i < fill && (size_t)n < cap - 3; i++) buf[n++] = (char)('a' + (seq + (uint64_t)i) % 26);
     buf[n++] = '"';
@@ -45,13 +48,24 @@ static int make_record(char *buf, size_t cap, unsigned run, uint32_t thread, uin
 static void *producer(void *arg)
 {
     uint32_t thread = (uint32_t)(uintptr_t)arg;
-    char buf[512];
+    char buf[4096 + 64];
     for (uint64_t seq = 0;; seq++) {
         int n = make_record(buf, sizeof buf, run_id, thread, seq);
         int rc;
-        while ((rc = cairn_ring_append(ring, buf, (size_t)n)) == CAIRN_EFULL) sched_yield();
-        if (rc != 0) _exit(4);
-        report('A', thread, seq);
+        if (thread < reporting_threads) {
+            while ((rc = cairn_ring_append(ring, buf, (size_t)n)) == CAIRN_EFULL) sched_yield();
+            if (rc != 0) _exit(4);
+            report('A', thread, seq);
+        } else {
+            /* Encode in place, slowly, as a serialiser writing into a reservation
+             * would: a kill now lands inside an unpublished record. */
+            cairn_ring_reservation_t res;
+            while ((rc = cairn_ring_reserve(ring, (size_t)n, &res)) == CAIRN_EFULL) sched_yield();
+            if (rc != 0) _exit(4);
+            volatile char *dst = res.data;
+            for (int i = 0; i < n; i++) dst[i] = buf[i];
+            if (cairn_ring_publish(ring, &res, (size_t)n) != 0) _exit(4);
+        }
     }
     return NULL;
 }
@@ -69,7 +83,7 @@ static void *consumer(void *arg)
             unsigned r, t;
             unsigned long long s;
             if (sscanf((const char *)recs[i].data, "{\"r\":%u,\"t\":%u,\"s\":%llu", &r, &t, &s) != 3) _exit(6);
-            if (r == run_id) report('C', t, s);
+            if (r == run_id && t < reporting_threads) report('C', t, s);
         }
         if (cairn_ring_commit(ring, next) != 0) _exit(7);
     }
@@ -78,12 +92,13 @@ static void *consumer(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads>\n", argv[0]);
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads> [<silent threads>]\n", argv[0]);
         return 2;
     }
     run_id = (unsigned)strtoul(argv[2], NULL, 10);
-    int producers = atoi(argv[3]);
+    reporting_threads = (uint32_t)atoi(argv[3]);
+    int producers = (int)reporting_threads + (argc == 5 ? atoi(argv[4]) : 0);
     cairn_ring_options_t opts;
     cairn_ring_options_init(&opts);
     opts.capacity = CAIRN_RING_MIN_CAPACITY; /* small, so runs wrap many times */

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Reads a Cairn ring file (docs/FORMATS.md, "Ring file", version 1) without Cairn's
+code and prints the payload of every unconsumed data record, one per line.
+
+Usage: read_ring.py <ring file>
+
+Exits 1 with a message on stderr if the file is not a valid version-1 ring or a
+record in the unconsumed window fails its checks.
+"""
+import struct
+import sys
+
+HEADER_SIZE = 4096
+RECORD_HEADER = 16
+KIND_DATA, KIND_PADDING = 0, 1
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def fail(msg):
+    print(msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def main(path):
+    with open(path, "rb") as f:
+        buf = f.read()
+    if len(buf) < HEADER_SIZE:
+        fail("truncated header")
+    magic, version, header_size, capacity, flags, hcrc = struct.unpack_from("<8sIIQII", buf, 0)
+    if magic != b"CAIRNRNG":
+        fail("bad magic")
+    if crc32c(buf[0:28]) != hcrc:
+        fail("header checksum mismatch")
+    if version != 1 or header_size != HEADER_SIZE:
+        fail("unsupported version %d" % version)
+    if len(buf) != HEADER_SIZE + capacity or capacity & (capacity - 1):
+        fail("bad capacity")
+    (write_pos,) = struct.unpack_from("<Q", buf, 64)
+    (read_pos,) = struct.unpack_from("<Q", buf, 128)
+    data = memoryview(buf)[HEADER_SIZE:]
+    pos = read_pos
+    out = sys.stdout.buffer
+    while pos < write_pos:
+        off = pos & (capacity - 1)
+        rpos, len_kind, rcrc = struct.unpack_from("<QII", data, off)
+        if rpos != pos:
+            fail("unpublished record at %d" % pos)
+        kind, length = len_kind >> 30, len_kind & 0x3FFFFFFF
+        head = bytes(data[off:off + 12])
+        if kind == KIND_PADDING:
+            if crc32c(head) != rcrc:
+                fail("padding checksum mismatch at %d" % pos)
+            pos += RECORD_HEADER + length
+            continue
+        if kind != KIND_DATA:
+            fail("unknown record kind %d at %d" % (kind, pos))
+        payload = bytes(data[off + RECORD_HEADER:off + RECORD_HEADER + length])
+        if crc32c(payload, crc32c(head)) != rcrc:
+            fail("record checksum mismatch at %d" % pos)
+        out.write(payload + b"\n")
+        pos += (RECORD_HEADER + length + 15) // 16 * 16
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        fail("usage: read_ring.py <ring file>")
+    main(sys.argv[1])
