@@ -5,7 +5,8 @@ import Foundation
 final class TempDir {
     let path: String
     init() {
-        path = NSTemporaryDirectory() + "/cairn-test-\(getpid())-\(UUID().uuidString.prefix(8))"
+        let tmp = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+        path = tmp + "/cairn-test-\(getpid())-\(UUID().uuidString.prefix(8))"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
     func file(_ name: String) -> String { path + "/" + name }

@@ -1,0 +1,88 @@
+# Cairn: build, test, fuzz and benchmark.
+#
+#   make deps    install the Debian and Python packages the build and tests need
+#   make test    deps, build, fuzz smoke, sanitizer runs, then every test
+#   make bench   run the benchmarks (release build); fails when over budget
+#   make fuzz    fuzz the C core's parsers for longer (FUZZ_LONG_SECONDS, default 600)
+
+SWIFT ?= swift
+CLANG ?= clang
+PYTHON ?= python3
+FUZZ_SECONDS ?= 30
+FUZZ_LONG_SECONDS ?= 600
+FUZZ_DIR := .build/fuzz
+
+APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev lmdb-utils zstd
+PIP_MODULES := zstandard lmdb
+
+CORE_SOURCES := $(wildcard CSources/CCairn/*.c)
+CORE_HEADERS := $(wildcard CSources/CCairn/*.h CSources/CCairn/include/*.h)
+FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c))
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+              -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
+
+.PHONY: all deps build test test-swift sanitize asan tsan fuzz-smoke fuzz fuzzers bench clean
+
+all: build
+
+deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@$(PYTHON) -c "import $(shell echo $(PIP_MODULES) | tr ' ' ',')" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore $(PIP_MODULES)
+
+build: deps
+	$(SWIFT) build --build-tests
+
+# The whole suite, last so that its closing line is the run's verdict.
+test: build fuzz-smoke sanitize test-swift
+
+test-swift:
+	$(SWIFT) test --skip-build --disable-xctest
+
+# The C core's tests under AddressSanitizer (with UBSan) and ThreadSanitizer.
+sanitize: asan tsan
+
+asan: deps
+	$(SWIFT) build --build-tests --sanitize=address --sanitize=undefined --scratch-path .build/asan
+	$(SWIFT) test --skip-build --disable-xctest --sanitize=address --sanitize=undefined \
+	  --scratch-path .build/asan --filter CCairnTests
+
+tsan: deps
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --disable-xctest --sanitize=thread \
+	  --scratch-path .build/tsan --filter 'RingCoreTests|FrameCoreTests'
+
+# libFuzzer targets, built with the toolchain's clang.
+fuzzers: $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZERS))
+
+$(FUZZ_DIR)/fuzz_%: CSources/Fuzz/fuzz_%.c $(CORE_SOURCES) $(CORE_HEADERS)
+	@mkdir -p $(FUZZ_DIR)
+	$(CLANG) $(FUZZ_FLAGS) $(CORE_SOURCES) $< -lzstd -o $@
+
+fuzz-smoke: deps fuzzers
+	@for f in $(FUZZERS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus-$$f; \
+	  seeds=""; [ -d CSources/Fuzz/corpus/$$f ] && seeds=CSources/Fuzz/corpus/$$f; \
+	  echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_DIR)/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_DIR)/$$f- $(FUZZ_DIR)/corpus-$$f $$seeds \
+	    > $(FUZZ_DIR)/$$f.log 2>&1 || { tail -40 $(FUZZ_DIR)/$$f.log; exit 1; }; \
+	  grep -E "^stat::number_of_executed_units|^Done" $(FUZZ_DIR)/$$f.log; \
+	done
+
+fuzz:
+	$(MAKE) fuzz-smoke FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
+
+bench: deps
+	$(SWIFT) build -c release --product CairnBenchmarks
+	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf .build
