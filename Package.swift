@@ -42,8 +42,7 @@ let package = Package(
                     path: "Tests/CairnStoreTests"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
-        .executableTarget(name: "CairnBenchmarks", dependencies: ["CCairn", "CZstd", "CairnStore"],
-                          path: "Benchmarks/CairnBenchmarks",
-                          swiftSettings: [.unsafeFlags(["-Ounchecked"])]),
+        .executableTarget(name: "CairnBenchmarks", dependencies: ["CCairn", "CZstd"],
+                          path: "Benchmarks/CairnBenchmarks"),
     ]
 )

@@ -11,6 +11,10 @@
  * them. Async-signal-safe. */
 uint32_t cairn__crc32c(uint32_t crc, const void *data, size_t len);
 
+/* CRC32C of the 12 bytes w (64-bit little-endian), v (32-bit little-endian), then
+ * `len` bytes of `data`: a ring record's checksum in one call. */
+uint32_t cairn__crc32c_after(uint64_t w, uint32_t v, const void *data, size_t len);
+
 /* Little-endian loads and stores of the on-disk formats (the core targets
  * little-endian machines; these keep the intent explicit and alignment-safe). */
 static inline uint16_t cairn__le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }

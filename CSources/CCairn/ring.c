@@ -90,10 +90,7 @@ static inline void count(uint64_t *p) { __atomic_fetch_add(p, 1, __ATOMIC_RELAXE
 
 static uint32_t header_crc(uint32_t len_kind, uint64_t pos)
 {
-    unsigned char h[12];
-    cairn__put64(h, pos);
-    cairn__put32(h + 8, len_kind);
-    return cairn__crc32c(0, h, sizeof h);
+    return cairn__crc32c_after(pos, len_kind, NULL, 0);
 }
 
 /* Writes a published padding record of `total` bytes (header included) at `pos`. */
@@ -133,8 +130,8 @@ static int valid_record_at(const unsigned char *data, uint64_t capacity, uint64_
                                          : align_up(CAIRN_RING_RECORD_HEADER + len);
     if (size % CAIRN_RING_ALIGN != 0 || off + size > capacity || pos + size > limit) return 0;
     if (check_crc) {
-        uint32_t crc = header_crc(len_kind, pos);
-        if (kind == KIND_DATA) crc = cairn__crc32c(crc, h + CAIRN_RING_RECORD_HEADER, len);
+        uint32_t crc = cairn__crc32c_after(pos, len_kind, h + CAIRN_RING_RECORD_HEADER,
+                                           kind == KIND_DATA ? len : 0);
         if (crc != cairn__le32(h + 12)) return 0;
     }
     *total = size;
@@ -407,23 +404,30 @@ int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t 
     return 0;
 }
 
-int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len)
+/* Seals a record of `len` payload bytes whose CRC is `crc` (header included) and
+ * publishes it, turning unused reserved room into padding first. */
+static void seal(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, uint32_t len_kind, uint32_t crc)
 {
-    if (!ring || !res) return CAIRN_EINVAL;
-    if (len > res->capacity) {
-        cairn_ring_cancel(ring, res);
-        return CAIRN_EINVAL;
-    }
     unsigned char *h = ring->data + (res->pos & ring->mask);
     uint64_t used = align_up(CAIRN_RING_RECORD_HEADER + len);
     uint64_t reserved = CAIRN_RING_RECORD_HEADER + (uint64_t)res->capacity;
     if (used < reserved) write_padding(ring->data, ring->mask, res->pos + used, reserved - used);
-    uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
     cairn__put32(h + 8, len_kind);
-    cairn__put32(h + 12, cairn__crc32c(header_crc(len_kind, res->pos), h + CAIRN_RING_RECORD_HEADER, len));
+    cairn__put32(h + 12, crc);
     store_rel((uint64_t *)h, res->pos);
     count(ring->appended);
     res->data = NULL;
+}
+
+int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len)
+{
+    if (!ring || !res || !res->data) return CAIRN_EINVAL;
+    if (len > res->capacity) {
+        cairn_ring_cancel(ring, res);
+        return CAIRN_EINVAL;
+    }
+    uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
+    seal(ring, res, len, len_kind, cairn__crc32c_after(res->pos, len_kind, res->data, len));
     return 0;
 }
 
@@ -440,8 +444,13 @@ int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len)
     cairn_ring_reservation_t res;
     int rc = cairn_ring_reserve(ring, len, &res);
     if (rc != 0) return rc;
+    uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
+    /* The CRC is taken from the caller's bytes, still in cache, not re-read from the
+     * mapping just written. */
+    uint32_t crc = cairn__crc32c_after(res.pos, len_kind, data, len);
     if (len) memcpy(res.data, data, len);
-    return cairn_ring_publish(ring, &res, len);
+    seal(ring, &res, len, len_kind, crc);
+    return 0;
 }
 
 uint64_t cairn_ring_read_pos(const cairn_ring_t *ring)

@@ -48,7 +48,7 @@ import Testing
     }
 
     static func read(_ path: String) -> [UInt8] { Array(FileManager.default.contents(atPath: path) ?? Data()) }
-    static func write(_ path: String, _ bytes: [UInt8]) { FileManager.default.createFile(atPath: path, contents: Data(bytes)) }
+    static func write(_ path: String, _ bytes: [UInt8]) { _ = FileManager.default.createFile(atPath: path, contents: Data(bytes)) }
 
     static func setAsideFiles(_ dir: TempDir) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? []).filter { $0.contains(".corrupt-") }

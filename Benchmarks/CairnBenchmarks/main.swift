@@ -1,0 +1,355 @@
+// CairnBenchmarks: Cairn's figures, each measured side by side with its baseline in the
+// same run (see the anchors in the design notes): the ring's append against a raw
+// fetch_add + memcpy into the same kind of mapping, and batch framing against a raw
+// ZSTD_compress of the same bytes.
+//
+//   swift run -c release CairnBenchmarks [--json] [--quick]
+//
+// Prints a table (or, with --json, one JSON object) and exits 1 when a figure is over
+// its budget.
+import CCairn
+import CZstd
+import Foundation
+import Synchronization
+
+let arguments = Set(CommandLine.arguments.dropFirst())
+let jsonOutput = arguments.contains("--json")
+let quick = arguments.contains("--quick")
+
+// MARK: - Measurement
+
+/// Monotonic nanoseconds.
+@inline(__always) func now() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    guard !values.isEmpty else { return .nan }
+    let sorted = values.sorted()
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * p + 0.5))]
+}
+
+/// A reusable barrier for a fixed number of threads (spinning: blocks are short).
+final class SpinBarrier: @unchecked Sendable {
+    private let parties: Int
+    private let arrived = Atomic<Int>(0)
+    private let generation = Atomic<Int>(0)
+    init(_ parties: Int) { self.parties = parties }
+    func wait() {
+        let gen = generation.load(ordering: .acquiring)
+        if arrived.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == parties {
+            arrived.store(0, ordering: .relaxed)
+            generation.wrappingAdd(1, ordering: .releasing)
+        } else {
+            while generation.load(ordering: .acquiring) == gen { sched_yield() }
+        }
+    }
+}
+
+/// Runs `body(thread, block)` on `threads` threads for `blocks` blocks; each block
+/// starts on all threads together, and `between` (on thread 0, untimed) runs after
+/// every block. Returns the wall time of each block in nanoseconds.
+func timedBlocks(threads: Int, blocks: Int, between: @escaping @Sendable () -> Void,
+                 _ body: @escaping @Sendable (Int) -> Void) -> [Double] {
+    let barrier = SpinBarrier(threads)
+    final class Times: @unchecked Sendable { var values: [Double] = [] }
+    let times = Times()
+    let done = DispatchGroup()
+    for t in 0..<threads {
+        done.enter()
+        let thread = Thread {
+            for _ in 0..<blocks {
+                barrier.wait()
+                let start = now()
+                body(t)
+                barrier.wait()
+                if t == 0 {
+                    times.values.append(Double(now() - start))
+                    between()
+                }
+            }
+            done.leave()
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+    done.wait()
+    return times.values
+}
+
+// MARK: - Data
+
+struct Rng {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func pick<T>(_ xs: [T]) -> T { xs[Int(next() % UInt64(xs.count))] }
+    mutating func hex(_ n: Int) -> String {
+        String((0..<n).map { _ in "0123456789abcdef".randomElement(using: &self)! })
+    }
+}
+extension Rng: RandomNumberGenerator {}
+
+/// Realistic service events: about 420 bytes of JSON, 15 fields, with the mix of
+/// repeated keys, enumerations, ids and numbers that telemetry has.
+func realisticEvents(_ count: Int, seed: UInt64) -> [[UInt8]] {
+    var rng = Rng(state: seed)
+    let names = ["checkout", "login", "search", "add_to_cart", "view_item", "api_request", "job_done"]
+    let plans = ["free", "pro", "team", "enterprise"]
+    let routes = ["/v1/orders", "/v1/users/{id}", "/v1/search", "/v2/cart/items", "/health"]
+    let regions = ["eu-west-1", "us-east-1", "ap-south-1"]
+    var base: UInt64 = 1_764_680_000_000
+    return (0..<count).map { i in
+        base += rng.next() % 40
+        let ms = base % 1000, s = base / 1000
+        let json = """
+        {"event_id":"0193\(rng.hex(4))-\(rng.hex(4))-7\(rng.hex(3))-\(rng.hex(4))-\(rng.hex(12))",\
+        "type":"track","name":"\(rng.pick(names))","time":"2026-12-02T15:\(String(format: "%02d", s % 60)):\(String(format: "%02d", (s / 60) % 60)).\(String(format: "%03d", ms))Z",\
+        "distinct_id":"host-\(rng.next() % 64)","session_id":"\(rng.hex(16))","trace_id":"\(rng.hex(32))",\
+        "properties":{"plan":"\(rng.pick(plans))","seats":\(rng.next() % 200),"route":"\(rng.pick(routes))",\
+        "status":\(rng.pick([200, 200, 200, 201, 404, 500])),"duration_ms":\(Double(rng.next() % 100_000) / 100),\
+        "region":"\(rng.pick(regions))","retry":\(rng.next() % 5 == 0)},"seq":\(i)}
+        """
+        return Array(json.utf8)
+    }
+}
+
+// MARK: - Results
+
+struct Figure {
+    let key: String
+    let label: String
+    let value: Double
+    let unit: String
+    let goal: String
+    let budget: Double?     // value must stay at or below this
+}
+var figures: [Figure] = []
+@MainActor func record(_ key: String, _ label: String, _ value: Double, _ unit: String, goal: String = "",
+            budget: Double? = nil) {
+    figures.append(Figure(key: key, label: label, value: value, unit: unit, goal: goal, budget: budget))
+}
+
+let scratch = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+    + "/cairn-bench-\(getpid())"
+try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+defer { try? FileManager.default.removeItem(atPath: scratch) }
+
+// MARK: - Ring append vs raw fetch_add + memcpy
+
+let recordSize = 200
+let perBlock = 1000
+let blocks = quick ? 300 : 2000
+let ringCapacity: UInt64 = 1 << 20
+let payload = [UInt8](repeating: 0x61, count: recordSize)
+
+/// A warm MAP_SHARED file mapping of `bytes`, like the ring's.
+func sharedMapping(_ path: String, bytes: Int) -> UnsafeMutableRawPointer? {
+    let fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+    guard fd >= 0, posix_fallocate(fd, 0, off_t(bytes)) == 0 else { return nil }
+    let p = mmap(nil, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    close(fd)
+    guard let p, p != MAP_FAILED else { return nil }
+    memset(p, 0, bytes)
+    return p
+}
+
+/// The baseline: one shared counter, fetch_add a 224-byte slot (the ring's footprint for
+/// a 200-byte record), memcpy the payload. No header, no checks, no consumer.
+final class RawRing: @unchecked Sendable {
+    let base: UnsafeMutableRawPointer
+    let mask: UInt64
+    let counter = Atomic<UInt64>(0)
+    init(_ base: UnsafeMutableRawPointer, capacity: UInt64) { self.base = base; mask = capacity - 1 }
+    @inline(__always) func append(_ src: UnsafeRawPointer, _ len: Int) {
+        let slot = counter.wrappingAdd(224, ordering: .relaxed).oldValue
+        let off = Int(slot & mask)
+        (base + (off + 224 <= Int(mask + 1) ? off : 0)).copyMemory(from: src, byteCount: len)
+    }
+}
+
+/// Drains and commits everything in the ring (the untimed consumer between blocks).
+func drainAll(_ ring: OpaquePointer) {
+    var recs = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: 4096)
+    var from = cairn_ring_read_pos(ring)
+    while true {
+        var next: UInt64 = 0
+        let n = recs.withUnsafeMutableBufferPointer {
+            cairn_ring_peek(ring, from, $0.baseAddress, 4096, Int.max, &next)
+        }
+        if n <= 0 { break }
+        from = next
+    }
+    _ = cairn_ring_commit(ring, from)
+}
+
+func openRing(_ name: String, reclaim: UInt32) -> OpaquePointer? {
+    var opts = cairn_ring_options_t()
+    cairn_ring_options_init(&opts)
+    opts.capacity = ringCapacity
+    opts.reclaim_bytes = reclaim
+    var ring: OpaquePointer?
+    let path = scratch + "/" + name
+    unlink(path)
+    return cairn_ring_open(path, &opts, &ring) == 0 ? ring : nil
+}
+
+struct Shared<T>: @unchecked Sendable { let value: T }
+
+func benchRing(threads: Int, reclaim: UInt32) -> Double {
+    guard let ring = openRing("ring-\(threads)-\(reclaim)", reclaim: reclaim) else {
+        FileHandle.standardError.write("cannot open a ring in \(scratch)\n".data(using: .utf8)!)
+        exit(2)
+    }
+    defer { cairn_ring_close(ring) }
+    let h = Shared(value: ring)
+    let per = perBlock / threads
+    let failures = Atomic<Int>(0)
+    let times = timedBlocks(threads: threads, blocks: blocks, between: { drainAll(h.value) }) { _ in
+        payload.withUnsafeBytes { p in
+            for _ in 0..<per where cairn_ring_append(h.value, p.baseAddress, recordSize) != 0 {
+                failures.wrappingAdd(1, ordering: .relaxed)
+            }
+        }
+    }
+    if failures.load(ordering: .relaxed) != 0 {
+        FileHandle.standardError.write("ring appends failed during the benchmark\n".data(using: .utf8)!)
+        exit(2)
+    }
+    return percentile(times.map { $0 / Double(per * threads) }, 0.5)
+}
+
+func benchRaw(threads: Int) -> Double {
+    guard let base = sharedMapping(scratch + "/raw-\(threads)", bytes: Int(ringCapacity)) else { exit(2) }
+    defer { munmap(base, Int(ringCapacity)) }
+    let raw = RawRing(base, capacity: ringCapacity)
+    let per = perBlock / threads
+    let times = timedBlocks(threads: threads, blocks: blocks, between: {}) { _ in
+        payload.withUnsafeBytes { p in
+            for _ in 0..<per { raw.append(p.baseAddress!, recordSize) }
+        }
+    }
+    return percentile(times.map { $0 / Double(per * threads) }, 0.5)
+}
+
+// Warm up caches, page tables and CPU frequency before measuring.
+_ = benchRaw(threads: 1)
+_ = benchRing(threads: 1, reclaim: 0)
+
+let raw1 = benchRaw(threads: 1)
+let ring1 = benchRing(threads: 1, reclaim: 0)
+let ring1Reclaim = benchRing(threads: 1, reclaim: 64 * 1024)
+let raw2 = benchRaw(threads: 2)
+let ring2 = benchRing(threads: 2, reclaim: 0)
+
+record("raw_append_ns_p50", "raw fetch_add + memcpy, 200 B, 1 thread", raw1, "ns")
+record("ring_append_ns_p50", "ring append, 200 B, 1 producer", ring1, "ns")
+record("ring_append_ratio", "ring / raw, 1 producer", ring1 / raw1, "x", goal: "<= 2")
+record("ring_append_reclaim_ns_p50", "ring append, pages reclaimed (default)", ring1Reclaim, "ns")
+record("raw_append_2t_ns_p50", "raw, 2 threads, per record in total", raw2, "ns")
+record("ring_append_2t_ns_p50", "ring append, 2 producers, per record in total", ring2, "ns")
+record("ring_append_2t_ratio", "ring / raw, 2 producers", ring2 / raw2, "x")
+
+// MARK: - Frame encoding vs raw ZSTD_compress
+
+let events = realisticEvents(quick ? 20_000 : 100_000, seed: 42)
+let avgEvent = Double(events.reduce(0) { $0 + $1.count }) / Double(events.count)
+/// Batches of about 64 KiB of JSON, as the uploader forms them.
+var batches: [[[UInt8]]] = []
+do {
+    var current: [[UInt8]] = [], bytes = 0
+    for e in events {
+        current.append(e)
+        bytes += e.count + 1
+        if bytes >= 64 * 1024 { batches.append(current); current = []; bytes = 0 }
+    }
+}
+let inputBytes = batches.reduce(0) { $0 + $1.reduce(0) { $0 + $1.count + 1 } }
+let repeats = quick ? 2 : 5
+
+@MainActor func benchFrames() -> (mbPerS: Double, wire: Int) {
+    var enc: OpaquePointer?
+    guard cairn_frame_encoder_new(CAIRN_FRAME_DEFAULT_LEVEL, nil, 0, &enc) == 0, let enc else { exit(2) }
+    defer { cairn_frame_encoder_free(enc) }
+    var out = [UInt8](repeating: 0, count: cairn_frame_bound(256 * 1024, 4096))
+    var best = Double.infinity, wire = 0
+    for _ in 0..<repeats {
+        wire = 0
+        let start = now()
+        for (i, batch) in batches.enumerated() {
+            let slices = batch.map { $0.withUnsafeBytes { cairn_slice_t(data: $0.baseAddress, len: $0.count) } }
+            var len = 0
+            let rc = out.withUnsafeMutableBytes {
+                cairn_frame_encode(enc, UInt64(i), slices, slices.count, $0.baseAddress, $0.count, &len)
+            }
+            if rc != 0 { exit(2) }
+            wire += len
+        }
+        best = min(best, Double(now() - start))
+    }
+    return (Double(inputBytes) / best * 1e3, wire)
+}
+
+@MainActor func benchRawZstd() -> (mbPerS: Double, wire: Int) {
+    // The same bytes, already concatenated (the encoder gets them as separate records).
+    let joined: [[UInt8]] = batches.map { b in b.flatMap { $0 + [0x0A] } }
+    guard let cctx = ZSTD_createCCtx() else { exit(2) }
+    defer { ZSTD_freeCCtx(cctx) }
+    var out = [UInt8](repeating: 0, count: ZSTD_compressBound(256 * 1024))
+    var best = Double.infinity, wire = 0
+    for _ in 0..<repeats {
+        wire = 0
+        let start = now()
+        for input in joined {
+            let n = out.withUnsafeMutableBytes { o in
+                input.withUnsafeBytes { i in
+                    ZSTD_compressCCtx(cctx, o.baseAddress, o.count, i.baseAddress, i.count, CAIRN_FRAME_DEFAULT_LEVEL)
+                }
+            }
+            if ZSTD_isError(n) != 0 { exit(2) }
+            wire += n
+        }
+        best = min(best, Double(now() - start))
+    }
+    return (Double(inputBytes) / best * 1e3, wire)
+}
+
+let frame = benchFrames()
+let rawZstd = benchRawZstd()
+record("event_bytes_avg", "realistic event JSON, average size", avgEvent, "B")
+record("zstd_raw_mb_s", "raw ZSTD_compress level 1, 64 KiB batches", rawZstd.mbPerS, "MB/s")
+record("frame_encode_mb_s", "Cairn frame encode, 64 KiB batches", frame.mbPerS, "MB/s")
+record("frame_encode_vs_raw", "frame / raw zstd throughput", frame.mbPerS / rawZstd.mbPerS, "x", goal: ">= 0.9")
+record("wire_ratio", "JSON bytes / frame bytes", Double(inputBytes) / Double(frame.wire), "x", goal: ">= 8")
+record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Double(rawZstd.wire), "x")
+
+// MARK: - Output
+
+let over = figures.filter { f in f.budget.map { f.value > $0 } ?? false }
+if jsonOutput {
+    let body = figures.map { f -> String in
+        let v = f.value.isFinite ? String(format: "%.3f", f.value) : "null"
+        return "\"\(f.key)\": \(v)"
+    }.joined(separator: ", ")
+    print("{\(body), \"over_budget\": [\(over.map { "\"\($0.key)\"" }.joined(separator: ", "))]}")
+} else {
+    func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+    print(pad("figure", 50) + pad("value", 14) + pad("goal", 10) + "budget")
+    for f in figures {
+        let value = String(format: f.value >= 100 ? "%.0f" : "%.2f", f.value) + " " + f.unit
+        let budget = f.budget.map { String(format: "%.2f", $0) } ?? ""
+        print(pad(f.label, 50) + pad(value, 14) + pad(f.goal, 10) + budget)
+    }
+    print("(ns figures: median over \(blocks) blocks of \(perBlock) appends; \(ProcessInfo.processInfo.activeProcessorCount) cores)")
+}
+if !over.isEmpty {
+    FileHandle.standardError.write("over budget: \(over.map(\.key).joined(separator: ", "))\n".data(using: .utf8)!)
+    exit(1)
+}
