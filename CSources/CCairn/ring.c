@@ -38,6 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
 /* Header layout (byte offsets). Bytes 0..27 are fixed at creation and covered by
  * header_crc; the cursors and counters below them change while the ring runs. */
 enum {
@@ -78,6 +82,8 @@ struct cairn_ring {
     /* Consumer-only state. */
     uint64_t peeked_to;    /* furthest `next` handed out by peek */
     uint64_t reclaimed_to; /* pages before this position have been dropped */
+    uint64_t populated_to; /* pages before this position have been prefaulted */
+    int populate_failed;   /* the kernel lacks MADV_POPULATE_WRITE */
     /* Set at open. */
     cairn__recovery_t recovery;
     uint32_t origin;
@@ -337,6 +343,7 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
         cairn__ring_recover(r->data, capacity, load_acq(r->read_pos), load_acq(r->write_pos), &r->recovery);
     r->peeked_to = load_acq(r->read_pos);
     r->reclaimed_to = r->peeked_to;
+    r->populated_to = r->peeked_to;
     /* Counters describe this open. */
     *r->appended = 0;
     *r->dropped_full = 0;
@@ -488,12 +495,12 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
     return (int)n;
 }
 
-/* Drops whole pages of the data area that lie in [from, to) from this process's
- * memory. The file keeps their contents (MAP_SHARED), so this is safe even if a
- * producer of the next lap is already writing there: the page faults back in. */
-static void reclaim(cairn_ring_t *ring, uint64_t from, uint64_t to)
+/* Calls madvise(advice) on the whole pages of the data area that lie in [from, to),
+ * one lap at a time. Returns the first failure's errno, or 0. */
+static int advise(cairn_ring_t *ring, uint64_t from, uint64_t to, int advice)
 {
-    if (to - from >= ring->capacity) from = to - ring->capacity;
+    int rc = 0;
+    if (to - from > ring->capacity) from = to - ring->capacity;
     while (from < to) {
         uint64_t lap_end = (from | ring->mask) + 1;
         uint64_t end = to < lap_end ? to : lap_end;
@@ -502,8 +509,35 @@ static void reclaim(cairn_ring_t *ring, uint64_t from, uint64_t to)
         uintptr_t ps = ring->page_size;
         a = (a + ps - 1) & ~(ps - 1);
         b &= ~(ps - 1);
-        if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+        if (b > a && madvise((void *)a, b - a, advice) != 0 && rc == 0) rc = errno;
         from = end;
+    }
+    return rc;
+}
+
+/* Keeps resident memory near the live window. Consumed pages are dropped from this
+ * process's memory (MADV_DONTNEED: the file keeps their contents, MAP_SHARED, so this
+ * is safe even while a producer of the next lap writes there; the page faults back
+ * in). The producers would then pay a page fault each time they enter a dropped
+ * page, so the consumer faults in a runway of free pages ahead of the write cursor
+ * itself (MADV_POPULATE_WRITE), off the producers' path. */
+static void manage_pages(cairn_ring_t *ring, uint64_t tail)
+{
+    if (tail - ring->reclaimed_to >= ring->reclaim_bytes) {
+        advise(ring, ring->reclaimed_to, tail, MADV_DONTNEED);
+        /* Resume at the start of the page holding `tail`, which is not dropped yet. */
+        uintptr_t in_page = (uintptr_t)(ring->data + (tail & ring->mask)) & (ring->page_size - 1);
+        if (tail - in_page > ring->reclaimed_to) ring->reclaimed_to = tail - in_page;
+    }
+    if (ring->populate_failed) return;
+    uint64_t head = load_acq(ring->write_pos);
+    uint64_t runway = 4 * (uint64_t)ring->reclaim_bytes;
+    if (runway > ring->capacity / 4) runway = ring->capacity / 4;
+    uint64_t from = ring->populated_to > head ? ring->populated_to : head;
+    uint64_t to = head + runway < tail + ring->capacity ? head + runway : tail + ring->capacity;
+    if (to >= from + runway / 2) {
+        if (advise(ring, from, to, MADV_POPULATE_WRITE) == EINVAL) ring->populate_failed = 1;
+        ring->populated_to = to;
     }
 }
 
@@ -513,12 +547,7 @@ int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto)
     uint64_t tail = load_acq(ring->read_pos);
     if (upto < tail || upto > ring->peeked_to || upto % CAIRN_RING_ALIGN) return CAIRN_EINVAL;
     store_rel(ring->read_pos, upto);
-    if (ring->reclaim_bytes && upto - ring->reclaimed_to >= ring->reclaim_bytes) {
-        reclaim(ring, ring->reclaimed_to, upto);
-        /* Resume at the start of the page holding `upto`, which is not dropped yet. */
-        uintptr_t in_page = (uintptr_t)(ring->data + (upto & ring->mask)) & (ring->page_size - 1);
-        ring->reclaimed_to = upto - in_page > ring->reclaimed_to ? upto - in_page : ring->reclaimed_to;
-    }
+    if (ring->reclaim_bytes) manage_pages(ring, upto);
     return 0;
 }
 

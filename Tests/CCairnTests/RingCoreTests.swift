@@ -280,8 +280,10 @@ import Testing
         let ring = try CRing(path, capacity: 4 << 20)
         Self.cycle(ring)
         let rss = try #require(Self.residentKB(of: path))
-        // Live window ≈ 110 KiB, plus up to 64 KiB consumed but not yet reclaimed.
-        #expect(rss < 512, "resident \(rss) KiB of a 4 MiB ring")
+        // Live window ≈ 110 KiB, up to 64 KiB consumed but not yet reclaimed, and a
+        // 256 KiB runway prefaulted ahead of the producers.
+        print("ring resident memory with reclaim: \(rss) KiB of 4096")
+        #expect(rss < 640, "resident \(rss) KiB of a 4 MiB ring")
     }
 
     @Test func withoutReclaimEveryTouchedPageStays() throws {
