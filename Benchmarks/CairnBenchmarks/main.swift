@@ -97,22 +97,32 @@ struct Rng {
 }
 extension Rng: RandomNumberGenerator {}
 
-/// Realistic service events: about 420 bytes of JSON, 15 fields, with the mix of
-/// repeated keys, enumerations, ids and numbers that telemetry has.
+/// Realistic service events: about 400 bytes of JSON, 15 fields, shaped like the events
+/// Cairn's processor writes: a UUIDv7 event id (time-ordered prefix, random tail), one
+/// session per process, trace ids shared by the few events of one request, users from a
+/// large population, and the enumerations and numbers services track.
 func realisticEvents(_ count: Int, seed: UInt64) -> [[UInt8]] {
     var rng = Rng(state: seed)
     let names = ["checkout", "login", "search", "add_to_cart", "view_item", "api_request", "job_done"]
     let plans = ["free", "pro", "team", "enterprise"]
     let routes = ["/v1/orders", "/v1/users/{id}", "/v1/search", "/v2/cart/items", "/health"]
     let regions = ["eu-west-1", "us-east-1", "ap-south-1"]
-    var base: UInt64 = 1_764_680_000_000
+    let session = rng.hex(32)
+    var ms: UInt64 = 1_764_690_000_000
+    var trace = rng.hex(32), traceLeft = 0
     return (0..<count).map { i in
-        base += rng.next() % 40
-        let ms = base % 1000, s = base / 1000
+        ms += rng.next() % 3
+        if traceLeft == 0 { trace = rng.hex(32); traceLeft = 1 + Int(rng.next() % 8) }
+        traceLeft -= 1
+        let stamp = String(ms, radix: 16)
+        let padded = String(repeating: "0", count: max(0, 12 - stamp.count)) + stamp
+        let eventID = "\(padded.prefix(8))-\(padded.suffix(4))-7\(rng.hex(3))-\(rng.hex(4))-\(rng.hex(12))"
+        let sec = ms / 1000
+        let time = String(format: "2026-12-02T%02d:%02d:%02d.%03dZ", Int(sec / 3600 % 24), Int(sec / 60 % 60),
+                          Int(sec % 60), Int(ms % 1000))
         let json = """
-        {"event_id":"0193\(rng.hex(4))-\(rng.hex(4))-7\(rng.hex(3))-\(rng.hex(4))-\(rng.hex(12))",\
-        "type":"track","name":"\(rng.pick(names))","time":"2026-12-02T15:\(String(format: "%02d", s % 60)):\(String(format: "%02d", (s / 60) % 60)).\(String(format: "%03d", ms))Z",\
-        "distinct_id":"host-\(rng.next() % 64)","session_id":"\(rng.hex(16))","trace_id":"\(rng.hex(32))",\
+        {"event_id":"\(eventID)","type":"track","name":"\(rng.pick(names))","time":"\(time)",\
+        "distinct_id":"user-\(rng.next() % 5000)","session_id":"\(session)","trace_id":"\(trace)",\
         "properties":{"plan":"\(rng.pick(plans))","seats":\(rng.next() % 200),"route":"\(rng.pick(routes))",\
         "status":\(rng.pick([200, 200, 200, 201, 404, 500])),"duration_ms":\(Double(rng.next() % 100_000) / 100),\
         "region":"\(rng.pick(regions))","retry":\(rng.next() % 5 == 0)},"seq":\(i)}
@@ -145,10 +155,19 @@ defer { try? FileManager.default.removeItem(atPath: scratch) }
 // MARK: - Ring append vs raw fetch_add + memcpy
 
 let recordSize = 200
-let perBlock = 1000
-let blocks = quick ? 300 : 2000
-let ringCapacity: UInt64 = 1 << 20
 let payload = [UInt8](repeating: 0x61, count: recordSize)
+
+/// One shape of the append measurement. One producer: blocks of 1000 appends into the
+/// default 1 MiB ring. Two producers: blocks long enough that the threads truly run
+/// at the same time (16k appends each), so a 16 MiB ring holds a whole block.
+struct AppendCase: Sendable {
+    let threads: Int
+    let capacity: UInt64
+    let perBlock: Int
+    let blocks: Int
+}
+let oneThread = AppendCase(threads: 1, capacity: 1 << 20, perBlock: 1000, blocks: quick ? 300 : 2000)
+let twoThreads = AppendCase(threads: 2, capacity: 16 << 20, perBlock: 32_000, blocks: quick ? 20 : 100)
 
 /// A warm MAP_SHARED file mapping of `bytes`, like the ring's.
 func sharedMapping(_ path: String, bytes: Int) -> UnsafeMutableRawPointer? {
@@ -190,10 +209,10 @@ func drainAll(_ ring: OpaquePointer) {
     _ = cairn_ring_commit(ring, from)
 }
 
-func openRing(_ name: String, reclaim: UInt32) -> OpaquePointer? {
+func openRing(_ name: String, capacity: UInt64, reclaim: UInt32) -> OpaquePointer? {
     var opts = cairn_ring_options_t()
     cairn_ring_options_init(&opts)
-    opts.capacity = ringCapacity
+    opts.capacity = capacity
     opts.reclaim_bytes = reclaim
     var ring: OpaquePointer?
     let path = scratch + "/" + name
@@ -203,16 +222,16 @@ func openRing(_ name: String, reclaim: UInt32) -> OpaquePointer? {
 
 struct Shared<T>: @unchecked Sendable { let value: T }
 
-func benchRing(threads: Int, reclaim: UInt32) -> Double {
-    guard let ring = openRing("ring-\(threads)-\(reclaim)", reclaim: reclaim) else {
+func benchRing(_ c: AppendCase, reclaim: UInt32) -> Double {
+    guard let ring = openRing("ring-\(c.threads)-\(reclaim)", capacity: c.capacity, reclaim: reclaim) else {
         FileHandle.standardError.write("cannot open a ring in \(scratch)\n".data(using: .utf8)!)
         exit(2)
     }
     defer { cairn_ring_close(ring) }
     let h = Shared(value: ring)
-    let per = perBlock / threads
+    let per = c.perBlock / c.threads
     let failures = Atomic<Int>(0)
-    let times = timedBlocks(threads: threads, blocks: blocks, between: { drainAll(h.value) }) { _ in
+    let times = timedBlocks(threads: c.threads, blocks: c.blocks, between: { drainAll(h.value) }) { _ in
         payload.withUnsafeBytes { p in
             for _ in 0..<per where cairn_ring_append(h.value, p.baseAddress, recordSize) != 0 {
                 failures.wrappingAdd(1, ordering: .relaxed)
@@ -223,31 +242,31 @@ func benchRing(threads: Int, reclaim: UInt32) -> Double {
         FileHandle.standardError.write("ring appends failed during the benchmark\n".data(using: .utf8)!)
         exit(2)
     }
-    return percentile(times.map { $0 / Double(per * threads) }, 0.5)
+    return percentile(times.map { $0 / Double(per * c.threads) }, 0.5)
 }
 
-func benchRaw(threads: Int) -> Double {
-    guard let base = sharedMapping(scratch + "/raw-\(threads)", bytes: Int(ringCapacity)) else { exit(2) }
-    defer { munmap(base, Int(ringCapacity)) }
-    let raw = RawRing(base, capacity: ringCapacity)
-    let per = perBlock / threads
-    let times = timedBlocks(threads: threads, blocks: blocks, between: {}) { _ in
+func benchRaw(_ c: AppendCase) -> Double {
+    guard let base = sharedMapping(scratch + "/raw-\(c.threads)", bytes: Int(c.capacity)) else { exit(2) }
+    defer { munmap(base, Int(c.capacity)) }
+    let raw = RawRing(base, capacity: c.capacity)
+    let per = c.perBlock / c.threads
+    let times = timedBlocks(threads: c.threads, blocks: c.blocks, between: {}) { _ in
         payload.withUnsafeBytes { p in
             for _ in 0..<per { raw.append(p.baseAddress!, recordSize) }
         }
     }
-    return percentile(times.map { $0 / Double(per * threads) }, 0.5)
+    return percentile(times.map { $0 / Double(per * c.threads) }, 0.5)
 }
 
 // Warm up caches, page tables and CPU frequency before measuring.
-_ = benchRaw(threads: 1)
-_ = benchRing(threads: 1, reclaim: 0)
+_ = benchRaw(oneThread)
+_ = benchRing(oneThread, reclaim: 0)
 
-let raw1 = benchRaw(threads: 1)
-let ring1 = benchRing(threads: 1, reclaim: 0)
-let ring1Reclaim = benchRing(threads: 1, reclaim: 64 * 1024)
-let raw2 = benchRaw(threads: 2)
-let ring2 = benchRing(threads: 2, reclaim: 0)
+let raw1 = benchRaw(oneThread)
+let ring1 = benchRing(oneThread, reclaim: 0)
+let ring1Reclaim = benchRing(oneThread, reclaim: 64 * 1024)
+let raw2 = benchRaw(twoThreads)
+let ring2 = benchRing(twoThreads, reclaim: 0)
 
 record("raw_append_ns_p50", "raw fetch_add + memcpy, 200 B, 1 thread", raw1, "ns")
 record("ring_append_ns_p50", "ring append, 200 B, 1 producer", ring1, "ns")
@@ -347,7 +366,8 @@ if jsonOutput {
         let budget = f.budget.map { String(format: "%.2f", $0) } ?? ""
         print(pad(f.label, 50) + pad(value, 14) + pad(f.goal, 10) + budget)
     }
-    print("(ns figures: median over \(blocks) blocks of \(perBlock) appends; \(ProcessInfo.processInfo.activeProcessorCount) cores)")
+    print("(append figures: median over blocks of \(oneThread.perBlock) appends (1 producer) or "
+        + "\(twoThreads.perBlock) (2 producers); \(ProcessInfo.processInfo.activeProcessorCount) cores)")
 }
 if !over.isEmpty {
     FileHandle.standardError.write("over budget: \(over.map(\.key).joined(separator: ", "))\n".data(using: .utf8)!)

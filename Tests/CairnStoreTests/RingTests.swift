@@ -1,0 +1,106 @@
+import CairnStore
+import Foundation
+import Testing
+
+/// The Swift `Ring` wrapper: typed errors, reservations, runs and stats.
+@Suite struct RingTests {
+    /// A scratch directory for one test, removed afterwards.
+    final class Scratch {
+        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+            + "/cairn-ring-\(getpid())-\(UUID().uuidString.prefix(8))"
+        init() { try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    @Test func appendPeekCommitAndStats() throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/events.ring")
+        for i in 0..<10 { try ring.append(Array("event \(i)".utf8)) }
+        let run = try ring.peek(maxRecords: 4, maxBytes: 1 << 20)
+        #expect(run.records.map { String(decoding: $0.bytes, as: UTF8.self) } == (0..<4).map { "event \($0)" })
+        let second = try ring.peek(from: run.next, maxRecords: 100, maxBytes: 1 << 20)
+        #expect(second.records.count == 6)
+        try ring.commit(upTo: second.next)
+        #expect(try ring.peek(maxRecords: 10, maxBytes: 100).records.isEmpty)
+        let stats = ring.stats()
+        #expect(stats.appended == 10 && stats.used == 0 && stats.origin == .created)
+        #expect(stats.capacity == 1 << 20 && stats.maxRecord == 1 << 18)
+    }
+
+    @Test func errorsAreTypedAndCarryTheCoreMessage() throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/r", options: .init(capacity: 1 << 16, maxRecord: 100))
+        #expect(throws: CairnError(CairnError.tooBig, function: "cairn_ring_append")) {
+            try ring.append([UInt8](repeating: 0, count: 101))
+        }
+        do {
+            _ = try Ring(path: dir.path + "/r")
+            Issue.record("a second open of the same file must fail")
+        } catch {
+            #expect(error.code == CairnError.locked)
+            #expect(error.description == "cairn_ring_open: ring file is owned by another handle (-4)")
+        }
+        #expect(throws: CairnError.self) { try Ring(path: dir.path + "/no/such/dir/r") }
+        #expect(throws: CairnError.self) { try Ring(path: dir.path + "/x", options: .init(capacity: 10)) }
+        #expect(throws: CairnError.self) { try ring.commit(upTo: 12345) }
+        var filled = 0
+        while true {
+            do { try ring.append([UInt8](repeating: 1, count: 100)) } catch { #expect(error.code == CairnError.full); break }
+            filled += 1
+        }
+        #expect(ring.stats().droppedFull == 1 && ring.stats().droppedTooBig == 1 && filled > 0)
+    }
+
+    @Test func reservationsWriteInPlace() throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/r")
+        let published = try ring.withReservation(capacity: 64) { buf in
+            let text = Array(#"{"encoded":"in place"}"#.utf8)
+            buf.copyBytes(from: text)
+            return text.count
+        }
+        #expect(published)
+        let abandoned = try ring.withReservation(capacity: 64) { _ in nil }
+        #expect(!abandoned)
+        #expect(throws: CairnError.self) { try ring.withReservation(capacity: 8) { $0.count + 1 } }
+        let run = try ring.peek(maxRecords: 10, maxBytes: 1 << 20)
+        #expect(run.records.map { String(decoding: $0.bytes, as: UTF8.self) } == [#"{"encoded":"in place"}"#])
+        #expect(ring.stats().appended == 1)
+    }
+
+    @Test func reopenRecoversAndReportsOrigin() throws {
+        let dir = Scratch()
+        let path = dir.path + "/r"
+        do {
+            let ring = try Ring(path: path)
+            for i in 0..<5 { try ring.append(Array("kept \(i)".utf8)) }
+            try ring.sync()
+        }
+        let ring = try Ring(path: path)
+        #expect(ring.stats().origin == .reopened && ring.stats().recovered == 5)
+        #expect(try ring.peek(maxRecords: 10, maxBytes: 1 << 20).records.count == 5)
+        // A file that is not a ring is set aside, and the wrapper says so.
+        let other = dir.path + "/garbage"
+        FileManager.default.createFile(atPath: other, contents: Data(repeating: 0x5A, count: 70_000))
+        #expect(try Ring(path: other).stats().origin == .setAside)
+    }
+
+    @Test func concurrentAppendsFromTasks() async throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/r", options: .init(capacity: 4 << 20))
+        await withTaskGroup(of: Void.self) { group in
+            for t in 0..<4 {
+                group.addTask {
+                    for i in 0..<2000 { try? ring.append(Array("\(t):\(i)".utf8)) }
+                }
+            }
+        }
+        var perTask = [[Int]](repeating: [], count: 4)
+        let run = try ring.peek(maxRecords: 10_000, maxBytes: Int.max)
+        for r in run.records {
+            let parts = String(decoding: r.bytes, as: UTF8.self).split(separator: ":").compactMap { Int($0) }
+            perTask[parts[0]].append(parts[1])
+        }
+        #expect(perTask.allSatisfy { $0 == Array(0..<2000) })
+    }
+}
