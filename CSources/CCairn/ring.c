@@ -10,9 +10,10 @@
  * read_pos; a record never straddles the end of the data area, so a reservation that
  * would is preceded by a padding record filling the rest of the lap. A producer then
  * writes the record header's length and CRC, copies the payload, and publishes by
- * storing the record's own position in the header's first word with release order.
+ * storing the record's own position (bit 0 set) in the header's first word with
+ * release order.
  *
- * The consumer reads a record at position P only when that word equals P (acquire),
+ * The consumer reads a record at position P only when that word equals P|1 (acquire),
  * so it never sees a half-written record: a stale header left from an earlier lap
  * carries an earlier position. A record whose producer died before publishing stays
  * unpublished; at the next open, recovery walks the unconsumed window, and where a
@@ -61,8 +62,11 @@ enum {
 
 static const char ring_magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'N', 'G'};
 
-/* Record header: u64 position (the publish word), u32 length|kind, u32 CRC32C over
- * header bytes 0..11 then (for data records) the payload. */
+/* Record header: u64 publish word, u32 length|kind, u32 CRC32C over header bytes
+ * 0..11 then (for data records) the payload. The publish word is the record's
+ * position with bit 0 set: positions are multiples of 16, so a word from an earlier
+ * lap never matches, and neither does the zero of a fresh file (which would otherwise
+ * pass for a record published at position 0). */
 #define KIND_SHIFT 30
 #define LEN_MASK ((1u << KIND_SHIFT) - 1)
 #define KIND_DATA 0u
@@ -93,10 +97,11 @@ static inline uint64_t align_up(uint64_t v) { return (v + (CAIRN_RING_ALIGN - 1)
 static inline uint64_t load_acq(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void store_rel(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 static inline void count(uint64_t *p) { __atomic_fetch_add(p, 1, __ATOMIC_RELAXED); }
+static inline uint64_t publish_word(uint64_t pos) { return pos | 1; }
 
 static uint32_t header_crc(uint32_t len_kind, uint64_t pos)
 {
-    return cairn__crc32c_after(pos, len_kind, NULL, 0);
+    return cairn__crc32c_after(publish_word(pos), len_kind, NULL, 0);
 }
 
 /* Writes a published padding record of `total` bytes (header included) at `pos`. */
@@ -106,7 +111,7 @@ static void write_padding(unsigned char *data, uint64_t mask, uint64_t pos, uint
     uint32_t len_kind = (uint32_t)(total - CAIRN_RING_RECORD_HEADER) | (KIND_PADDING << KIND_SHIFT);
     cairn__put32(h + 8, len_kind);
     cairn__put32(h + 12, header_crc(len_kind, pos));
-    store_rel((uint64_t *)h, pos);
+    store_rel((uint64_t *)h, publish_word(pos));
 }
 
 /* Fills [from, to) with padding records, one per lap. */
@@ -127,7 +132,7 @@ static int valid_record_at(const unsigned char *data, uint64_t capacity, uint64_
 {
     uint64_t off = pos & (capacity - 1);
     const unsigned char *h = data + off;
-    if (load_acq((const uint64_t *)h) != pos) return 0;
+    if (load_acq((const uint64_t *)h) != publish_word(pos)) return 0;
     uint32_t len_kind = cairn__le32(h + 8);
     uint32_t kind = len_kind >> KIND_SHIFT;
     uint64_t len = len_kind & LEN_MASK;
@@ -136,7 +141,7 @@ static int valid_record_at(const unsigned char *data, uint64_t capacity, uint64_
                                          : align_up(CAIRN_RING_RECORD_HEADER + len);
     if (size % CAIRN_RING_ALIGN != 0 || off + size > capacity || pos + size > limit) return 0;
     if (check_crc) {
-        uint32_t crc = cairn__crc32c_after(pos, len_kind, h + CAIRN_RING_RECORD_HEADER,
+        uint32_t crc = cairn__crc32c_after(publish_word(pos), len_kind, h + CAIRN_RING_RECORD_HEADER,
                                            kind == KIND_DATA ? len : 0);
         if (crc != cairn__le32(h + 12)) return 0;
     }
@@ -421,7 +426,7 @@ static void seal(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, 
     if (used < reserved) write_padding(ring->data, ring->mask, res->pos + used, reserved - used);
     cairn__put32(h + 8, len_kind);
     cairn__put32(h + 12, crc);
-    store_rel((uint64_t *)h, res->pos);
+    store_rel((uint64_t *)h, publish_word(res->pos));
     count(ring->appended);
     res->data = NULL;
 }
@@ -434,7 +439,7 @@ int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t
         return CAIRN_EINVAL;
     }
     uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
-    seal(ring, res, len, len_kind, cairn__crc32c_after(res->pos, len_kind, res->data, len));
+    seal(ring, res, len, len_kind, cairn__crc32c_after(publish_word(res->pos), len_kind, res->data, len));
     return 0;
 }
 
@@ -454,7 +459,7 @@ int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len)
     uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
     /* The CRC is taken from the caller's bytes, still in cache, not re-read from the
      * mapping just written. */
-    uint32_t crc = cairn__crc32c_after(res.pos, len_kind, data, len);
+    uint32_t crc = cairn__crc32c_after(publish_word(res.pos), len_kind, data, len);
     if (len) memcpy(res.data, data, len);
     seal(ring, &res, len, len_kind, crc);
     return 0;

@@ -39,10 +39,10 @@ static uint64_t walk(const unsigned char *data, uint64_t cap, uint64_t read, uin
         uint32_t len_kind = cairn__le32(h + 8);
         uint64_t len = len_kind & 0x3FFFFFFF, kind = len_kind >> 30;
         unsigned char hb[12];
-        cairn__put64(hb, pos);
+        cairn__put64(hb, pos | 1);
         cairn__put32(hb + 8, len_kind);
         uint32_t crc = cairn__crc32c(0, hb, 12);
-        if (cairn__le64(h) != pos) abort();
+        if (cairn__le64(h) != (pos | 1)) abort();
         uint64_t total;
         if (kind == 1) {
             total = 16 + len;
@@ -68,7 +68,7 @@ static void write_record(unsigned char *data, uint64_t cap, uint64_t pos, uint32
     unsigned char *h = data + (pos & (cap - 1));
     uint32_t len_kind = (uint32_t)(kind == 1 ? total - 16 : len) | (kind << 30);
     unsigned char hb[12];
-    cairn__put64(hb, pos);
+    cairn__put64(hb, pos | 1);
     cairn__put32(hb + 8, len_kind);
     uint32_t crc = cairn__crc32c(0, hb, 12);
     if (kind == 0) {

@@ -126,6 +126,24 @@ import Testing
         #expect(ring.stats.appended == 2)
     }
 
+    /// A fresh file is all zeros: the header of the record at position 0 must not pass
+    /// for published before its producer publishes it.
+    @Test func openReservationIsNotReadEvenAtPositionZero() throws {
+        let dir = TempDir()
+        let ring = try CRing(dir.file("r"))
+        var res = cairn_ring_reservation_t()
+        #expect(cairn_ring_reserve(ring.handle, 9, &res) == 0)
+        #expect(res.pos == 0)
+        var recs = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: 4)
+        var next: UInt64 = 0
+        #expect(cairn_ring_peek(ring.handle, 0, &recs, 4, Int.max, &next) == 0)
+        #expect(next == 0)
+        res.data.storeBytes(of: 0x41, as: UInt8.self)
+        #expect(cairn_ring_publish(ring.handle, &res, 1) == 0)
+        #expect(cairn_ring_peek(ring.handle, 0, &recs, 4, Int.max, &next) == 1)
+        #expect(recs[0].len == 1)
+    }
+
     @Test func oneOwnerAtATime() throws {
         let dir = TempDir()
         let path = dir.file("r")

@@ -50,8 +50,8 @@ def main(path):
     out = sys.stdout.buffer
     while pos < write_pos:
         off = pos & (capacity - 1)
-        rpos, len_kind, rcrc = struct.unpack_from("<QII", data, off)
-        if rpos != pos:
+        word, len_kind, rcrc = struct.unpack_from("<QII", data, off)
+        if word != pos | 1:
             fail("unpublished record at %d" % pos)
         kind, length = len_kind >> 30, len_kind & 0x3FFFFFFF
         head = bytes(data[off:off + 12])
