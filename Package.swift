@@ -38,7 +38,7 @@ let package = Package(
         .testTarget(name: "CCairnTests",
                     dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child"],
                     path: "Tests/CCairnTests"),
-        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore"],
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd"],
                     path: "Tests/CairnStoreTests"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.

@@ -392,11 +392,15 @@ typedef struct cairn_frame_decoder cairn_frame_decoder_t;
  *
  * @param level     zstd compression level (1..19; negative levels are accepted as
  *                  zstd's fast levels); CAIRN_FRAME_DEFAULT_LEVEL is a good default.
- * @param dict      Optional zstd dictionary (raw content or trained), or NULL.
+ * @param dict      Optional dictionary in zstd's format (from `zstd --train`,
+ *                  ZDICT_trainFromBuffer or ZDICT_finalizeDictionary), or NULL.
+ *                  Raw-content dictionaries are refused: they have no id, so a
+ *                  decoder could not tell a missing dictionary from corrupt data.
  * @param dict_len  Its length in bytes (0 without a dictionary).
- * @param out       Receives the encoder.
- * @return 0; CAIRN_EINVAL; CAIRN_ENOMEM; CAIRN_EZSTD when zstd rejects the level or
- *         the dictionary.
+ * @param out       Receives the encoder (NULL on failure).
+ * @return 0; CAIRN_EINVAL (NULL `out`, level out of range, a dictionary that is not
+ *         in zstd's format); CAIRN_ENOMEM; CAIRN_EZSTD when zstd cannot load the
+ *         dictionary.
  *
  * Ownership: the dictionary is copied; free the encoder with cairn_frame_encoder_free().
  * Thread-safety: an encoder is used by one thread at a time.
@@ -419,7 +423,7 @@ void cairn_frame_encoder_free(cairn_frame_encoder_t *enc);
  * The largest batch frame that records totalling `payload_bytes` in `record_count`
  * records can produce: size the output buffer of cairn_frame_encode() with it.
  *
- * @return The bound in bytes.
+ * @return The bound in bytes, or SIZE_MAX when the sizes are too large to encode.
  *
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
@@ -434,14 +438,16 @@ size_t cairn_frame_bound(size_t payload_bytes, size_t record_count);
  * @param batch_id  Identifier stored in the metadata.
  * @param records   The records, in order; none may contain a '\n' byte.
  * @param count     Number of records (at least 1, at most UINT32_MAX).
- * @param dst       Output buffer.
- * @param dst_cap   Its size; cairn_frame_bound() is always enough.
- * @param dst_len   Receives the batch size in bytes.
+ * @param dst       Output buffer; may be NULL only when `dst_cap` is 0.
+ * @param dst_cap   Its size; cairn_frame_bound() is always enough. Nothing is
+ *                  written past it.
+ * @param dst_len   Receives the batch size in bytes (0 on failure).
  * @return 0; CAIRN_EINVAL (NULL argument, no records, a record containing '\n');
- *         CAIRN_EBUFSIZE; CAIRN_EZSTD.
+ *         CAIRN_EBUFSIZE; CAIRN_ENOMEM (zstd could not grow its context);
+ *         CAIRN_EZSTD.
  *
  * Ownership: the caller owns all buffers; the encoder allocates nothing per batch
- *            once warm.
+ *            once warm (its context has grown to the largest batch seen).
  * Thread-safety: one thread at a time per encoder.
  * Async-signal-safe: no.
  */
@@ -452,11 +458,15 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
 /**
  * Reads the metadata of the batch at the start of `src` without decompressing.
  *
- * @param src   Batch bytes.
+ * Bytes after the batch are allowed (batches may be concatenated): `frame_size` is
+ * where the next one starts.
+ *
+ * @param src   Batch bytes; may be NULL only when `len` is 0.
  * @param len   Their length.
  * @param info  Receives the metadata, including the total frame size.
- * @return 0; CAIRN_ETRUNCATED; CAIRN_ECORRUPT (not a Cairn batch, or its zstd frame
- *         header is damaged); CAIRN_EVERSION.
+ * @return 0; CAIRN_EINVAL (NULL argument); CAIRN_ETRUNCATED; CAIRN_ECORRUPT (not a
+ *         Cairn batch, its zstd frame header is damaged or disagrees with the
+ *         metadata); CAIRN_EVERSION (version other than 1, or non-zero flags).
  *
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
@@ -467,10 +477,12 @@ int cairn_frame_read_info(const void *src, size_t len, cairn_frame_info_t *info)
  * Creates a decoder that refuses bodies larger than `max_content` bytes.
  *
  * @param max_content  Largest decompressed body accepted (at least 1).
- * @param dict         Optional dictionary (as given to the encoder), or NULL.
+ * @param dict         Optional dictionary (as given to the encoder, in zstd's format),
+ *                     or NULL. Batches made without a dictionary are read either way.
  * @param dict_len     Its length in bytes.
- * @param out          Receives the decoder.
- * @return 0; CAIRN_EINVAL; CAIRN_ENOMEM; CAIRN_EZSTD.
+ * @param out          Receives the decoder (NULL on failure).
+ * @return 0; CAIRN_EINVAL (NULL `out`, `max_content` 0, a dictionary that is not in
+ *         zstd's format); CAIRN_ENOMEM; CAIRN_EZSTD.
  *
  * Ownership: the dictionary is copied; free with cairn_frame_decoder_free().
  * Thread-safety: a decoder is used by one thread at a time.
@@ -495,15 +507,17 @@ void cairn_frame_decoder_free(cairn_frame_decoder_t *dec);
  * body holds `record_count` newline-terminated records.
  *
  * @param dec      The decoder.
- * @param src      Batch bytes.
+ * @param src      Batch bytes; may be NULL only when `len` is 0.
  * @param len      Their length.
- * @param dst      Receives the body (records, each followed by '\n').
- * @param dst_cap  Its size.
- * @param dst_len  Receives the body length.
+ * @param dst      Receives the body (records, each followed by '\n'); may be NULL
+ *                 only when `dst_cap` is 0.
+ * @param dst_cap  Its size; the metadata's content_size is enough.
+ * @param dst_len  Receives the body length (0 on failure).
  * @param info     Receives the metadata; may be NULL.
- * @return 0; CAIRN_ETRUNCATED; CAIRN_ECORRUPT (bad metadata, checksum, trailing
- *         bytes, record count); CAIRN_EVERSION; CAIRN_ELIMIT; CAIRN_EBUFSIZE;
- *         CAIRN_EDICT; CAIRN_EZSTD.
+ * @return 0; CAIRN_EINVAL (NULL argument); CAIRN_ETRUNCATED; CAIRN_ECORRUPT (bad
+ *         metadata, checksum, trailing bytes, record count); CAIRN_EVERSION;
+ *         CAIRN_ELIMIT (checked before decompressing); CAIRN_EBUFSIZE; CAIRN_EDICT
+ *         (dictionary missing or different); CAIRN_ENOMEM; CAIRN_EZSTD.
  *
  * Thread-safety: one thread at a time per decoder.
  * Async-signal-safe: no.
