@@ -21,7 +21,7 @@ FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
-.PHONY: all deps build test test-swift sanitize asan tsan fuzz-smoke fuzz fuzzers bench clean
+.PHONY: all deps build test test-swift sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
 all: build
 
@@ -40,18 +40,19 @@ deps:
 build: deps
 	$(SWIFT) build --build-tests
 
-# The whole suite, last so that its closing line is the run's verdict.
-test: build fuzz-smoke sanitize test-swift
+# The whole suite, last so that its closing line is the run's verdict. The quick
+# benchmark run prints the figures and fails the run when one is over its budget.
+test: build fuzz-smoke sanitize bench-quick test-swift
 
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest
 
-# The C core's tests under AddressSanitizer (with UBSan) and ThreadSanitizer.
+# The C core's tests under AddressSanitizer and ThreadSanitizer (the fuzzers add UBSan).
 sanitize: asan tsan
 
 asan: deps
-	$(SWIFT) build --build-tests --sanitize=address --sanitize=undefined --scratch-path .build/asan
-	$(SWIFT) test --skip-build --disable-xctest --sanitize=address --sanitize=undefined \
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
+	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --skip-build --disable-xctest --sanitize=address \
 	  --scratch-path .build/asan --filter CCairnTests
 
 tsan: deps
@@ -83,6 +84,9 @@ fuzz:
 bench: deps
 	$(SWIFT) build -c release --product CairnBenchmarks
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
+
+bench-quick:
+	$(MAKE) bench BENCH_ARGS=--quick
 
 clean:
 	rm -rf .build

@@ -276,6 +276,40 @@ record("raw_append_2t_ns_p50", "raw, 2 threads, per record in total", raw2, "ns"
 record("ring_append_2t_ns_p50", "ring append, 2 producers, per record in total", ring2, "ns")
 record("ring_append_2t_ratio", "ring / raw, 2 producers", ring2 / raw2, "x")
 
+// MARK: - Resident memory of the ring at steady load
+
+/// Resident kilobytes of this process's mapping of `path` (from /proc/self/smaps).
+func residentKB(of path: String) -> Double {
+    guard let fh = FileHandle(forReadingAtPath: "/proc/self/smaps"), let data = try? fh.readToEnd() else { return .nan }
+    var inRing = false
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+        if line.first?.isHexDigit == true && line.contains("-") && line.contains(" ") {
+            inRing = line.hasSuffix(path)
+        } else if inRing && line.hasPrefix("Rss:") {
+            return Double(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? .nan
+        }
+    }
+    return .nan
+}
+
+/// A default ring (1 MiB) fed 100k records of 200 bytes in bursts of 500, drained after
+/// each burst, as the uploader would: what stays resident is the SDK's memory cost.
+func benchResident() -> Double {
+    let path = scratch + "/resident.ring"
+    var ring: OpaquePointer?
+    guard cairn_ring_open(path, nil, &ring) == 0, let ring else { exit(2) }
+    defer { cairn_ring_close(ring) }
+    payload.withUnsafeBytes { p in
+        for _ in 0..<200 {
+            for _ in 0..<500 { _ = cairn_ring_append(ring, p.baseAddress, recordSize) }
+            drainAll(ring)
+        }
+    }
+    return residentKB(of: path)
+}
+record("ring_rss_kb", "ring resident memory, default options, steady load", benchResident(), "KiB",
+       goal: "<= 1024", budget: 5 * 1024)
+
 // MARK: - Frame encoding vs raw ZSTD_compress
 
 let events = realisticEvents(quick ? 20_000 : 100_000, seed: 42)
@@ -360,11 +394,11 @@ if jsonOutput {
     print("{\(body), \"over_budget\": [\(over.map { "\"\($0.key)\"" }.joined(separator: ", "))]}")
 } else {
     func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
-    print(pad("figure", 50) + pad("value", 14) + pad("goal", 10) + "budget")
+    print(pad("figure", 56) + pad("value", 14) + pad("goal", 10) + "budget")
     for f in figures {
         let value = String(format: f.value >= 100 ? "%.0f" : "%.2f", f.value) + " " + f.unit
         let budget = f.budget.map { String(format: "%.2f", $0) } ?? ""
-        print(pad(f.label, 50) + pad(value, 14) + pad(f.goal, 10) + budget)
+        print(pad(f.label, 56) + pad(value, 14) + pad(f.goal, 10) + budget)
     }
     print("(append figures: median over blocks of \(oneThread.perBlock) appends (1 producer) or "
         + "\(twoThreads.perBlock) (2 producers); \(ProcessInfo.processInfo.activeProcessorCount) cores)")

@@ -50,8 +50,9 @@ import Testing
             let p = Process()
             p.executableURL = URL(fileURLWithPath: child)
             p.arguments = [ringPath, String(run), "2", "1"]
-            let out = Pipe()
+            let out = Pipe(), err = Pipe()
             p.standardOutput = out
+            p.standardError = err
             try p.run()
 
             // Read the reports as they come, so the child never blocks on a full pipe.
@@ -63,8 +64,9 @@ import Testing
             kill(p.processIdentifier, SIGKILL)
             p.waitUntilExit()
             let data = collected.wait()
+            let childErr = String(decoding: err.fileHandleForReading.readDataToEndOfFile().prefix(2000), as: UTF8.self)
             #expect(p.terminationReason == .uncaughtSignal && p.terminationStatus == SIGKILL,
-                    "run \(run): the child must die of the SIGKILL, not exit on its own")
+                    "run \(run): the child must die of the SIGKILL, not exit on its own (status \(p.terminationStatus)): \(childErr)")
 
             var appended = [Set<Int>](repeating: [], count: 2)
             var consumed = [Set<Int>](repeating: [], count: 2)

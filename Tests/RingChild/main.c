@@ -25,13 +25,20 @@ static cairn_ring_t *ring;
 static unsigned run_id;
 static uint32_t reporting_threads;
 
+/* Exits with `code` after saying why on stderr, for the parent's failure message. */
+static void die(int code, const char *why)
+{
+    if (write(STDERR_FILENO, why, strlen(why)) < 0) { /* nothing more to do */ }
+    _exit(code);
+}
+
 static void report(char kind, uint32_t thread, uint64_t seq)
 {
     unsigned char msg[16] = {0};
     msg[0] = (unsigned char)kind;
     memcpy(msg + 4, &thread, 4);
     memcpy(msg + 8, &seq, 8);
-    if (write(STDOUT_FILENO, msg, sizeof msg) != (ssize_t)sizeof msg) _exit(3);
+    if (write(STDOUT_FILENO, msg, sizeof msg) != (ssize_t)sizeof msg) die(3, "report write failed\n");
 }
 
 /* Must match the expectation in RingKillTests.swift. */
@@ -54,17 +61,17 @@ static void *producer(void *arg)
         int rc;
         if (thread < reporting_threads) {
             while ((rc = cairn_ring_append(ring, buf, (size_t)n)) == CAIRN_EFULL) sched_yield();
-            if (rc != 0) _exit(4);
+            if (rc != 0) die(4, "append failed\n");
             report('A', thread, seq);
         } else {
             /* Encode in place, slowly, as a serialiser writing into a reservation
              * would: a kill now lands inside an unpublished record. */
             cairn_ring_reservation_t res;
             while ((rc = cairn_ring_reserve(ring, (size_t)n, &res)) == CAIRN_EFULL) sched_yield();
-            if (rc != 0) _exit(4);
+            if (rc != 0) die(4, "reserve failed\n");
             volatile char *dst = res.data;
             for (int i = 0; i < n; i++) dst[i] = buf[i];
-            if (cairn_ring_publish(ring, &res, (size_t)n) != 0) _exit(4);
+            if (cairn_ring_publish(ring, &res, (size_t)n) != 0) die(4, "publish failed\n");
         }
     }
     return NULL;
@@ -77,15 +84,16 @@ static void *consumer(void *arg)
     for (;;) {
         uint64_t next;
         int n = cairn_ring_peek(ring, cairn_ring_read_pos(ring), recs, 64, 1 << 20, &next);
-        if (n < 0) _exit(5);
+        if (n < 0) die(5, "peek failed\n");
         if (n == 0) { sched_yield(); continue; }
         for (int i = 0; i < n; i++) {
             unsigned r, t;
             unsigned long long s;
-            if (sscanf((const char *)recs[i].data, "{\"r\":%u,\"t\":%u,\"s\":%llu", &r, &t, &s) != 3) _exit(6);
+            if (sscanf((const char *)recs[i].data, "{\"r\":%u,\"t\":%u,\"s\":%llu", &r, &t, &s) != 3)
+                die(6, "unreadable record\n");
             if (r == run_id && t < reporting_threads) report('C', t, s);
         }
-        if (cairn_ring_commit(ring, next) != 0) _exit(7);
+        if (cairn_ring_commit(ring, next) != 0) die(7, "commit failed\n");
     }
     return NULL;
 }
