@@ -379,7 +379,7 @@ let rawZstd = benchRawZstd()
 record("event_bytes_avg", "realistic event JSON, average size", avgEvent, "B")
 record("zstd_raw_mb_s", "raw ZSTD_compress level 1, 64 KiB batches", rawZstd.mbPerS, "MB/s")
 record("frame_encode_mb_s", "Cairn frame encode, 64 KiB batches", frame.mbPerS, "MB/s")
-record("frame_encode_vs_raw", "frame / raw zstd throughput", frame.mbPerS / rawZstd.mbPerS, "x", goal: ">= 0.9")
+record("frame_encode_vs_raw", "frame / raw zstd throughput", frame.mbPerS / rawZstd.mbPerS, "x")
 record("wire_ratio", "JSON bytes / frame bytes", Double(inputBytes) / Double(frame.wire), "x", goal: ">= 8")
 record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Double(rawZstd.wire), "x")
 

@@ -144,6 +144,23 @@ public final class FrameEncoder {
         if rc != 0 { throw CairnError(rc, function: "cairn_frame_encode") }
         return Array(output[0..<written])
     }
+
+    /// Encodes a run of ring records as one batch, reading them in place in the ring's
+    /// mapping: call it before committing the run.
+    ///
+    /// ```swift
+    /// let run = try ring.peek(maxRecords: 500, maxBytes: 512 * 1024)
+    /// let batch = try encoder.encode(batchID: id, run: run)
+    /// ```
+    ///
+    /// - Throws: ``CairnError``, as ``encode(batchID:records:)`` (an empty run is
+    ///   ``CairnError/invalid``).
+    public func encode(batchID: UInt64, run: Ring.Run) throws(CairnError) -> [UInt8] {
+        let slices = run.records.map { cairn_slice_t(data: $0.bytes.baseAddress, len: $0.bytes.count) }
+        return try slices.withUnsafeBufferPointer { (buffer) throws(CairnError) -> [UInt8] in
+            try encode(batchID: batchID, slices: buffer)
+        }
+    }
 }
 
 /// Reads batch frames back into their records, checking every bound on the way:

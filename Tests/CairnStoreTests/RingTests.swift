@@ -85,6 +85,34 @@ import Testing
         #expect(try Ring(path: other).stats().origin == .setAside)
     }
 
+    /// The pipeline's first half: records appended to the ring, read as a run, framed in
+    /// place, decoded back to exactly those records, then released.
+    @Test func runsAreFramedInPlaceAndDecodeToTheSameRecords() throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/r")
+        let events = (0..<300).map { Array(#"{"name":"e\#($0)","n":\#($0)}"#.utf8) }
+        for e in events { try ring.append(e) }
+        let encoder = try FrameEncoder()
+        let decoder = try FrameDecoder(maxContentSize: 1 << 20)
+        var received: [[UInt8]] = []
+        var batchID: UInt64 = 0
+        while true {
+            let run = try ring.peek(maxRecords: 128, maxBytes: 4096)
+            if run.records.isEmpty { break }
+            batchID += 1
+            let batch = try encoder.encode(batchID: batchID, run: run)
+            let (info, body) = try decoder.decode(batch)
+            #expect(info.batchID == batchID && Int(info.recordCount) == run.records.count)
+            received += FrameDecoder.records(in: body)
+            try ring.commit(upTo: run.next)
+        }
+        #expect(received == events)
+        #expect(batchID > 2, "maxBytes must split the records into several batches")
+        #expect(throws: CairnError(CairnError.invalid, function: "cairn_frame_encode")) {
+            try encoder.encode(batchID: 0, run: try ring.peek(maxRecords: 1, maxBytes: 1))
+        }
+    }
+
     @Test func concurrentAppendsFromTasks() async throws {
         let dir = Scratch()
         let ring = try Ring(path: dir.path + "/r", options: .init(capacity: 4 << 20))
