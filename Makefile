@@ -11,6 +11,8 @@ PYTHON ?= python3
 FUZZ_SECONDS ?= 30
 FUZZ_LONG_SECONDS ?= 600
 FUZZ_DIR := .build/fuzz
+# The toolchain's lld links sanitizer builds without gold's export warnings.
+LLD := -Xswiftc -use-ld=lld
 
 APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev lmdb-utils zstd
 PIP_MODULES := zstandard lmdb
@@ -51,14 +53,14 @@ test-swift:
 sanitize: asan tsan
 
 asan: deps
-	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan $(LLD)
 	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp $(SWIFT) test --skip-build --disable-xctest --sanitize=address \
 	  --scratch-path .build/asan --filter CCairnTests
 
 tsan: deps
-	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan $(LLD)
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --disable-xctest --sanitize=thread \
-	  --scratch-path .build/tsan --filter 'RingCoreTests|FrameCoreTests'
+	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests'
 
 # libFuzzer targets, built with the toolchain's clang.
 fuzzers: $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZERS))

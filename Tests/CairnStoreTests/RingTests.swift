@@ -81,7 +81,7 @@ import Testing
         #expect(try ring.peek(maxRecords: 10, maxBytes: 1 << 20).records.count == 5)
         // A file that is not a ring is set aside, and the wrapper says so.
         let other = dir.path + "/garbage"
-        FileManager.default.createFile(atPath: other, contents: Data(repeating: 0x5A, count: 70_000))
+        _ = FileManager.default.createFile(atPath: other, contents: Data(repeating: 0x5A, count: 70_000))
         #expect(try Ring(path: other).stats().origin == .setAside)
     }
 
