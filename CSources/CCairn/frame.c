@@ -83,12 +83,9 @@ int cairn_frame_encoder_new(int level, const void *dict, size_t dict_len,
     if (level == 0 || level < ZSTD_minCLevel() || level > MAX_LEVEL)
         return CAIRN_EINVAL;
     uint32_t dict_id = 0;
-    if (dict_len != 0) {
-        /* 0 unless the dictionary starts with zstd's dictionary magic. */
-        dict_id = ZSTD_getDictID_fromDict(dict, dict_len);
-        if (dict_id == 0)
-            return CAIRN_EINVAL;
-    }
+    /* Only dictionaries in zstd's format have an id; raw content is refused. */
+    if (dict_len != 0 && (dict_id = ZSTD_getDictID_fromDict(dict, dict_len)) == 0)
+        return CAIRN_EINVAL;
 
     int rc = CAIRN_ENOMEM;
     cairn_frame_encoder_t *enc = calloc(1, sizeof *enc);
@@ -360,12 +357,9 @@ int cairn_frame_decoder_new(size_t max_content, const void *dict, size_t dict_le
     if (max_content == 0 || (dict == NULL && dict_len != 0))
         return CAIRN_EINVAL;
     uint32_t dict_id = 0;
-    if (dict_len != 0) {
-        /* 0 unless the dictionary starts with zstd's dictionary magic. */
-        dict_id = ZSTD_getDictID_fromDict(dict, dict_len);
-        if (dict_id == 0)
-            return CAIRN_EINVAL;
-    }
+    /* Only dictionaries in zstd's format have an id; raw content is refused. */
+    if (dict_len != 0 && (dict_id = ZSTD_getDictID_fromDict(dict, dict_len)) == 0)
+        return CAIRN_EINVAL;
 
     int rc = CAIRN_ENOMEM;
     cairn_frame_decoder_t *dec = calloc(1, sizeof *dec);

@@ -7,7 +7,7 @@ import Testing
 
 /// Records of JSON events, deterministic for a seed.
 private func jsonRecords(_ count: Int, seed: UInt64 = 1) -> [[UInt8]] {
-    var rng = FrameTestRNG(seed: seed)
+    var rng = SplitMix(seed: seed)
     let plans = ["free", "pro", "team", "enterprise"]
     return (0..<count).map { i in
         let event = #"{"event":"checkout","id":\#(rng.next() % 1_000_000),"seq":\#(i),"#
@@ -18,26 +18,13 @@ private func jsonRecords(_ count: Int, seed: UInt64 = 1) -> [[UInt8]] {
 }
 
 /// Random bytes that avoid '\n'.
-private func randomRecord(_ length: Int, rng: inout FrameTestRNG) -> [UInt8] {
+private func randomRecord(_ length: Int, rng: inout SplitMix) -> [UInt8] {
     (0..<length).map { _ in
         let byte = UInt8(truncatingIfNeeded: rng.next())
         return byte == 0x0A ? 0x0B : byte
     }
 }
 
-/// A small, fast, deterministic generator (Sendable-free and seedable, unlike the
-/// system generator).
-private struct FrameTestRNG: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// A dictionary in zstd's format trained on JSON events.
 private func trainDictionary(seed: UInt64 = 7) -> [UInt8] {
@@ -198,7 +185,7 @@ enum FrameShape: String, CaseIterable, Sendable {
     case one, thousand, allEmpty, someEmpty, large, beyondStage, random
 
     func records() -> [[UInt8]] {
-        var rng = FrameTestRNG(seed: 99)
+        var rng = SplitMix(seed: 99)
         switch self {
         case .one: return [Array(#"{"event":"start"}"#.utf8)]
         case .thousand: return jsonRecords(1000)
@@ -385,7 +372,7 @@ func roundTripWithDictionary(shape: FrameShape, level: Int32) throws {
     #expect(cairn_frame_bound(0, 1) > Int(CAIRN_FRAME_PREFIX_SIZE))
     #expect(cairn_frame_bound(Int.max, 1) == -1)  // SIZE_MAX
     #expect(cairn_frame_bound(1, Int.max) == -1)
-    var rng = FrameTestRNG(seed: 5)
+    var rng = SplitMix(seed: 5)
     let incompressible = (0..<20).map { _ in randomRecord(5000, rng: &rng) }
     let bound = cairn_frame_bound(100_000, 20)
     let (rc, batch) = try Encoder(level: 19).encode(incompressible, capacity: bound)
