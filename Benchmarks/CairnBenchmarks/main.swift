@@ -203,7 +203,7 @@ func drainAll(_ ring: OpaquePointer) {
         let n = recs.withUnsafeMutableBufferPointer {
             cairn_ring_peek(ring, from, $0.baseAddress, 4096, Int.max, &next)
         }
-        if n <= 0 { break }
+        if n < 0 || next == from { break }
         from = next
     }
     _ = cairn_ring_commit(ring, from)

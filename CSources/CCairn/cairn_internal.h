@@ -37,16 +37,35 @@ static inline void cairn__put64(unsigned char *p, uint64_t v)
     cairn__put32(p, (uint32_t)v); cairn__put32(p + 4, (uint32_t)(v >> 32));
 }
 
-/* Ring recovery over a data area already in memory (see ring.c). Scans the records
- * in [read_pos, write_pos), rewrites torn regions as padding, and counts. Exposed so
- * the fuzzer can drive recovery without files. Returns 0. */
+/* A ring's data area in memory: where it is, its capacity (a power of two) and the
+ * file's salt (bit 0 clear). */
+typedef struct cairn__ring_area {
+    unsigned char *data;
+    uint64_t capacity;
+    uint64_t salt;
+} cairn__ring_area_t;
+
+/* The word that marks the record at `pos` as published: its position with bit 0 set,
+ * XORed with the salt. */
+static inline uint64_t cairn__ring_publish_word(const cairn__ring_area_t *a, uint64_t pos)
+{
+    return (pos | 1) ^ a->salt;
+}
+
+/* What recovery found. */
 typedef struct cairn__recovery {
     uint64_t recovered;
     uint64_t skipped_regions;
     uint64_t skipped_bytes;
 } cairn__recovery_t;
-int cairn__ring_recover(unsigned char *data, uint64_t capacity, uint64_t read_pos,
-                        uint64_t write_pos, cairn__recovery_t *out);
+
+/* Ring recovery over a data area in memory (see ring.c), exposed so the fuzzer can
+ * drive it without files. Walks the records in [read_pos, *write_pos), rewrites torn
+ * regions as padding, and counts. After a reboot (`after_reboot`), first extends
+ * *write_pos over valid records found beyond it, then clears any publish word in the
+ * free space that matches its own position. Returns 0. */
+int cairn__ring_recover(const cairn__ring_area_t *area, uint64_t read_pos, uint64_t *write_pos,
+                        int after_reboot, cairn__recovery_t *out);
 
 /* Checks a ring file header (the first CAIRN_RING_HEADER_SIZE bytes) against the
  * file size. Returns 0, CAIRN_ECORRUPT, CAIRN_ETRUNCATED or CAIRN_EVERSION. */

@@ -102,6 +102,9 @@ public final class Ring: @unchecked Sendable {
     /// The path of the ring file.
     public let path: String
 
+    /// Data capacity in bytes (a power of two; an existing file keeps its own).
+    public let capacity: UInt64
+
     /// Opens the ring file at `path`, creating it (and nothing else: its directory
     /// must exist) if needed.
     ///
@@ -121,6 +124,9 @@ public final class Ring: @unchecked Sendable {
         guard rc == 0, let out else { throw CairnError(rc, function: "cairn_ring_open") }
         self.handle = out
         self.path = path
+        var s = cairn_ring_stats_t()
+        _ = cairn_ring_stats(out, &s)
+        self.capacity = s.capacity
     }
 
     deinit { cairn_ring_close(handle) }
@@ -182,10 +188,16 @@ public final class Ring: @unchecked Sendable {
     ///   - maxRecords: At most this many records.
     ///   - maxBytes: Stop before the payload total exceeds this (one oversized record
     ///     is still returned on its own).
-    /// - Throws: ``CairnError/invalid`` when `from` is outside the unconsumed window.
+    /// An empty run whose ``Run/next`` moved past `from` held only padding: commit it
+    /// to free that space.
+    ///
+    /// - Throws: ``CairnError/invalid`` when `from` is not the read cursor, the end of
+    ///   an earlier run, or the position of a record.
     public func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int) throws(CairnError) -> Run {
         let start = from ?? readPosition
-        let limit = max(maxRecords, 0)
+        // A ring never holds more records than capacity / 16; asking for more would
+        // only allocate a larger array.
+        let limit = min(max(maxRecords, 0), Int(clamping: capacity / UInt64(CAIRN_RING_ALIGN)))
         var next: UInt64 = 0
         var raw = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: limit)
         let n = raw.withUnsafeMutableBufferPointer { buf in
@@ -201,10 +213,11 @@ public final class Ring: @unchecked Sendable {
         return Run(records: records, next: next)
     }
 
-    /// Releases every record before `position` (a ``Run/next``), freeing its space.
+    /// Releases every record before `position` (a ``Run/next``, or a record's
+    /// ``Record/position`` to release only those before it), freeing their space.
     ///
-    /// - Throws: ``CairnError/invalid`` when `position` is behind the read cursor or
-    ///   beyond what has been peeked.
+    /// - Throws: ``CairnError/invalid`` when `position` is behind the read cursor,
+    ///   beyond what has been peeked, or not a record boundary.
     public func commit(upTo position: UInt64) throws(CairnError) {
         try cairnCheck("cairn_ring_commit") { cairn_ring_commit(handle, position) }
     }

@@ -58,6 +58,15 @@ import Testing
         #expect(cairn_ring_commit(ring.handle, start) == CAIRN_EINVAL)
         #expect(cairn_ring_commit(ring.handle, cairn_ring_read_pos(ring.handle) + 4096) == CAIRN_EINVAL)
         #expect(cairn_ring_peek(ring.handle, start, &recs, 4, Int.max, &next1) == CAIRN_EINVAL)
+        // Positions inside a record are not boundaries: refused, so a consumer can
+        // never commit half a record and lose its place.
+        for i in 0..<4 { ring.append("more-\(i)-\(String(repeating: "m", count: 40))") }
+        let here = cairn_ring_read_pos(ring.handle)
+        #expect(cairn_ring_peek(ring.handle, here, &recs, 4, Int.max, &next1) == 4)
+        #expect(cairn_ring_peek(ring.handle, here + 16, &recs, 4, Int.max, &next2) == CAIRN_EINVAL)
+        #expect(cairn_ring_commit(ring.handle, here + 32) == CAIRN_EINVAL)
+        #expect(cairn_ring_commit(ring.handle, recs[1].pos) == 0, "a record's start is a boundary")
+        #expect(ring.drain().count == 3)
     }
 
     @Test func maxBytesLimitsARunButAlwaysReturnsOneRecord() throws {

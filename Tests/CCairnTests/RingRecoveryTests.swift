@@ -100,7 +100,7 @@ import Testing
     enum Damage: String, CaseIterable, Sendable {
         case zeroedHeader, badMagic, wrongVersion, flippedCapacity, writeBehindRead,
              unalignedCursor, windowLargerThanCapacity, truncatedTo100, truncatedHeader,
-             truncatedData, oneByteShort, oneByteLong, garbage
+             truncatedData, oneByteShort, oneByteLong, garbage, cursorsNearTheTop, unknownFlags
 
         func apply(_ b: inout [UInt8]) {
             switch self {
@@ -116,6 +116,20 @@ import Testing
             case .truncatedData: b = Array(b.prefix(4096 + 1000))
             case .oneByteShort: b.removeLast()
             case .oneByteLong: b.append(0)
+            case .cursorsNearTheTop:
+                // Positions this large would overflow position arithmetic.
+                for i in 0..<8 { b[64 + i] = 0xFF; b[128 + i] = 0xFF }
+                b[64] = 0xF0; b[128] = 0xF0
+            case .unknownFlags:
+                // Flags are covered by the header CRC: rewrite it as a newer writer would.
+                b[32] = 1
+                var crc = ~UInt32(0)
+                for byte in b[0..<36] {
+                    crc ^= UInt32(byte)
+                    for _ in 0..<8 { crc = crc & 1 != 0 ? (crc >> 1) ^ 0x82F6_3B78 : crc >> 1 }
+                }
+                crc = ~crc
+                for i in 0..<4 { b[36 + i] = UInt8(truncatingIfNeeded: crc >> (8 * i)) }
             case .garbage:
                 var g = SplitMix(seed: 7)
                 for i in b.indices { b[i] = UInt8.random(in: 0...255, using: &g) }
@@ -142,6 +156,19 @@ import Testing
         let aside = Self.setAsideFiles(dir)
         #expect(aside.count == 1, "\(name)")
         if let first = aside.first { #expect(Self.read(dir.file(first)) == bytes, "\(name)") }
+    }
+
+    @Test func setAsideNeverReplacesAnEarlierCopy() throws {
+        let dir = TempDir()
+        let path = dir.file("r")
+        for round in 0..<3 {
+            Self.write(path, Array(repeating: UInt8(round + 1), count: 5000))
+            let ring = try CRing(path)
+            #expect(ring.stats.origin == CAIRN_RING_SET_ASIDE.rawValue)
+        }
+        // Three set-asides within the same second by the same process: three copies.
+        let copies = Self.setAsideFiles(dir).map { Self.read(dir.file($0)).first ?? 0 }.sorted()
+        #expect(copies == [1, 2, 3])
     }
 
     @Test func emptyFileBecomesAFreshRing() throws {
@@ -195,6 +222,70 @@ import Testing
         }
         #expect(partial > 50, "flips in the window must produce partial recoveries")
         #expect(setAside > 0, "flips in the header must set files aside")
+    }
+
+    static func u64(_ b: [UInt8], _ o: Int) -> UInt64 { (0..<8).reduce(0) { $0 | UInt64(b[o + $1]) << (8 * $1) } }
+    static func put64(_ b: inout [UInt8], _ o: Int, _ v: UInt64) {
+        for i in 0..<8 { b[o + i] = UInt8(truncatingIfNeeded: v >> (8 * i)) }
+    }
+
+    /// After a power loss the header can be older than data pages the kernel had
+    /// written back: records beyond its write cursor are real (taken in), and words
+    /// beyond them that match their own position must not pass for new records.
+    @Test func afterARebootRecordsBeyondTheWriteCursorAreTakenInAndStaleOnesCleared() throws {
+        let dir = TempDir()
+        let path = dir.file("r")
+        let records = try Self.makeRing(path, count: 6)
+        var bytes = Self.read(path)
+        let offsets = Self.recordOffsets(bytes)
+        // The header as last written back: nothing appended yet, and another boot.
+        Self.put64(&bytes, 64, 0)
+        for i in 40..<56 { bytes[i] = 0 }
+        // Record 3 never reached the disk; 4 and 5 did.
+        bytes[offsets[3] + 20] ^= 0xFF
+        Self.write(path, bytes)
+
+        let ring = try CRing(path)
+        #expect(ring.stats.origin == CAIRN_RING_REOPENED.rawValue)
+        #expect(ring.stats.recovered == 3, "records 0..2 are taken in")
+        // Producers now reuse the positions of records 3, 4, 5. Publish one, reserve the
+        // next (where stale record 4 was) and leave it open: it must not be read.
+        #expect(ring.append(Array(records[3])) == 0)
+        var res = cairn_ring_reservation_t()
+        #expect(cairn_ring_reserve(ring.handle, records[4].count, &res) == 0)
+        #expect(res.pos == UInt64(offsets[4] - Self.headerSize))
+        var recs = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: 16)
+        var next: UInt64 = 0
+        let n = cairn_ring_peek(ring.handle, 0, &recs, 16, Int.max, &next)
+        #expect(n == 4)
+        let seen = recs.prefix(Int(max(n, 0))).map { Array(UnsafeRawBufferPointer(start: $0.data, count: Int($0.len))) }
+        #expect(seen == Array(records.prefix(4)))
+        #expect(next == res.pos)
+        cairn_ring_cancel(ring.handle, &res)
+    }
+
+    /// A window whose every 16-byte slot looks like a record (right position word,
+    /// plausible length) but fails its CRC: recovery stays linear and pads it all.
+    @Test func hostileWindowIsRecoveredInBoundedWork() throws {
+        let dir = TempDir()
+        let path = dir.file("r")
+        let capacity = 1 << 20
+        do { _ = try CRing(path, capacity: UInt64(capacity)) }
+        var bytes = Self.read(path)
+        let salt = Self.u64(bytes, 24)
+        Self.put64(&bytes, 64, UInt64(capacity)) // a full window
+        for pos in stride(from: 0, to: capacity, by: 16) {
+            let off = Self.headerSize + pos
+            Self.put64(&bytes, off, (UInt64(pos) | 1) ^ salt)
+            let len = UInt32(capacity - pos - 16)
+            for i in 0..<4 { bytes[off + 8 + i] = UInt8(truncatingIfNeeded: len >> (8 * i)) }
+        }
+        Self.write(path, bytes)
+        let ring = try CRing(path, capacity: UInt64(capacity))
+        #expect(ring.stats.recovered == 0 && ring.stats.skipped_corrupt >= 1)
+        #expect(ring.drain().isEmpty)
+        #expect(ring.append("works") == 0)
+        #expect(ring.drain() == [Array("works".utf8)])
     }
 
     /// The ring file is readable by a reader that is not ours: a Python implementation

@@ -47,7 +47,8 @@ final class CRing {
             let n = recs.withUnsafeMutableBufferPointer {
                 cairn_ring_peek(handle, from, $0.baseAddress, batch, Int.max, &next)
             }
-            if n <= 0 { break }
+            // A run of padding alone returns no record but still moves `next`.
+            if n < 0 || next == from { break }
             for r in recs.prefix(Int(n)) {
                 out.append(Array(UnsafeRawBufferPointer(start: r.data, count: Int(r.len))))
             }

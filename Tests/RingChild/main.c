@@ -85,7 +85,7 @@ static void *consumer(void *arg)
         uint64_t next;
         int n = cairn_ring_peek(ring, cairn_ring_read_pos(ring), recs, 64, 1 << 20, &next);
         if (n < 0) die(5, "peek failed\n");
-        if (n == 0) { sched_yield(); continue; }
+        if (n == 0 && next == cairn_ring_read_pos(ring)) { sched_yield(); continue; }
         for (int i = 0; i < n; i++) {
             unsigned r, t;
             unsigned long long s;

@@ -34,31 +34,37 @@ def main(path):
         buf = f.read()
     if len(buf) < HEADER_SIZE:
         fail("truncated header")
-    magic, version, header_size, capacity, flags, hcrc = struct.unpack_from("<8sIIQII", buf, 0)
+    magic, version, header_size, capacity, salt, flags, hcrc = struct.unpack_from("<8sIIQQII", buf, 0)
     if magic != b"CAIRNRNG":
         fail("bad magic")
-    if crc32c(buf[0:28]) != hcrc:
+    if crc32c(buf[0:36]) != hcrc:
         fail("header checksum mismatch")
-    if version != 1 or header_size != HEADER_SIZE:
-        fail("unsupported version %d" % version)
-    if len(buf) != HEADER_SIZE + capacity or capacity & (capacity - 1):
-        fail("bad capacity")
+    if version != 1 or flags != 0 or header_size != HEADER_SIZE:
+        fail("unsupported version %d (flags %#x)" % (version, flags))
+    if len(buf) != HEADER_SIZE + capacity or capacity & (capacity - 1) or salt & 1:
+        fail("bad capacity or salt")
     (write_pos,) = struct.unpack_from("<Q", buf, 64)
     (read_pos,) = struct.unpack_from("<Q", buf, 128)
+    if write_pos % 16 or read_pos % 16 or not read_pos <= write_pos <= read_pos + capacity \
+            or write_pos > 1 << 62:
+        fail("bad cursors")
     data = memoryview(buf)[HEADER_SIZE:]
     pos = read_pos
     out = sys.stdout.buffer
     while pos < write_pos:
         off = pos & (capacity - 1)
         word, len_kind, rcrc = struct.unpack_from("<QII", data, off)
-        if word != pos | 1:
+        if word != (pos | 1) ^ salt:
             fail("unpublished record at %d" % pos)
         kind, length = len_kind >> 30, len_kind & 0x3FFFFFFF
+        size = RECORD_HEADER + length if kind == KIND_PADDING else (RECORD_HEADER + length + 15) // 16 * 16
+        if size % 16 or off + size > capacity or pos + size > write_pos:
+            fail("record at %d does not fit" % pos)
         head = bytes(data[off:off + 12])
         if kind == KIND_PADDING:
             if crc32c(head) != rcrc:
                 fail("padding checksum mismatch at %d" % pos)
-            pos += RECORD_HEADER + length
+            pos += size
             continue
         if kind != KIND_DATA:
             fail("unknown record kind %d at %d" % (kind, pos))
@@ -66,7 +72,7 @@ def main(path):
         if crc32c(payload, crc32c(head)) != rcrc:
             fail("record checksum mismatch at %d" % pos)
         out.write(payload + b"\n")
-        pos += (RECORD_HEADER + length + 15) // 16 * 16
+        pos += size
 
 
 if __name__ == "__main__":

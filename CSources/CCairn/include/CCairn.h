@@ -304,8 +304,10 @@ uint64_t cairn_ring_read_pos(const cairn_ring_t *ring);
  * @param max_bytes    Payload budget for this run.
  * @param next         Receives the position after the last record returned (and any
  *                     padding after it): the value to commit to release them.
- * @return The number of records returned (0 when none is published yet), or
- *         CAIRN_EINVAL when `from` lies outside the unconsumed window.
+ * @return The number of records returned, or CAIRN_EINVAL when `from` is not the
+ *         read cursor, the end of an earlier peek, or the start of a published record.
+ *         0 records with `*next` beyond `from` means the run held only padding:
+ *         commit `*next` to free that space.
  *
  * Ownership: record data points into the mapping; valid until committed or closed.
  * Thread-safety: one consumer thread at a time (with cairn_ring_commit()).
@@ -319,9 +321,10 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
  * free for producers and, per `reclaim_bytes`, their pages leave memory.
  *
  * @param ring  The ring.
- * @param upto  A `*next` returned by cairn_ring_peek() on this handle.
- * @return 0; CAIRN_EINVAL when `upto` is behind the read cursor or beyond what has
- *         been peeked.
+ * @param upto  A `*next` returned by cairn_ring_peek() on this handle, or the position
+ *              of a record it returned (releasing only the records before it).
+ * @return 0; CAIRN_EINVAL when `upto` is behind the read cursor, beyond what has been
+ *         peeked, or not a record boundary.
  *
  * Thread-safety: one consumer thread at a time (with cairn_ring_peek()).
  * Async-signal-safe: no (may call madvise).
