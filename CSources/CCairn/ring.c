@@ -10,15 +10,19 @@
  * read_pos; a record never straddles the end of the data area, so a reservation that
  * would is preceded by a padding record filling the rest of the lap. A producer then
  * writes the record header's length and CRC, copies the payload, and publishes by
- * storing the record's own position (bit 0 set) in the header's first word with
- * release order.
+ * storing the record's publish word, (position | 1) XOR the file's salt, in the
+ * header's first word with release order.
  *
- * The consumer reads a record at position P only when that word equals P|1 (acquire),
- * so it never sees a half-written record: a stale header left from an earlier lap
- * carries an earlier position. A record whose producer died before publishing stays
- * unpublished; at the next open, recovery walks the unconsumed window, and where a
- * record is not valid it looks for the next valid header (its position word must equal
- * its own position and its CRC must match), rewrites the gap as padding, and counts it.
+ * The consumer reads a record at position P only when that word is P's (acquire), so
+ * it never sees a half-written record: a header left from an earlier lap carries an
+ * earlier position, and a fresh file's zeros never match. A record whose producer died
+ * before publishing stays unpublished; at the next open, recovery walks the unconsumed
+ * window, and where a record is not valid it looks for the next valid header (word
+ * and CRC), rewrites the gap as padding, and counts it. CRC work during recovery is
+ * budgeted, so no file makes open slow. Within one boot the page cache holds every
+ * byte written through the mapping; after a reboot (the boot id in the header
+ * differs), recovery also takes in records the stale header missed and clears stale
+ * words that producers might otherwise reuse.
  *
  * The mapping is MAP_SHARED over a file whose blocks are allocated at creation, so a
  * published record survives the process being killed, and writes cannot SIGBUS on a
