@@ -22,14 +22,18 @@ let package = Package(
                        providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(name: "CUnwind", path: "CSources/CUnwind", pkgConfig: "libunwind",
                        providers: [.apt(["libunwind-dev"])]),
+        .systemLibrary(name: "CCurl", path: "CSources/CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+
 
         // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
         .target(name: "CCairn", dependencies: ["CZstd"], path: "CSources/CCairn",
                 cSettings: strictC),
 
         // Swift wrappers of the C core.
-        .target(name: "CairnStore", dependencies: ["CCairn"], path: "Sources/CairnStore",
+        .target(name: "CairnStore", dependencies: ["CCairn", "CLMDB"], path: "Sources/CairnStore",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
+
 
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
         .executableTarget(name: "cairn-ring-child", dependencies: ["CCairn"],
@@ -38,7 +42,7 @@ let package = Package(
         .testTarget(name: "CCairnTests",
                     dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child"],
                     path: "Tests/CCairnTests"),
-        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd"],
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB"],
                     path: "Tests/CairnStoreTests"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.

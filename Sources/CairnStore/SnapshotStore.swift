@@ -1,0 +1,632 @@
+import CLMDB
+import Foundation
+import Synchronization
+
+/// An error from the LMDB store: the LMDB (or system) function, its code, and
+/// `mdb_strerror`'s text.
+public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The function that failed, such as `"mdb_put"`.
+    public let function: String
+    /// LMDB's code (negative `MDB_*`) or an `errno` value.
+    public let code: Int32
+    /// Creates an error for `code` returned by `function`.
+    public init(_ code: Int32, function: String) {
+        self.code = code
+        self.function = function
+    }
+    /// LMDB's description of ``code`` (it also describes `errno` values).
+    public var message: String {
+        code == Self.overCap ? "the snapshot does not fit under the store's size cap" : String(cString: mdb_strerror(code))
+    }
+    /// `"<function>: <message> (<code>)"`.
+    public var description: String { "\(function): \(message) (\(code))" }
+    /// The map is full (`MDB_MAP_FULL`).
+    public static let mapFull = MDB_MAP_FULL
+    /// No space left on the device.
+    public static let noSpace = ENOSPC
+    /// The snapshot cannot fit under the size cap, even after evicting everything of
+    /// its priority or lower (a code outside LMDB's range).
+    public static let overCap: Int32 = -30000
+}
+
+/// How important a stored request is: eviction under the size cap takes the lowest
+/// priority (the highest raw value) first, oldest first within a priority.
+public enum Priority: UInt8, Sendable, Comparable, CaseIterable {
+    /// Crash reports and fatal errors: stored with a durable sync before they are
+    /// acknowledged.
+    case critical = 0
+    /// Events the service marks as important.
+    case important = 1
+    /// Ordinary sampled events.
+    case sampled = 2
+    /// Debug events, dropped first.
+    case debug = 3
+
+    /// Orders by raw value (critical first).
+    public static func < (a: Priority, b: Priority) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// The identifier of a stored snapshot: 16 bytes, big-endian creation time in
+/// milliseconds then a per-process sequence, so byte order is time order.
+public struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The 16 key bytes, as stored.
+    public let bytes: [UInt8]
+    /// Wraps stored key bytes.
+    public init(bytes: [UInt8]) { self.bytes = bytes }
+    /// Orders by bytes: by creation time, then sequence.
+    public static func < (a: SnapshotID, b: SnapshotID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+    /// Hexadecimal.
+    public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
+}
+
+/// A stored request with its delivery state.
+public struct Snapshot: Sendable, Equatable {
+    /// Its key in the store.
+    public var id: SnapshotID
+    /// The request, exactly as built.
+    public var request: UploadRequest
+    /// Its priority.
+    public var priority: Priority
+    /// When it was built, in milliseconds since the Unix epoch.
+    public var createdAt: UInt64
+    /// Attempts made so far (in any process).
+    public var attempts: UInt32
+    /// The earliest time of the next attempt, in milliseconds since the Unix epoch.
+    public var nextAttemptAt: UInt64
+}
+
+/// The durable store of requests that could not be delivered yet and of the SDK's
+/// metadata, in one LMDB environment in the data directory.
+///
+/// Snapshots are keyed by time, so replay goes oldest first; their total size and age
+/// are capped, and what the caps evict is counted by reason. Critical snapshots are
+/// committed with a durable sync; the rest are committed without one and synced by
+/// ``sync()``, which the uploader calls periodically. When the map fills, it grows
+/// up to twice the size cap and then evicts; a full disk fails the call with a
+/// ``StoreError`` and leaves the store as it was. An environment LMDB cannot open is
+/// renamed aside (never deleted) and a fresh one created. The layout is in
+/// docs/FORMATS.md, readable with `mdb_dump` and Python's `lmdb`.
+///
+/// ```swift
+/// let store = try SnapshotStore(directory: dataDirectory + "/store")
+/// let id = try store.put(request, priority: .sampled)
+/// for snapshot in try store.oldest(limit: 10) { … try store.delete(snapshot.id) }
+/// ```
+///
+/// Thread-safety: every method may be called from any thread. LMDB serialises write
+/// transactions itself and read transactions are not tied to threads (`MDB_NOTLS`);
+/// the Swift-side counters and the map size are guarded by a mutex.
+public final class SnapshotStore: @unchecked Sendable {
+    /// Limits of the store.
+    public struct Options: Sendable, Equatable {
+        /// Snapshots older than this are evicted (counted as `age`). Default 7 days.
+        public var maxAge: Duration
+        /// The total size of stored snapshots (keys and values) is kept under this;
+        /// the lowest priority, oldest first, is evicted (counted as `size`).
+        /// Default 32 MiB.
+        public var maxBytes: Int
+        /// Creates options.
+        public init(maxAge: Duration = .seconds(7 * 24 * 3600), maxBytes: Int = 32 << 20) {
+            self.maxAge = maxAge
+            self.maxBytes = maxBytes
+        }
+    }
+
+    /// What the store has done since it was opened.
+    public struct Stats: Sendable, Equatable {
+        /// Snapshots stored now.
+        public var count: Int
+        /// Their total size in bytes (keys and values).
+        public var bytes: Int
+        /// Snapshots evicted for age, since open.
+        public var evictedAge: Int
+        /// Snapshots evicted to stay under the size cap, since open, by priority.
+        public var evictedSize: [Priority: Int]
+        /// Puts refused because the store could not hold them (disk full, or a single
+        /// snapshot larger than the cap), since open.
+        public var failedPuts: Int
+        /// Whether an unreadable environment was set aside when the store was opened.
+        public var setAside: Bool
+        /// The LMDB map size now.
+        public var mapSize: Int
+    }
+
+    private struct State {
+        var mapSize: Int
+        var bytes = 0
+        var count = 0
+        var evictedAge = 0
+        var evictedSize: [Priority: Int] = [:]
+        var failedPuts = 0
+        var sequence: UInt64
+    }
+
+    private let env: OpaquePointer
+    private let snapshots: MDB_dbi
+    private let meta: MDB_dbi
+    private let state: Mutex<State>
+    /// Held for every transaction: resizing the map needs no transaction active in
+    /// the process, and counters stay consistent with what was committed.
+    private let serial = Mutex(())
+    private let setAside: Bool
+
+    /// The directory holding the environment.
+    public let directory: String
+    /// The store's limits.
+    public let options: Options
+
+    /// Opens (creating if needed) the store in `directory`.
+    ///
+    /// - Throws: ``StoreError`` when the directory cannot be created or no environment
+    ///   can be opened even after setting an unreadable one aside.
+    public init(directory: String, options: Options = Options()) throws(StoreError) {
+        self.directory = directory
+        self.options = options
+        let mapSize = Self.initialMapSize(options)
+        var aside = false
+        var opened: (OpaquePointer, MDB_dbi, MDB_dbi)
+        do {
+            opened = try Self.open(directory, mapSize: mapSize)
+        } catch let first {
+            guard Self.isUnreadable(first.code) else { throw first }
+            try Self.setAside(directory)
+            aside = true
+            opened = try Self.open(directory, mapSize: mapSize)
+        }
+        (env, snapshots, meta) = opened
+        setAside = aside
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        state = Mutex(State(mapSize: max(mapSize, Int(info.me_mapsize)),
+                            sequence: UInt64(UInt32.random(in: 0...UInt32.max)) << 32))
+        try recount()
+    }
+
+    deinit { mdb_env_close(env) }
+
+    // MARK: Snapshots
+
+    /// Stores `request` and returns its id.
+    ///
+    /// - Parameters:
+    ///   - durable: Sync to disk before returning. Defaults to `true` for
+    ///     ``Priority/critical`` and `false` otherwise.
+    ///   - now: The creation time in milliseconds since the epoch.
+    /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
+    ///   than the size cap); the failure is counted and nothing else changes.
+    @discardableResult
+    public func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil,
+                    now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> SnapshotID {
+        let id = nextID(now: now)
+        let snapshot = Snapshot(id: id, request: request, priority: priority, createdAt: now,
+                                attempts: 0, nextAttemptAt: now)
+        let value = SnapshotCodec.encode(snapshot)
+        let size = id.bytes.count + value.count
+        do throws(StoreError) {
+            if size > options.maxBytes { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
+            var victims: [Victim] = []
+            try write({ txn throws(StoreError) in
+                victims = try self.evictForSpace(txn, incoming: size, incomingPriority: priority)
+                try Self.put(txn, self.snapshots, key: id.bytes, value: value)
+            }, committed: {
+                self.state.withLock { s in
+                    for v in victims {
+                        s.bytes -= v.size
+                        s.count -= 1
+                        s.evictedSize[v.priority, default: 0] += 1
+                    }
+                    s.bytes += size
+                    s.count += 1
+                }
+            })
+        } catch {
+            state.withLock { $0.failedPuts += 1 }
+            throw error
+        }
+        if durable ?? (priority == .critical) { try sync() }
+        return id
+    }
+
+    /// The snapshot with `id`, or `nil`.
+    public func get(_ id: SnapshotID) throws(StoreError) -> Snapshot? {
+        try read { txn throws(StoreError) in
+            guard let value = try Self.get(txn, self.snapshots, key: id.bytes) else { return nil }
+            return SnapshotCodec.decode(id: id, value)
+        }
+    }
+
+    /// Up to `limit` snapshots, oldest first; with `readyAt`, only those whose next
+    /// attempt is due by then. Values that cannot be decoded are skipped.
+    public func oldest(limit: Int, readyAt: UInt64? = nil) throws(StoreError) -> [Snapshot] {
+        try read { txn throws(StoreError) in
+            var out: [Snapshot] = []
+            try Self.forEach(txn, self.snapshots) { key, value in
+                guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
+                if readyAt.map({ s.nextAttemptAt <= $0 }) ?? true { out.append(s) }
+                return out.count < limit
+            }
+            return out
+        }
+    }
+
+    /// Removes the snapshot with `id` (delivered, or dropped by policy). Removing a
+    /// snapshot that is not there is not an error.
+    public func delete(_ id: SnapshotID) throws(StoreError) {
+        var removed = 0
+        try write({ txn throws(StoreError) in
+            if let value = try Self.get(txn, self.snapshots, key: id.bytes) {
+                removed = id.bytes.count + value.count
+                try Self.del(txn, self.snapshots, key: id.bytes)
+            }
+        }, committed: {
+            if removed > 0 { self.state.withLock { $0.bytes -= removed; $0.count -= 1 } }
+        })
+    }
+
+    /// Records a failed attempt: increments the attempt count and sets the time of the
+    /// next one. The request bytes are untouched.
+    public func recordAttempt(_ id: SnapshotID, nextAttemptAt: UInt64) throws(StoreError) {
+        try write { txn throws(StoreError) in
+            guard let value = try Self.get(txn, self.snapshots, key: id.bytes),
+                  var s = SnapshotCodec.decode(id: id, value) else { return }
+            s.attempts &+= 1
+            s.nextAttemptAt = nextAttemptAt
+            try Self.put(txn, self.snapshots, key: id.bytes, value: SnapshotCodec.encode(s))
+        }
+    }
+
+    /// Evicts snapshots created before `now - maxAge`; returns how many.
+    @discardableResult
+    public func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
+        let ageMillis = UInt64(max(0, options.maxAge.components.seconds)) * 1000
+        let cutoff = now > ageMillis ? now - ageMillis : 0
+        var evicted: [(key: [UInt8], size: Int)] = []
+        try write({ txn throws(StoreError) in
+            evicted = []
+            try Self.forEach(txn, self.snapshots) { key, value in
+                guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
+                // Keys are time-ordered, so the first young one ends the scan.
+                if s.createdAt >= cutoff { return false }
+                evicted.append((key, key.count + value.count))
+                return true
+            }
+            for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
+        }, committed: {
+            let freed = evicted.reduce(0) { $0 + $1.size }
+            self.state.withLock {
+                $0.bytes -= freed
+                $0.count -= evicted.count
+                $0.evictedAge += evicted.count
+            }
+        })
+        return evicted.count
+    }
+
+    /// Flushes committed transactions to disk (`mdb_env_sync`).
+    public func sync() throws(StoreError) {
+        let rc = mdb_env_sync(env, 1)
+        if rc != 0 { throw StoreError(rc, function: "mdb_env_sync") }
+    }
+
+    /// The store's counters.
+    public var stats: Stats {
+        state.withLock { s in
+            Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
+                  failedPuts: s.failedPuts, setAside: setAside, mapSize: s.mapSize)
+        }
+    }
+
+    // MARK: Metadata
+
+    /// The metadata value stored under `key`, or `nil`.
+    public func metadata(_ key: String) throws(StoreError) -> [UInt8]? {
+        try read { txn throws(StoreError) in try Self.get(txn, self.meta, key: Array(key.utf8)) }
+    }
+
+    /// Stores a metadata value (install time, last run state, config cache, counters).
+    /// With `durable`, syncs before returning.
+    public func setMetadata(_ key: String, _ value: [UInt8], durable: Bool = false) throws(StoreError) {
+        try write { txn throws(StoreError) in try Self.put(txn, self.meta, key: Array(key.utf8), value: value) }
+        if durable { try sync() }
+    }
+
+    /// Milliseconds since the Unix epoch, now.
+    public static func nowMillis() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return UInt64(max(0, ts.tv_sec)) * 1000 + UInt64(max(0, ts.tv_nsec)) / 1_000_000
+    }
+
+    // MARK: Internals
+
+    private func nextID(now: UInt64) -> SnapshotID {
+        let seq = state.withLock { s -> UInt64 in s.sequence &+= 1; return s.sequence }
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for i in 0..<8 {
+            bytes[i] = UInt8(truncatingIfNeeded: now >> (56 - 8 * i))
+            bytes[8 + i] = UInt8(truncatingIfNeeded: seq >> (56 - 8 * i))
+        }
+        return SnapshotID(bytes: bytes)
+    }
+
+    private struct Victim {
+        let key: [UInt8]
+        let size: Int
+        let priority: Priority
+    }
+
+    /// Makes room for `incoming` bytes under the size cap inside `txn`: deletes the
+    /// lowest priority first, oldest first within it, but never a snapshot of higher
+    /// priority than the one coming in (that one is refused instead). Returns what it
+    /// deleted, to be counted once the transaction commits.
+    private func evictForSpace(_ txn: OpaquePointer, incoming: Int, incomingPriority: Priority) throws(StoreError) -> [Victim] {
+        let current = state.withLock { $0.bytes }
+        var excess = current + incoming - options.maxBytes
+        guard excess > 0 else { return [] }
+        var candidates: [Victim] = []
+        try Self.forEach(txn, snapshots) { key, value in
+            let priority = value.count > 1 ? Priority(rawValue: value[1]) ?? .debug : .debug
+            candidates.append(Victim(key: key, size: key.count + value.count, priority: priority))
+            return true
+        }
+        // Keys were visited oldest first; a stable sort keeps that within a priority.
+        let order = candidates.enumerated().sorted {
+            $0.element.priority != $1.element.priority ? $0.element.priority > $1.element.priority : $0.offset < $1.offset
+        }
+        var victims: [Victim] = []
+        for (_, c) in order where excess > 0 {
+            if c.priority < incomingPriority { break }
+            victims.append(c)
+            excess -= c.size
+        }
+        if excess > 0 { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
+        for v in victims { try Self.del(txn, snapshots, key: v.key) }
+        return victims
+    }
+
+    private func recount() throws(StoreError) {
+        var bytes = 0, count = 0
+        try read { txn throws(StoreError) in
+            try Self.forEach(txn, self.snapshots) { key, value in
+                bytes += key.count + value.count
+                count += 1
+                return true
+            }
+        }
+        state.withLock { $0.bytes = bytes; $0.count = count }
+    }
+
+    /// Runs `body` in a write transaction and commits it, then runs `committed`, all
+    /// under the store's lock. When the map is full, grows it (up to twice the size cap
+    /// plus headroom) and runs `body` again.
+    private func write(_ body: (OpaquePointer) throws(StoreError) -> Void,
+                       committed: () -> Void = {}) throws(StoreError) {
+        try serial.withLock { _ throws(StoreError) in
+            for _ in 0..<8 {
+                var txn: OpaquePointer?
+                var rc = mdb_txn_begin(env, nil, 0, &txn)
+                guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin") }
+                do throws(StoreError) {
+                    try body(txn)
+                    rc = mdb_txn_commit(txn)
+                } catch {
+                    mdb_txn_abort(txn)
+                    guard error.code == MDB_MAP_FULL else { throw error }
+                    rc = error.code
+                }
+                if rc == 0 {
+                    committed()
+                    return
+                }
+                guard rc == MDB_MAP_FULL, try growMap() else { throw StoreError(rc, function: "mdb_txn_commit") }
+            }
+            throw StoreError(MDB_MAP_FULL, function: "mdb_txn_commit")
+        }
+    }
+
+    /// Doubles the map size within the limit; false when already at the limit.
+    private func growMap() throws(StoreError) -> Bool {
+        let limit = Self.maxMapSize(options)
+        let next: Int? = state.withLock { s in
+            guard s.mapSize < limit else { return nil }
+            s.mapSize = min(limit, s.mapSize * 2)
+            return s.mapSize
+        }
+        guard let next else { return false }
+        // Safe here: the caller holds the store's lock, so no transaction of this
+        // process is active, as LMDB requires.
+        let rc = mdb_env_set_mapsize(env, next)
+        if rc != 0 { throw StoreError(rc, function: "mdb_env_set_mapsize") }
+        return true
+    }
+
+    private func read<T: Sendable>(_ body: (OpaquePointer) throws(StoreError) -> T) throws(StoreError) -> T {
+        try serial.withLock { _ throws(StoreError) -> T in
+            var txn: OpaquePointer?
+            let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
+            guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin") }
+            defer { mdb_txn_abort(txn) }
+            return try body(txn)
+        }
+    }
+
+    private static func initialMapSize(_ o: Options) -> Int { min(maxMapSize(o), max(1 << 20, o.maxBytes)) }
+    /// B-tree pages and free-list overhead need room beyond the data itself.
+    private static func maxMapSize(_ o: Options) -> Int { max(1 << 20, o.maxBytes * 2 + (4 << 20)) }
+
+    private static func isUnreadable(_ code: Int32) -> Bool {
+        code == MDB_INVALID || code == MDB_CORRUPTED || code == MDB_VERSION_MISMATCH || code == MDB_PANIC
+            || code == MDB_PAGE_NOTFOUND || code == MDB_BAD_DBI || code == MDB_INCOMPATIBLE
+    }
+
+    private static func setAside(_ directory: String) throws(StoreError) {
+        let aside = "\(directory).corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
+        if rename(directory, aside) != 0 { throw StoreError(errno, function: "rename") }
+    }
+
+    private static func open(_ directory: String, mapSize: Int) throws(StoreError) -> (OpaquePointer, MDB_dbi, MDB_dbi) {
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST { throw StoreError(errno, function: "mkdir") }
+        var envOut: OpaquePointer?
+        var rc = mdb_env_create(&envOut)
+        guard rc == 0, let env = envOut else { throw StoreError(rc, function: "mdb_env_create") }
+        func fail(_ rc: Int32, _ function: String) -> StoreError {
+            mdb_env_close(env)
+            return StoreError(rc, function: function)
+        }
+        mdb_env_set_maxdbs(env, 4)
+        mdb_env_set_mapsize(env, mapSize)
+        rc = mdb_env_open(env, directory, UInt32(MDB_NOSYNC | MDB_NOTLS | MDB_NORDAHEAD), 0o600)
+        if rc != 0 { throw fail(rc, "mdb_env_open") }
+        var txn: OpaquePointer?
+        rc = mdb_txn_begin(env, nil, 0, &txn)
+        guard rc == 0, let txn else { throw fail(rc, "mdb_txn_begin") }
+        var snapshots = MDB_dbi(), meta = MDB_dbi()
+        rc = mdb_dbi_open(txn, "snapshots", UInt32(MDB_CREATE), &snapshots)
+        if rc == 0 { rc = mdb_dbi_open(txn, "meta", UInt32(MDB_CREATE), &meta) }
+        if rc == 0 { rc = mdb_txn_commit(txn) } else { mdb_txn_abort(txn) }
+        if rc != 0 { throw fail(rc, "mdb_dbi_open") }
+        return (env, snapshots, meta)
+    }
+
+    private static func put(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: [UInt8], value: [UInt8]) throws(StoreError) {
+        var k = key, v = value
+        let rc = k.withUnsafeMutableBytes { kb in
+            v.withUnsafeMutableBytes { vb in
+                var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+                var mv = MDB_val(mv_size: vb.count, mv_data: vb.baseAddress)
+                return mdb_put(txn, dbi, &mk, &mv, 0)
+            }
+        }
+        if rc != 0 { throw StoreError(rc, function: "mdb_put") }
+    }
+
+    private static func get(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: [UInt8]) throws(StoreError) -> [UInt8]? {
+        var k = key
+        var value = MDB_val()
+        let rc = k.withUnsafeMutableBytes { kb in
+            var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+            return mdb_get(txn, dbi, &mk, &value)
+        }
+        if rc == MDB_NOTFOUND { return nil }
+        if rc != 0 { throw StoreError(rc, function: "mdb_get") }
+        return Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+    }
+
+    private static func del(_ txn: OpaquePointer, _ dbi: MDB_dbi, key: [UInt8]) throws(StoreError) {
+        var k = key
+        let rc = k.withUnsafeMutableBytes { kb in
+            var mk = MDB_val(mv_size: kb.count, mv_data: kb.baseAddress)
+            return mdb_del(txn, dbi, &mk, nil)
+        }
+        if rc != 0 && rc != MDB_NOTFOUND { throw StoreError(rc, function: "mdb_del") }
+    }
+
+    /// Visits entries in key order until `visit` returns false.
+    private static func forEach(_ txn: OpaquePointer, _ dbi: MDB_dbi,
+                                _ visit: ([UInt8], [UInt8]) -> Bool) throws(StoreError) {
+        var cursor: OpaquePointer?
+        var rc = mdb_cursor_open(txn, dbi, &cursor)
+        guard rc == 0, let cursor else { throw StoreError(rc, function: "mdb_cursor_open") }
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val(), value = MDB_val()
+        rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+        while rc == 0 {
+            let k = Array(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size))
+            let v = Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+            if !visit(k, v) { return }
+            rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+        }
+        if rc != MDB_NOTFOUND { throw StoreError(rc, function: "mdb_cursor_get") }
+    }
+}
+
+/// The stored value of a snapshot (docs/FORMATS.md, "Snapshot store"), version 1.
+enum SnapshotCodec {
+    static let version: UInt8 = 1
+
+    static func encode(_ s: Snapshot) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64 + s.request.url.utf8.count + s.request.body.count)
+        out.append(version)
+        out.append(s.priority.rawValue)
+        out += [0, 0]
+        append32(&out, s.attempts)
+        append64(&out, s.createdAt)
+        append64(&out, s.nextAttemptAt)
+        appendString(&out, s.request.method)
+        appendString(&out, s.request.url)
+        appendString(&out, s.request.idempotencyKey)
+        append32(&out, UInt32(clamping: s.request.headers.count))
+        for h in s.request.headers {
+            appendString(&out, h.name)
+            appendString(&out, h.value)
+        }
+        append64(&out, UInt64(s.request.body.count))
+        out += s.request.body
+        return out
+    }
+
+    static func decode(id: SnapshotID, _ b: [UInt8]) -> Snapshot? {
+        var r = Reader(bytes: b)
+        guard let v = r.u8(), v == version, let p = r.u8(), let priority = Priority(rawValue: p),
+              r.skip(2), let attempts = r.u32(), let created = r.u64(), let next = r.u64(),
+              let method = r.string(), let url = r.string(), let key = r.string(),
+              let headerCount = r.u32() else { return nil }
+        var headers: [HTTPHeader] = []
+        for _ in 0..<headerCount {
+            guard let name = r.string(), let value = r.string() else { return nil }
+            headers.append(HTTPHeader(name, value))
+        }
+        guard let bodyLength = r.u64(), let body = r.bytes(bodyLength), r.atEnd else { return nil }
+        return Snapshot(id: id, request: UploadRequest(method: method, url: url, headers: headers, body: body,
+                                                       idempotencyKey: key),
+                        priority: priority, createdAt: created, attempts: attempts, nextAttemptAt: next)
+    }
+
+    private static func append32(_ out: inout [UInt8], _ v: UInt32) {
+        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: v >> (8 * i))) }
+    }
+    private static func append64(_ out: inout [UInt8], _ v: UInt64) {
+        for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: v >> (8 * i))) }
+    }
+    private static func appendString(_ out: inout [UInt8], _ s: String) {
+        append32(&out, UInt32(clamping: s.utf8.count))
+        out += Array(s.utf8)
+    }
+
+    /// Bounds-checked little-endian reads.
+    struct Reader {
+        let bytes: [UInt8]
+        var at = 0
+        var atEnd: Bool { at == bytes.count }
+        mutating func skip(_ n: Int) -> Bool {
+            guard bytes.count - at >= n else { return false }
+            at += n
+            return true
+        }
+        mutating func u8() -> UInt8? {
+            guard at < bytes.count else { return nil }
+            defer { at += 1 }
+            return bytes[at]
+        }
+        mutating func u32() -> UInt32? {
+            guard bytes.count - at >= 4 else { return nil }
+            defer { at += 4 }
+            return (0..<4).reduce(UInt32(0)) { $0 | UInt32(bytes[at + $1]) << (8 * $1) }
+        }
+        mutating func u64() -> UInt64? {
+            guard bytes.count - at >= 8 else { return nil }
+            defer { at += 8 }
+            return (0..<8).reduce(UInt64(0)) { $0 | UInt64(bytes[at + $1]) << (8 * $1) }
+        }
+        mutating func bytes(_ n: UInt64) -> [UInt8]? {
+            guard n <= UInt64(bytes.count - at) else { return nil }
+            defer { at += Int(n) }
+            return Array(bytes[at..<(at + Int(n))])
+        }
+        mutating func string() -> String? {
+            guard let n = u32(), let b = bytes(UInt64(n)) else { return nil }
+            return String(decoding: b, as: UTF8.self)
+        }
+    }
+}
