@@ -14,7 +14,7 @@ FUZZ_DIR := .build/fuzz
 # The toolchain's lld links sanitizer builds without gold's export warnings.
 LLD := -Xswiftc -use-ld=lld
 
-APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev lmdb-utils zstd
+APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libcurl4-openssl-dev lmdb-utils zstd
 PIP_MODULES := zstandard lmdb
 
 CORE_SOURCES := $(wildcard CSources/CCairn/*.c)
