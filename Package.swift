@@ -12,6 +12,7 @@ let package = Package(
     name: "Cairn",
     products: [
         .library(name: "CairnStore", targets: ["CairnStore"]),
+        .library(name: "CairnUploader", targets: ["CairnUploader"]),
         .library(name: "CCairn", targets: ["CCairn"]),
     ],
     targets: [
@@ -25,6 +26,10 @@ let package = Package(
         .systemLibrary(name: "CCurl", path: "CSources/CCurl", pkgConfig: "libcurl",
                        providers: [.apt(["libcurl4-openssl-dev"])]),
 
+        // What Swift cannot call in libcurl (variadic curl_easy_setopt/getinfo): typed
+        // one-line wrappers, no logic.
+        .target(name: "CCurlShim", dependencies: ["CCurl"], path: "CSources/CCurlShim",
+                cSettings: strictC),
 
         // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
         .target(name: "CCairn", dependencies: ["CZstd"], path: "CSources/CCairn",
@@ -34,6 +39,10 @@ let package = Package(
         .target(name: "CairnStore", dependencies: ["CCairn", "CLMDB"], path: "Sources/CairnStore",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
 
+        // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
+        .target(name: "CairnUploader", dependencies: ["CairnStore", "CCurl", "CCurlShim"],
+                path: "Sources/CairnUploader",
+                swiftSettings: [.swiftLanguageMode(.v6)]),
 
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
         .executableTarget(name: "cairn-ring-child", dependencies: ["CCairn"],
@@ -44,6 +53,11 @@ let package = Package(
                     path: "Tests/CCairnTests"),
         .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB"],
                     path: "Tests/CairnStoreTests"),
+        // A child process for the uploader's kill tests: tracks and uploads until killed.
+        .executableTarget(name: "cairn-upload-child", dependencies: ["CairnUploader", "CairnStore"],
+                          path: "Tests/UploadChild"),
+        .testTarget(name: "CairnUploaderTests", dependencies: ["CairnUploader", "CairnStore", "cairn-upload-child"],
+                    path: "Tests/CairnUploaderTests"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks", dependencies: ["CCairn", "CZstd"],

@@ -1,0 +1,99 @@
+import CairnStore
+
+/// Sends one attempt of an ``UploadRequest`` and reports what happened.
+///
+/// The uploader calls ``send(_:attempt:timeout:)`` synchronously from its own background
+/// thread; an implementation may block for up to `timeout`. ``CurlTransport`` is the
+/// default; tests and integrators can inject their own.
+///
+/// ```swift
+/// let transport: any Transport = CurlTransport()
+/// switch transport.send(request, attempt: 0, timeout: .seconds(30)) {
+/// case .response(let response): print(response.status)
+/// case .failure(let failure): print(failure.kind, failure.message)
+/// }
+/// ```
+public protocol Transport: Sendable {
+    /// Sends `request` once, exactly as built, and waits for the answer.
+    ///
+    /// - Parameters:
+    ///   - request: The request, sent byte-identically on every attempt: its method,
+    ///     URL, headers and body.
+    ///   - attempt: 0 for the first try, then 1, 2, ...; sent as the
+    ///     `Cairn-Retry-Count` header, the only thing that changes between attempts.
+    ///   - timeout: The most the whole attempt may take, connecting included.
+    /// - Returns: The collector's response, whatever its status, or why none came.
+    func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult
+}
+
+/// The name of the header that carries the attempt number (0 for the first try).
+public let retryCountHeaderName = "Cairn-Retry-Count"
+
+/// An HTTP response, whatever its status.
+public struct TransportResponse: Sendable, Equatable {
+    /// The HTTP status code of the final response, such as 200, 429 or 503.
+    public var status: Int
+    /// The final response's headers, in the order received. Interim (1xx) responses'
+    /// headers are not included.
+    public var headers: [HTTPHeader]
+    /// The response body, up to the transport's limit (``CurlTransport`` keeps 64 KiB
+    /// by default).
+    public var body: [UInt8]
+    /// Whether the body was longer than the limit and ``body`` holds only its start.
+    public var bodyTruncated: Bool
+
+    /// Creates a response.
+    public init(status: Int, headers: [HTTPHeader] = [], body: [UInt8] = [],
+                bodyTruncated: Bool = false) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.bodyTruncated = bodyTruncated
+    }
+
+    /// The value of the first header named `name` (compared case-insensitively).
+    public func header(_ name: String) -> String? {
+        let lower = name.lowercased()
+        return headers.first { $0.name.lowercased() == lower }?.value
+    }
+}
+
+/// Why an attempt got no HTTP response.
+public struct TransportFailure: Error, Sendable, Equatable {
+    /// The broad reason, which decides what the uploader does next.
+    public enum Kind: String, Sendable, Equatable {
+        /// No connection could be made: refused, unreachable, or the host (or proxy)
+        /// name did not resolve. Retryable.
+        case connect
+        /// The attempt took longer than its timeout (or the connect timeout). Retryable.
+        case timeout
+        /// The TLS handshake failed or the peer's certificate did not verify. Usually a
+        /// configuration problem; verification is never turned off.
+        case tls
+        /// The connection broke or the server answered something that is not HTTP:
+        /// closed without a response, reset, a malformed reply. Retryable.
+        case network
+        /// The request cannot be sent as built: a malformed or non-HTTP(S) URL, a
+        /// header with a line break, an unusable method. Retrying cannot help.
+        case invalidRequest
+    }
+
+    /// The broad reason.
+    public var kind: Kind
+    /// A readable description for logs, such as libcurl's error text.
+    public var message: String
+
+    /// Creates a failure.
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+}
+
+/// The outcome of one attempt: a response (any status) or a failure to get one.
+public enum TransportResult: Sendable, Equatable {
+    /// The collector answered; the status may still be an error such as 500.
+    case response(TransportResponse)
+    /// No response came.
+    case failure(TransportFailure)
+}

@@ -1,0 +1,468 @@
+import CairnStore
+import Foundation
+import Synchronization
+
+/// Options of the ``Uploader``.
+public struct UploaderOptions: Sendable {
+    /// The collector's batch endpoint.
+    public var url: String
+    /// Sent as `Authorization: Bearer <key>` (redacted in logs).
+    public var apiKey: String?
+    /// A batch closes at this many events...
+    public var maxBatchEvents: Int
+    /// ...or this many bytes of JSON...
+    public var maxBatchBytes: Int
+    /// ...or when its first event has waited this long.
+    public var maxBatchAge: Duration
+    /// Attempts in this process before a batch goes to the snapshot store.
+    public var attempts: Int
+    /// Waits between attempts (and between replays of a stored snapshot).
+    public var backoff: Backoff
+    /// The longest pause a `Retry-After` can impose.
+    public var maxPause: Duration
+    /// Opens after repeated failures; probes before closing.
+    public var breaker: CircuitBreaker
+    /// Status code → action.
+    public var policy: StatusPolicy
+    /// Total time allowed for one request.
+    public var requestTimeout: Duration
+    /// Uncritical snapshots are synced to disk at least this often.
+    public var syncInterval: Duration
+    /// Priority of event batches in the snapshot store.
+    public var priority: Priority
+    /// zstd level of batch frames.
+    public var compressionLevel: Int32
+    /// Print start and result logs to stderr.
+    public var debugLogging: Bool
+    /// Receives every start and result log, unchanged.
+    public var observer: (any UploadObserver)?
+    /// The SDK version in `User-Agent: cairn-swift/<version>`.
+    public var sdkVersion: String
+
+    /// Creates options with defaults near those of OpenTelemetry's batch processor
+    /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
+    /// full-jitter backoff from 0.5 s; a breaker that opens after 5 failures for 30 s.
+    public init(url: String, apiKey: String? = nil, maxBatchEvents: Int = 500,
+                maxBatchBytes: Int = 512 * 1024, maxBatchAge: Duration = .seconds(1), attempts: Int = 3,
+                backoff: Backoff = Backoff(), maxPause: Duration = .seconds(600),
+                breaker: CircuitBreaker = CircuitBreaker(), policy: StatusPolicy = .standard,
+                requestTimeout: Duration = .seconds(30), syncInterval: Duration = .seconds(5),
+                priority: Priority = .sampled, compressionLevel: Int32 = 1, debugLogging: Bool = false,
+                observer: (any UploadObserver)? = nil, sdkVersion: String = "0.1.0") {
+        self.url = url
+        self.apiKey = apiKey
+        self.maxBatchEvents = max(1, maxBatchEvents)
+        self.maxBatchBytes = max(1, maxBatchBytes)
+        self.maxBatchAge = maxBatchAge
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.maxPause = maxPause
+        self.breaker = breaker
+        self.policy = policy
+        self.requestTimeout = requestTimeout
+        self.syncInterval = syncInterval
+        self.priority = priority
+        self.compressionLevel = compressionLevel
+        self.debugLogging = debugLogging
+        self.observer = observer
+        self.sdkVersion = sdkVersion
+    }
+}
+
+/// Counters of an uploader since it started.
+public struct UploaderStats: Sendable, Equatable {
+    /// Batches the collector acknowledged.
+    public var deliveredBatches = 0
+    /// Events in them.
+    public var deliveredEvents = 0
+    /// Attempts that failed and will be retried.
+    public var failedAttempts = 0
+    /// Batches put in the snapshot store after their in-process attempts.
+    public var storedBatches = 0
+    /// Stored snapshots delivered by replay.
+    public var replayedBatches = 0
+    /// Events (or stored requests) dropped, by reason (`rejected_400`, `store_full`, ...).
+    public var dropped: [String: Int] = [:]
+    /// Times the circuit breaker opened.
+    public var breakerOpenings = 0
+    /// Times a `Retry-After` or 429/503 paused the uploader.
+    public var pauses = 0
+    /// Times a batch could not be put in the snapshot store (full disk, over the cap);
+    /// its records stayed in the ring and it was tried again later.
+    public var storeFailures = 0
+}
+
+/// Drains the ring into batches, builds each request once, and delivers it: retries
+/// with backoff, honours `Retry-After`, stores what cannot be delivered in the
+/// snapshot store and replays it later, with the same bytes and idempotency key.
+///
+/// One background thread does all of this; the ring's records are released only when
+/// their batch is acknowledged or safely stored.
+///
+/// ```swift
+/// let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+///                         options: UploaderOptions(url: "https://collector.example/v1/batch"))
+/// uploader.start()
+/// …
+/// uploader.shutdown(timeout: .seconds(5))
+/// ```
+public final class Uploader: @unchecked Sendable {
+    // @unchecked: the mutable state lives in `state` (a Mutex) or is touched only by
+    // the worker thread (`pending`, `encoder`, `breaker`); `ring`, `store` and
+    // `transport` are Sendable.
+
+    private struct Shared {
+        var stats = UploaderStats()
+        var pausedUntil: ContinuousClock.Instant?
+        var flushRequests = 0
+        var stopping = false
+        var started = false
+        var finished = false
+        var idle = false
+    }
+
+    private let ring: Ring
+    private let store: SnapshotStore
+    private let transport: any Transport
+    /// The uploader's options.
+    public let options: UploaderOptions
+    private let state = Mutex(Shared())
+    private let wake = NSCondition()
+    private let clock = ContinuousClock()
+
+    // Worker-only state.
+    private var pending: (request: UploadRequest, next: UInt64, events: Int)?
+    private var breaker: CircuitBreaker
+    private var encoder: FrameEncoder?
+    private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
+    private var lastSync: ContinuousClock.Instant
+
+    /// Creates an uploader; nothing runs until ``start()``.
+    public init(ring: Ring, store: SnapshotStore, transport: any Transport, options: UploaderOptions) {
+        self.ring = ring
+        self.store = store
+        self.transport = transport
+        self.options = options
+        self.breaker = options.breaker
+        self.lastSync = ContinuousClock().now
+    }
+
+    /// Starts the background worker (once).
+    public func start() {
+        let first = state.withLock { s -> Bool in
+            defer { s.started = true }
+            return !s.started
+        }
+        guard first else { return }
+        let thread = Thread { [self] in self.run() }
+        thread.name = "cairn-uploader"
+        thread.start()
+    }
+
+    /// Sends what is pending now, waiting at most `timeout`. Returns `true` when the
+    /// ring is empty and no batch is waiting in memory (everything was delivered or
+    /// stored); what could not be sent in time stays in the ring or the store.
+    @discardableResult
+    public func flush(timeout: Duration) -> Bool {
+        let deadline = clock.now + timeout
+        state.withLock { $0.flushRequests += 1; $0.idle = false }
+        signal()
+        defer { state.withLock { $0.flushRequests -= 1 } }
+        while clock.now < deadline {
+            if state.withLock({ $0.idle || $0.finished }) { return isDrained() }
+            wait(until: min(deadline, clock.now + .milliseconds(20)), onWorker: false)
+        }
+        return isDrained()
+    }
+
+    /// Flushes within `timeout`, then stops the worker. Nothing is lost: what was not
+    /// sent stays in the ring file or the snapshot store for the next start.
+    @discardableResult
+    public func shutdown(timeout: Duration) -> Bool {
+        let deadline = clock.now + timeout
+        let drained = flush(timeout: timeout)
+        state.withLock { $0.stopping = true }
+        signal()
+        while !state.withLock({ $0.finished || !$0.started }) && clock.now < deadline + .seconds(1) {
+            wait(until: clock.now + .milliseconds(10), onWorker: false)
+        }
+        try? store.sync()
+        try? ring.sync()
+        return drained
+    }
+
+    /// The uploader's counters.
+    public var stats: UploaderStats { state.withLock { $0.stats } }
+
+    // MARK: Building requests
+
+    /// Builds the exact request the uploader would send for `records` (each one JSON
+    /// object, without newlines), without sending it: for integrators who send it
+    /// themselves.
+    public func buildRequest(records: [[UInt8]]) throws(CairnError) -> UploadRequest {
+        let encoder = try FrameEncoder(level: options.compressionLevel)
+        return makeRequest(body: try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), records: records))
+    }
+
+    /// Hands over a complete request body (for example a batch built elsewhere): it
+    /// gets the same snapshot, retry and persistence treatment as the uploader's own
+    /// batches. The request is built once, here.
+    @discardableResult
+    public func sendPrebuilt(body: [UInt8], contentEncoding: String = "zstd",
+                             priority: Priority = .important) throws(StoreError) -> UploadRequest {
+        var request = makeRequest(body: body)
+        if let i = request.headers.firstIndex(where: { $0.name == "Content-Encoding" }) {
+            request.headers[i].value = contentEncoding
+        }
+        try store.put(request, priority: priority, durable: priority == .critical)
+        signal()
+        return request
+    }
+
+    private func makeRequest(body: [UInt8]) -> UploadRequest {
+        let key = UUID().uuidString.lowercased()
+        var headers = [
+            HTTPHeader("Content-Type", "application/x-ndjson"),
+            HTTPHeader("Content-Encoding", "zstd"),
+            HTTPHeader("Idempotency-Key", key),
+            HTTPHeader("User-Agent", "cairn-swift/\(options.sdkVersion)"),
+        ]
+        if let apiKey = options.apiKey { headers.append(HTTPHeader("Authorization", "Bearer \(apiKey)")) }
+        let drops = dropSummary()
+        if !drops.isEmpty { headers.append(HTTPHeader("Cairn-Dropped", drops)) }
+        return UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key)
+    }
+
+    /// Every drop so far, by reason, as `reason=count` pairs: they ride along with each
+    /// new batch so the collector sees what the SDK lost and why.
+    private func dropSummary() -> String {
+        var all = state.withLock { $0.stats.dropped }
+        let r = ring.stats()
+        if r.droppedFull > 0 { all["ring_full"] = Int(r.droppedFull) }
+        if r.droppedTooBig > 0 { all["ring_too_big"] = Int(r.droppedTooBig) }
+        if r.skippedCorrupt > 0 { all["ring_corrupt"] = Int(r.skippedCorrupt) }
+        let s = store.stats
+        if s.evictedAge > 0 { all["store_age"] = s.evictedAge }
+        let bySize = s.evictedSize.values.reduce(0, +)
+        if bySize > 0 { all["store_size"] = bySize }
+        return all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+    }
+
+    // MARK: The worker
+
+    private func run() {
+        _ = try? store.evictExpired()
+        while !state.withLock({ $0.stopping }) {
+            let now = clock.now
+            if let until = state.withLock({ $0.pausedUntil }), until > now {
+                wait(until: until, onWorker: true)
+                continue
+            }
+            if now - lastSync >= options.syncInterval {
+                try? store.sync()
+                lastSync = now
+            }
+            if let p = pending {
+                deliver(p.request, events: p.events, fromRing: p.next)
+                continue
+            }
+            if replayOne() { continue }
+            if let next = nextBatchDeadline() {
+                wait(until: next, onWorker: true)
+            }
+        }
+        state.withLock { $0.finished = true }
+        signal()
+    }
+
+    /// Forms a batch from the ring when one is due and starts delivering it. Returns
+    /// when to look again if nothing was due, or nil after doing work.
+    private func nextBatchDeadline() -> ContinuousClock.Instant? {
+        let now = clock.now
+        guard let run = try? ring.peek(maxRecords: options.maxBatchEvents, maxBytes: options.maxBatchBytes) else {
+            return now + .milliseconds(100)
+        }
+        if run.records.isEmpty {
+            if run.next != ring.readPosition { try? ring.commit(upTo: run.next) } // padding only
+            firstSeen = nil
+            markIdle()
+            return now + options.maxBatchAge
+        }
+        let first = run.records[0].position
+        if firstSeen?.position != first { firstSeen = (first, now) }
+        // Full when the limits cut the run short: more records wait after it.
+        let full = run.records.count >= options.maxBatchEvents
+            || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
+        let flushing = state.withLock { $0.flushRequests > 0 }
+        let due = (firstSeen?.at ?? now) + options.maxBatchAge
+        if !full && !flushing && now < due { return due }
+        do {
+            let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
+            self.encoder = encoder
+            let body = try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), run: run)
+            pending = (makeRequest(body: body), run.next, run.records.count)
+        } catch {
+            // Records that cannot be framed (a newline inside one): drop them, counted,
+            // rather than block the ring.
+            count(drop: "unframeable", run.records.count)
+            try? ring.commit(upTo: run.next)
+        }
+        firstSeen = nil
+        return nil
+    }
+
+    /// Attempts a batch from the ring; on success or a final answer releases the
+    /// records, after the attempts stores the snapshot and releases them.
+    private func deliver(_ request: UploadRequest, events: Int, fromRing next: UInt64) {
+        for attempt in 0..<options.attempts {
+            if state.withLock({ $0.stopping && $0.flushRequests == 0 }) { return }
+            guard breaker.allows(at: clock.now) else { break }
+            switch attemptOnce(request, attempt: attempt) {
+            case .delivered:
+                try? ring.commit(upTo: next)
+                pending = nil
+                state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += events }
+                return
+            case .drop(let reason):
+                try? ring.commit(upTo: next)
+                pending = nil
+                count(drop: reason, events)
+                return
+            case .pauseAndRetry:
+                break
+            case .retry:
+                if attempt + 1 < options.attempts {
+                    let delay = options.backoff.delay(afterAttempt: attempt, random: Double.random(in: 0..<1))
+                    wait(until: clock.now + delay, onWorker: true)
+                    continue
+                }
+            }
+            break
+        }
+        // Out of attempts, paused or breaker open: keep the exact request in the store.
+        do {
+            try store.put(request, priority: options.priority)
+            try? ring.commit(upTo: next)
+            pending = nil
+            state.withLock { $0.stats.storedBatches += 1 }
+        } catch {
+            // The store is full or the disk is: the records stay in the ring and this
+            // request in memory; try again later.
+            state.withLock { $0.stats.storeFailures += 1 }
+            wait(until: clock.now + options.backoff.cap / 10, onWorker: true)
+        }
+    }
+
+    /// Sends the oldest stored snapshot that is due. Returns whether it did anything.
+    private func replayOne() -> Bool {
+        guard let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
+              breaker.allows(at: clock.now) else { return false }
+        let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts) + 1)
+        switch action {
+        case .delivered:
+            try? store.delete(snapshot.id)
+            state.withLock { $0.stats.replayedBatches += 1 }
+        case .drop(let reason):
+            try? store.delete(snapshot.id)
+            count(drop: reason, 1)
+        case .retry, .pauseAndRetry:
+            // Half to full backoff, so replays of many snapshots do not bunch up.
+            let delay = options.backoff.delay(afterAttempt: Int(snapshot.attempts) + 1, random: Double.random(in: 0.5..<1))
+            try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + milliseconds(delay))
+        }
+        return true
+    }
+
+    /// One attempt: logs, sends, classifies, updates the breaker and pauses.
+    private func attemptOnce(_ request: UploadRequest, attempt: Int) -> DeliveryAction {
+        // Logs decode the batch: only when someone reads them.
+        let logging = options.debugLogging || options.observer != nil
+        let log = logging ? UploadStartLog(request: request, attempt: attempt) : nil
+        if let log {
+            options.observer?.uploadWillStart(log)
+            if options.debugLogging { FileHandle.standardError.write(Data((log.description + "\n").utf8)) }
+        }
+        let started = clock.now
+        let result = transport.send(request, attempt: attempt, timeout: options.requestTimeout)
+        let action: DeliveryAction
+        var pause: Duration?
+        switch result {
+        case .response(let response):
+            action = options.policy.action(for: response.status)
+            if action == .pauseAndRetry {
+                pause = response.header("Retry-After").flatMap { parseRetryAfter($0) } ?? options.backoff.base
+            }
+        case .failure(let failure):
+            action = failure.kind == .invalidRequest ? .drop(reason: "invalid_request") : .retry
+        }
+        if let log {
+            let finished = UploadResultLog(start: log, result: result, duration: clock.now - started,
+                                           success: action == .delivered)
+            options.observer?.uploadDidFinish(finished)
+            if options.debugLogging { FileHandle.standardError.write(Data((finished.description + "\n").utf8)) }
+        }
+
+        let now = clock.now
+        switch action {
+        case .delivered, .drop:
+            breaker.succeeded()
+        case .retry, .pauseAndRetry:
+            let before = breaker.openings
+            breaker.failed(at: now)
+            state.withLock {
+                $0.stats.failedAttempts += 1
+                if breaker.openings > before { $0.stats.breakerOpenings += 1 }
+            }
+        }
+        if let pause {
+            let until = now + min(pause, options.maxPause)
+            state.withLock { s in
+                s.pausedUntil = max(s.pausedUntil ?? until, until)
+                s.stats.pauses += 1
+            }
+        }
+        return action
+    }
+
+    // MARK: Coordination
+
+    private func count(drop reason: String, _ n: Int) {
+        state.withLock { $0.stats.dropped[reason, default: 0] += n }
+    }
+
+    private func markIdle() {
+        let idle = pending == nil && ((try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true)
+        state.withLock { $0.idle = idle }
+        if idle { signal() }
+    }
+
+    /// Everything appended is delivered or stored (asked from any thread: the ring's
+    /// stats, not its consumer calls).
+    private func isDrained() -> Bool {
+        ring.stats().used == 0 && state.withLock { $0.idle || $0.finished }
+    }
+
+    private func signal() {
+        wake.lock()
+        wake.broadcast()
+        wake.unlock()
+    }
+
+    /// Sleeps until `deadline`, a signal (flush, shutdown, a new snapshot), or for the
+    /// worker, a stop request.
+    private func wait(until deadline: ContinuousClock.Instant, onWorker: Bool) {
+        let remaining = deadline - clock.now
+        guard remaining > .zero, !(onWorker && state.withLock({ $0.stopping })) else { return }
+        let seconds = Double(remaining.components.seconds) + Double(remaining.components.attoseconds) / 1e18
+        wake.lock()
+        _ = wake.wait(until: Date().addingTimeInterval(seconds))
+        wake.unlock()
+    }
+}
+
+/// Whole milliseconds in `d` (0 for negative durations).
+func milliseconds(_ d: Duration) -> UInt64 {
+    let c = d.components
+    guard c.seconds >= 0 else { return 0 }
+    return UInt64(c.seconds) * 1000 + UInt64(max(0, c.attoseconds) / 1_000_000_000_000_000)
+}

@@ -1,0 +1,477 @@
+#!/usr/bin/env python3
+"""A small HTTP collector for Cairn's tests and demo.
+
+It records every upload attempt, decodes batch bodies independently of Cairn's code
+(Python's `zstandard`, docs/FORMATS.md "Batch frame"), and answers as it is told.
+
+Usage: collector.py [--host 127.0.0.1] [--port 0] [--ignore-stdin] [--tls PEM]
+
+The first line on stdout is `PORT <n>`; nothing else is written there. It serves until
+stdin reaches end of file (so it never outlives a test process that dies), or until
+SIGTERM or SIGINT; `--ignore-stdin` serves until a signal only. `--tls PEM` serves
+HTTPS with the certificate and key in PEM (Tests/Collector/selfsigned.pem is a
+self-signed one for 127.0.0.1, which clients that verify certificates must refuse).
+
+Data: any POST (also PUT, PATCH, DELETE) to a path outside /_control/ is recorded as an
+attempt and answered with the next scripted response.
+
+Control:
+  POST /_control/script    a JSON list of responses used in order by later data
+                           requests, replacing the pending ones. Each is an object:
+                             {"status": 500}             (status 200..599, default 200)
+                             {"status": 429, "retry_after": "2"}   Retry-After header
+                                                         (seconds or an HTTP date)
+                             {"status": 400, "body": "bad"}        response body
+                             {"headers": {"X-A": "b"}}   extra response headers
+                             {"stall": 5}                sleep 5 s, then answer
+                             {"drop": true}              close without answering
+  POST /_control/default   one such object, used when the script is empty
+                           (initially {"status": 200})
+  GET  /_control/requests  every recorded attempt, oldest first (JSON list)
+  GET  /_control/events    records of attempts answered 2xx, each with its
+                           idempotency key: [{"idempotency_key": k, "batch_id": b,
+                           "record": "..."}]; duplicates are kept
+  POST /_control/reset     forget attempts and script; default back to 200
+
+Exit status 3 when the `zstandard` module is missing (`make deps` installs it).
+"""
+import argparse
+import base64
+import hashlib
+import io
+import json
+import signal
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+try:
+    import zstandard
+except ImportError:
+    print("collector.py: the Python module 'zstandard' is missing "
+          "(`make deps` installs it)", file=sys.stderr)
+    sys.exit(3)
+
+SKIPPABLE_MAGIC = 0x184D2A5C
+META_V1 = struct.Struct("<4sHHQIIQ")  # tag, version, flags, batch id, count, dict id, size
+MAX_BODY = 64 * 1024 * 1024          # larger request bodies are refused (400)
+MAX_DECODED = 64 * 1024 * 1024       # decompression stops beyond this (bomb guard)
+MAX_KEPT_BODY = 1024 * 1024          # bodies up to this size are kept as base64
+RESPONSE_KEYS = {"status", "retry_after", "body", "headers", "stall", "drop"}
+
+
+class BadRequest(Exception):
+    """The request's framing could not be read; answered 400 and the connection closed."""
+
+
+def validate_response(entry):
+    """Returns a problem with a scripted response, or None when it is usable."""
+    if not isinstance(entry, dict):
+        return "a response must be a JSON object, got %r" % (entry,)
+    unknown = set(entry) - RESPONSE_KEYS
+    if unknown:
+        return "unknown keys %s in %r" % (sorted(unknown), entry)
+    status = entry.get("status", 200)
+    if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
+        return "status must be an integer in 200...599, got %r" % (status,)
+    stall = entry.get("stall", 0)
+    if isinstance(stall, bool) or not isinstance(stall, (int, float)) or stall < 0:
+        return "stall must be a number of seconds >= 0, got %r" % (stall,)
+    if not isinstance(entry.get("drop", False), bool):
+        return "drop must be true or false"
+    if not isinstance(entry.get("body", ""), str):
+        return "body must be a string"
+    retry_after = entry.get("retry_after", "")
+    if isinstance(retry_after, bool) or not isinstance(retry_after, (str, int, float)):
+        return "retry_after must be a string or a number"
+    headers = entry.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        return "headers must be an object of strings"
+    for text in [str(retry_after)] + list(headers) + list(headers.values()):
+        if "\r" in text or "\n" in text:
+            return "header text must not contain CR or LF"
+    return None
+
+
+def decode_batch(body):
+    """Decodes a batch frame: returns (batch metadata or None, records or None, problems)."""
+    problems = []
+    batch = None
+    if len(body) >= 8:
+        magic, size = struct.unpack_from("<II", body, 0)
+        if magic == SKIPPABLE_MAGIC and size >= META_V1.size and len(body) >= 8 + size:
+            tag, version, flags, batch_id, count, dict_id, content_size = \
+                META_V1.unpack_from(body, 8)
+            batch = {"tag": tag.decode("latin-1"), "version": version, "flags": flags,
+                     "batch_id": batch_id, "record_count": count, "dict_id": dict_id,
+                     "content_size": content_size, "metadata_size": size}
+            if tag != b"CRNB":
+                problems.append("metadata tag is %r, not b'CRNB'" % tag)
+            if version != 1 or flags != 0:
+                problems.append("version %d flags %d, expected 1 and 0" % (version, flags))
+        else:
+            problems.append("the body does not start with a Cairn metadata frame")
+    else:
+        problems.append("the body is shorter than a zstd frame header")
+
+    # Like any zstd reader that knows nothing of Cairn: skip skippable frames, decode
+    # the rest, across frame boundaries.
+    out = bytearray()
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(body), read_across_frames=True)
+        while True:
+            chunk = reader.read(1 << 16)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > MAX_DECODED:
+                return batch, None, problems + [
+                    "decoded body exceeds %d bytes; not decoded further" % MAX_DECODED]
+    except zstandard.ZstdError as error:
+        return batch, None, problems + ["zstd could not decode the body: %s" % error]
+
+    if out and not out.endswith(b"\n"):
+        problems.append("the decoded body does not end with a newline")
+    lines = bytes(out).split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    records = []
+    for line in lines:
+        try:
+            records.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            problems.append("a record is not valid UTF-8 (kept with replacement characters)")
+            records.append(line.decode("utf-8", "replace"))
+    if batch is not None:
+        if batch["content_size"] != len(out):
+            problems.append("decoded %d bytes, metadata says %d"
+                            % (len(out), batch["content_size"]))
+        if batch["record_count"] != len(records):
+            problems.append("decoded %d records, metadata says %d"
+                            % (len(records), batch["record_count"]))
+    return batch, records, problems
+
+
+class State:
+    """Everything the collector remembers, behind one lock."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.attempts = []
+        self.script = []
+        self.default = {"status": 200}
+        self.connections = 0
+
+    def new_connection(self):
+        with self.lock:
+            self.connections += 1
+            return self.connections
+
+    def record(self, attempt):
+        """Stores an attempt and returns the response it gets (the next scripted one)."""
+        with self.lock:
+            attempt["seq"] = len(self.attempts)
+            response = self.script.pop(0) if self.script else dict(self.default)
+            attempt["response"] = response
+            attempt["answered"] = False
+            self.attempts.append(attempt)
+            return response
+
+    def reset(self):
+        with self.lock:
+            self.attempts = []
+            self.script = []
+            self.default = {"status": 200}
+
+    def snapshot(self):
+        with self.lock:
+            return json.dumps(self.attempts)
+
+    def events(self):
+        with self.lock:
+            out = []
+            for attempt in self.attempts:
+                status = attempt["response"].get("status", 200)
+                if attempt["response"].get("drop") or not attempt["answered"]:
+                    continue
+                if not 200 <= status <= 299 or attempt["records"] is None:
+                    continue
+                batch_id = attempt["batch"]["batch_id"] if attempt["batch"] else None
+                for record in attempt["records"]:
+                    out.append({"idempotency_key": attempt["idempotency_key"],
+                                "batch_id": batch_id, "record": record})
+            return json.dumps(out)
+
+
+STATE = State()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"   # keep-alive, so tests can see connection reuse
+    # Headers and body go out in separate writes; with Nagle's algorithm the body would
+    # wait for the client's delayed ACK (about 40 ms per request).
+    disable_nagle_algorithm = True
+
+    def version_string(self):
+        return "cairn-test-collector/1"
+
+    def setup(self):
+        super().setup()
+        self.connection_id = STATE.new_connection()
+        self.requests_on_connection = 0
+
+    def log_message(self, format, *args):
+        pass  # stdout carries only the PORT line; stderr stays quiet unless it matters
+
+    # Routing ---------------------------------------------------------------------
+
+    def do_GET(self):
+        self.guard(self.route_get)
+
+    def do_POST(self):
+        self.guard(self.route_post)
+
+    do_PUT = do_PATCH = do_DELETE = do_POST
+
+    def guard(self, route):
+        """Runs a route; no request, however malformed, takes the server down."""
+        try:
+            route()
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            self.close_connection = True
+        except Exception:  # noqa: BLE001 - the server must survive anything
+            traceback.print_exc(file=sys.stderr)
+            self.close_connection = True
+
+    def route_get(self):
+        if self.path == "/_control/requests":
+            self.reply(200, STATE.snapshot().encode())
+        elif self.path == "/_control/events":
+            self.reply(200, STATE.events().encode())
+        else:
+            self.reply(404, json.dumps({"error": "not found"}).encode())
+
+    def route_post(self):
+        if self.path.startswith("/_control/"):
+            self.route_control()
+        else:
+            self.receive()
+
+    def route_control(self):
+        try:
+            body = self.read_body()
+        except BadRequest as error:
+            self.close_connection = True
+            self.reply(400, json.dumps({"error": str(error)}).encode())
+            return
+        if self.path == "/_control/reset":
+            STATE.reset()
+            self.reply(200, b'{"ok":true}')
+            return
+        try:
+            value = json.loads(body or b"null")
+        except ValueError as error:
+            self.reply(400, json.dumps({"error": "invalid JSON: %s" % error}).encode())
+            return
+        if self.path == "/_control/script":
+            if isinstance(value, list):
+                problem = next(filter(None, map(validate_response, value)), None)
+            else:
+                problem = "the script must be a JSON list"
+            if problem is None:
+                with STATE.lock:
+                    STATE.script = list(value)
+        elif self.path == "/_control/default":
+            problem = validate_response(value)
+            if problem is None:
+                with STATE.lock:
+                    STATE.default = value
+        else:
+            self.reply(404, json.dumps({"error": "unknown control path"}).encode())
+            return
+        if problem is None:
+            self.reply(200, b'{"ok":true}')
+        else:
+            self.reply(400, json.dumps({"error": problem}).encode())
+
+    # Data ------------------------------------------------------------------------
+
+    def receive(self):
+        self.requests_on_connection += 1
+        attempt = {
+            "time": time.time(),
+            "monotonic": time.monotonic(),
+            "client_port": self.client_address[1],
+            "connection_id": self.connection_id,
+            "request_on_connection": self.requests_on_connection,
+            "method": self.command,
+            "path": self.path,
+            "http_version": self.request_version,
+            "headers": [[name, value] for name, value in self.headers.items()],
+            "idempotency_key": self.headers.get("Idempotency-Key"),
+            "retry_count": self.headers.get("Cairn-Retry-Count"),
+            "content_encoding": self.headers.get("Content-Encoding"),
+            "body_length": 0,
+            "body_sha256": None,
+            "body_base64": None,
+            "batch": None,
+            "records": None,
+            "error": None,
+        }
+        try:
+            body = self.read_body()
+        except BadRequest as error:
+            attempt["error"] = "unreadable request: %s" % error
+            with STATE.lock:
+                attempt["seq"] = len(STATE.attempts)
+                attempt["response"] = {"status": 400}
+                attempt["answered"] = False
+                STATE.attempts.append(attempt)
+            self.close_connection = True
+            self.reply(400, json.dumps({"error": str(error)}).encode())
+            return
+
+        attempt["body_length"] = len(body)
+        attempt["body_sha256"] = hashlib.sha256(body).hexdigest()
+        if len(body) <= MAX_KEPT_BODY:
+            attempt["body_base64"] = base64.b64encode(body).decode("ascii")
+        encoding = (attempt["content_encoding"] or "").strip().lower()
+        if encoding == "zstd":
+            try:
+                batch, records, problems = decode_batch(body)
+            except Exception as error:  # noqa: BLE001 - recorded, never fatal
+                batch, records, problems = None, None, ["decoder failed: %r" % error]
+            attempt["batch"] = batch
+            attempt["records"] = records
+            attempt["error"] = "; ".join(problems) or None
+
+        response = STATE.record(attempt)
+        if response.get("stall"):
+            time.sleep(float(response["stall"]))
+        if response.get("drop"):
+            self.close_connection = True
+            return
+        status = response.get("status", 200)
+        text = response.get("body")
+        payload = (json.dumps({"ok": 200 <= status <= 299}) if text is None else text).encode()
+        headers = []
+        if "retry_after" in response:
+            headers.append(("Retry-After", str(response["retry_after"])))
+        headers.extend(response.get("headers", {}).items())
+        self.reply(status, payload, headers)
+        with STATE.lock:
+            attempt["answered"] = True
+
+    def read_body(self):
+        """The request body, from Content-Length or chunked transfer encoding."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self.read_chunked()
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return b""
+        try:
+            size = int(length)
+        except ValueError:
+            raise BadRequest("Content-Length %r is not a number" % length)
+        if size < 0 or size > MAX_BODY:
+            raise BadRequest("Content-Length %d is out of range" % size)
+        body = self.rfile.read(size)
+        if len(body) != size:
+            raise BadRequest("the body ended after %d of %d bytes" % (len(body), size))
+        return body
+
+    def read_chunked(self):
+        body = bytearray()
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise BadRequest("bad chunk size line %r" % line[:40])
+            if size < 0 or len(body) + size > MAX_BODY:
+                raise BadRequest("chunked body too large")
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return bytes(body)
+            chunk = self.rfile.read(size)
+            if len(chunk) != size:
+                raise BadRequest("a chunk ended early")
+            body += chunk
+            self.rfile.readline(1024)
+
+    def reply(self, status, payload, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(payload)
+        self.wfile.flush()
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True       # a stalled handler never delays exit
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, socket.timeout)):
+            return  # a client that refused our certificate or went away: expected
+        print("collector.py: error on a connection from %s:%s" % client_address[:2],
+              file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--ignore-stdin", action="store_true",
+                        help="keep serving after stdin closes (stop with SIGTERM)")
+    parser.add_argument("--tls", metavar="PEM",
+                        help="serve HTTPS with the certificate and key in this PEM file")
+    args = parser.parse_args()
+
+    server = Server((args.host, args.port), Handler)
+    if args.tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls)
+        # The handshake then happens in the connection's own thread, on its first
+        # read, so a slow or failing client never holds up accept().
+        server.socket = context.wrap_socket(server.socket, server_side=True,
+                                            do_handshake_on_connect=False)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def watch_stdin():
+        try:
+            while sys.stdin.buffer.read(1 << 16):
+                pass
+        except (OSError, ValueError):
+            pass
+        stop.set()
+
+    if not args.ignore_stdin:
+        threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("PORT %d" % server.server_address[1], flush=True)
+    while not stop.wait(0.5):
+        pass
+    server.shutdown()
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
