@@ -191,15 +191,17 @@ public final class SnapshotStore: @unchecked Sendable {
     /// - Parameters:
     ///   - durable: Sync to disk before returning. Defaults to `true` for
     ///     ``Priority/critical`` and `false` otherwise.
+    ///   - attempts: Attempts already made before storing (they count toward the
+    ///     retry number sent with later attempts).
     ///   - now: The creation time in milliseconds since the epoch.
     /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
     ///   than the size cap); the failure is counted and nothing else changes.
     @discardableResult
-    public func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil,
+    public func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
                     now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> SnapshotID {
         let id = nextID(now: now)
         let snapshot = Snapshot(id: id, request: request, priority: priority, createdAt: now,
-                                attempts: 0, nextAttemptAt: now)
+                                attempts: attempts, nextAttemptAt: now)
         let value = SnapshotCodec.encode(snapshot)
         let size = id.bytes.count + value.count
         do throws(StoreError) {

@@ -71,15 +71,15 @@ public struct UploaderOptions: Sendable {
 
 /// Counters of an uploader since it started.
 public struct UploaderStats: Sendable, Equatable {
-    /// Batches the collector acknowledged.
+    /// Batches the collector acknowledged, including replayed ones.
     public var deliveredBatches = 0
-    /// Events in them.
+    /// Events in them (for replayed requests, as counted by their batch frame).
     public var deliveredEvents = 0
     /// Attempts that failed and will be retried.
     public var failedAttempts = 0
     /// Batches put in the snapshot store after their in-process attempts.
     public var storedBatches = 0
-    /// Stored snapshots delivered by replay.
+    /// Stored snapshots delivered by replay (also counted in ``deliveredBatches``).
     public var replayedBatches = 0
     /// Events (or stored requests) dropped, by reason (`rejected_400`, `store_full`, ...).
     public var dropped: [String: Int] = [:]
@@ -314,9 +314,11 @@ public final class Uploader: @unchecked Sendable {
     /// Attempts a batch from the ring; on success or a final answer releases the
     /// records, after the attempts stores the snapshot and releases them.
     private func deliver(_ request: UploadRequest, events: Int, fromRing next: UInt64) {
+        var made = 0
         for attempt in 0..<options.attempts {
             if state.withLock({ $0.stopping && $0.flushRequests == 0 }) { return }
             guard breaker.allows(at: clock.now) else { break }
+            made += 1
             switch attemptOnce(request, attempt: attempt) {
             case .delivered:
                 try? ring.commit(upTo: next)
@@ -341,7 +343,7 @@ public final class Uploader: @unchecked Sendable {
         }
         // Out of attempts, paused or breaker open: keep the exact request in the store.
         do {
-            try store.put(request, priority: options.priority)
+            try store.put(request, priority: options.priority, attempts: UInt32(made))
             try? ring.commit(upTo: next)
             pending = nil
             state.withLock { $0.stats.storedBatches += 1 }
@@ -357,11 +359,16 @@ public final class Uploader: @unchecked Sendable {
     private func replayOne() -> Bool {
         guard let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
               breaker.allows(at: clock.now) else { return false }
-        let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts) + 1)
+        let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts))
         switch action {
         case .delivered:
             try? store.delete(snapshot.id)
-            state.withLock { $0.stats.replayedBatches += 1 }
+            let events = (try? FrameDecoder.info(of: snapshot.request.body)).map { Int($0.recordCount) } ?? 0
+            state.withLock {
+                $0.stats.replayedBatches += 1
+                $0.stats.deliveredBatches += 1
+                $0.stats.deliveredEvents += events
+            }
         case .drop(let reason):
             try? store.delete(snapshot.id)
             count(drop: reason, 1)

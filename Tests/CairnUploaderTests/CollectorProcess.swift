@@ -53,6 +53,8 @@ struct RecordedAttempt: Decodable {
     var records: [String]?
     var error: String?
     var answered: Bool
+    /// When the collector received the attempt (its monotonic clock, seconds).
+    var monotonic: Double
 
     /// Every value of the header `name`, compared case-insensitively.
     func headerValues(_ name: String) -> [String] {

@@ -1,0 +1,241 @@
+import CairnStore
+import CairnUploader
+import Foundation
+import Synchronization
+import Testing
+
+/// The uploader against the real collector over TCP: exact-bytes retries, the snapshot
+/// store across processes, Retry-After, drops, the breaker, logs, and the three ways
+/// to send.
+@Suite(.serialized) struct UploaderTests {
+    /// A data directory with a ring and a store, removed afterwards.
+    final class Sandbox {
+        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+            + "/cairn-up-\(getpid())-\(UUID().uuidString.prefix(8))"
+        init() { try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+        func ring() throws -> Ring { try Ring(path: path + "/events.ring") }
+        func store(maxBytes: Int = 32 << 20) throws -> SnapshotStore {
+            try SnapshotStore(directory: path + "/store", options: .init(maxBytes: maxBytes))
+        }
+    }
+
+    /// Records every log the uploader hands to its observer.
+    final class Logs: UploadObserver, @unchecked Sendable {
+        private let lock = Mutex<([UploadStartLog], [UploadResultLog])>(([], []))
+        func uploadWillStart(_ log: UploadStartLog) { lock.withLock { $0.0.append(log) } }
+        func uploadDidFinish(_ log: UploadResultLog) { lock.withLock { $0.1.append(log) } }
+        var starts: [UploadStartLog] { lock.withLock { $0.0 } }
+        var results: [UploadResultLog] { lock.withLock { $0.1 } }
+    }
+
+    static func options(_ collector: CollectorProcess, attempts: Int = 3, observer: (any UploadObserver)? = nil,
+                        breaker: CircuitBreaker = CircuitBreaker(threshold: 1000)) -> UploaderOptions {
+        UploaderOptions(url: collector.baseURL + "/v1/batch", apiKey: "secret-key", maxBatchEvents: 100,
+                        maxBatchAge: .milliseconds(50), attempts: attempts,
+                        backoff: Backoff(base: .milliseconds(50), cap: .milliseconds(200)),
+                        breaker: breaker, requestTimeout: .seconds(5), observer: observer)
+    }
+
+    static func event(_ i: Int, name: String = "checkout") -> [UInt8] {
+        Array(#"{"event_id":"e-\#(i)","name":"\#(name)","n":\#(i)}"#.utf8)
+    }
+
+    @Test func failsTwiceThenDeliversTheSameBytesWithTheSameKey() throws {
+        let collector = try CollectorProcess()
+        try collector.script([["status": 500], ["status": 503, "retry_after": "0"], ["status": 200]])
+        let box = Sandbox()
+        let ring = try box.ring()
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+                                options: Self.options(collector))
+        for i in 0..<10 { try ring.append(Self.event(i)) }
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(20)))
+        uploader.shutdown(timeout: .seconds(5))
+
+        let attempts = try collector.requests()
+        #expect(attempts.count == 3)
+        #expect(Set(attempts.compactMap(\.body_sha256)).count == 1, "identical body bytes on every attempt")
+        #expect(Set(attempts.compactMap(\.idempotency_key)).count == 1, "the same idempotency key")
+        #expect(attempts.map { $0.retry_count ?? "" } == ["0", "1", "2"])
+        #expect(attempts.last?.records == (0..<10).map { String(decoding: Self.event($0), as: UTF8.self) })
+        #expect(attempts[0].headerValues("User-Agent") == ["cairn-swift/0.1.0"])
+        #expect(attempts[0].headerValues("Content-Encoding") == ["zstd"])
+        #expect(uploader.stats.deliveredBatches == 1 && uploader.stats.deliveredEvents == 10)
+        #expect(ring.stats().used == 0)
+    }
+
+    /// The collector is down: the batch is stored; the process ends; a new process
+    /// (the child, in drain mode) replays it with the same bytes and key once the
+    /// collector is up.
+    @Test func storedWhileDownReplayedByTheNextProcess() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["status": 500])
+        let box = Sandbox()
+        do {
+            let ring = try box.ring()
+            let store = try box.store()
+            let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+                                    options: Self.options(collector, attempts: 2))
+            for i in 0..<25 { try ring.append(Self.event(i)) }
+            uploader.start()
+            uploader.flush(timeout: .seconds(10))
+            uploader.shutdown(timeout: .seconds(5))
+            #expect(uploader.stats.storedBatches == 1)
+            #expect(store.stats.count == 1)
+            #expect(ring.stats().used == 0, "stored means released from the ring")
+        }
+        let failed = try collector.requests()
+        #expect(failed.count >= 2)
+        try collector.setDefault(["status": 200])
+
+        let child = productsDirectory + "/cairn-upload-child"
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: child)
+        p.arguments = [box.path, collector.baseURL + "/v1/batch", "replay", "drain"]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0 && text.contains("DRAINED"))
+
+        let all = try collector.requests()
+        let delivered = all.filter { $0.answered && $0.seq > failed.map(\.seq).max() ?? 0 }
+        #expect(delivered.count == 1)
+        #expect(delivered.first?.body_sha256 == failed.first?.body_sha256)
+        #expect(delivered.first?.idempotency_key == failed.first?.idempotency_key)
+        #expect(delivered.first?.records?.count == 25)
+        #expect(Int(delivered.first?.retry_count ?? "0") ?? 0 >= 2, "the attempt count carries over")
+    }
+
+    @Test func retryAfterPausesEveryUpload() throws {
+        let collector = try CollectorProcess()
+        try collector.script([["status": 429, "retry_after": "2"]])
+        let box = Sandbox()
+        let ring = try box.ring()
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+                                options: Self.options(collector))
+        try ring.append(Self.event(1))
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(20)))
+        uploader.shutdown(timeout: .seconds(5))
+        let attempts = try collector.requests()
+        #expect(attempts.count == 2)
+        if attempts.count == 2 {
+            let gap = attempts[1].monotonic - attempts[0].monotonic
+            #expect(gap >= 1.95, "no request before Retry-After elapsed (gap \(gap) s)")
+        }
+        #expect(uploader.stats.pauses == 1 && uploader.stats.deliveredBatches == 1)
+    }
+
+    @Test func rejectedBatchIsDroppedCountedAndReported() throws {
+        let collector = try CollectorProcess()
+        try collector.script([["status": 400, "body": "bad batch"]])
+        let box = Sandbox()
+        let ring = try box.ring()
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+                                options: Self.options(collector))
+        for i in 0..<7 { try ring.append(Self.event(i)) }
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(10)))
+        #expect(uploader.stats.dropped["rejected_400"] == 7)
+        #expect(ring.stats().used == 0)
+        // The next batch tells the collector what was lost, and why.
+        try ring.append(Self.event(100))
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        let attempts = try collector.requests()
+        #expect(attempts.count == 2)
+        #expect(attempts.last?.headerValues("Cairn-Dropped") == ["rejected_400=7"])
+    }
+
+    @Test func breakerOpensThenRecoversAndReplaysEverything() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["status": 500])
+        let box = Sandbox()
+        let ring = try box.ring()
+        let store = try box.store()
+        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+                                options: Self.options(collector, attempts: 1,
+                                                      breaker: CircuitBreaker(threshold: 2, probeAfter: .seconds(3))))
+        uploader.start()
+        for batch in 0..<5 {
+            for i in 0..<10 { try ring.append(Self.event(batch * 10 + i)) }
+            uploader.flush(timeout: .milliseconds(300))
+        }
+        #expect(uploader.stats.breakerOpenings == 1)
+        let whileOpen = try collector.requests().count
+        #expect(whileOpen == 2, "after two failures the open breaker stops attempts (saw \(whileOpen))")
+        #expect(store.stats.count == 5, "every batch went to the store")
+        #expect(ring.stats().used == 0)
+        try collector.setDefault(["status": 200])
+        // After the probe interval, replay delivers every stored batch.
+        let deadline = Date().addingTimeInterval(20)
+        while store.stats.count > 0 && Date() < deadline { usleep(50_000) }
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(store.stats.count == 0)
+        let delivered = Set(try collector.events().map(\.record))
+        #expect(delivered == Set((0..<50).map { String(decoding: Self.event($0), as: UTF8.self) }))
+    }
+
+    @Test func logsShowWhatIsSentWithSecretsRedacted() throws {
+        let collector = try CollectorProcess()
+        try collector.script([["status": 500, "body": "try later"], ["status": 200, "body": "ok"]])
+        let logs = Logs()
+        let box = Sandbox()
+        let ring = try box.ring()
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+                                options: Self.options(collector, observer: logs))
+        try ring.append(Self.event(1, name: "signup"))
+        try ring.append(Self.event(2, name: "checkout"))
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        let starts = logs.starts, results = logs.results
+        #expect(starts.count == 2 && results.count == 2)
+        #expect(starts.first?.eventNames == ["signup", "checkout"])
+        #expect(starts.first?.url == collector.baseURL + "/v1/batch")
+        #expect(starts.first?.headers.contains(HTTPHeader("Authorization", "[redacted]")) == true)
+        #expect(starts.first?.params.contains(#""name":"signup""#) == true)
+        #expect(results.map(\.status) == [500, 200])
+        #expect(results.map(\.success) == [false, true])
+        #expect(results.first?.response == "try later")
+        // What the collector saw carried the real key.
+        #expect(try collector.requests().first?.headerValues("Authorization") == ["Bearer secret-key"])
+    }
+
+    @Test func buildOnlyAndSendPrebuilt() throws {
+        let collector = try CollectorProcess()
+        let box = Sandbox()
+        let ring = try box.ring()
+        let store = try box.store()
+        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: Self.options(collector))
+        // Build-only: the exact request, for the integrator to send.
+        let built = try uploader.buildRequest(records: [Self.event(1), Self.event(2)])
+        #expect(built.url == collector.baseURL + "/v1/batch" && built.header("Idempotency-Key") == built.idempotencyKey)
+        let decoded = try FrameDecoder(maxContentSize: 1 << 20).decodeRecords(built.body)
+        #expect(decoded.records == [Self.event(1), Self.event(2)])
+        #expect(try collector.requests().isEmpty, "build-only sends nothing")
+        // Send-prebuilt: a payload built elsewhere gets the store-and-retry treatment.
+        try collector.script([["status": 500]])
+        let body = try FrameEncoder().encode(batchID: 42, records: [Self.event(9)])
+        let sent = try uploader.sendPrebuilt(body: body)
+        uploader.start()
+        let deadline = Date().addingTimeInterval(15)
+        while store.stats.count > 0 && Date() < deadline { usleep(50_000) }
+        uploader.shutdown(timeout: .seconds(5))
+        let attempts = try collector.requests()
+        #expect(attempts.count == 2)
+        #expect(attempts.allSatisfy { $0.idempotency_key == sent.idempotencyKey && $0.batch?.batch_id == 42 })
+        #expect(Set(attempts.compactMap(\.body_sha256)).count == 1)
+    }
+}
+
+/// The directory of the package's built products (beside the test bundle).
+let productsDirectory: String = {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+    if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
+    return url.path
+}()
