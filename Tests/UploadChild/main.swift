@@ -52,6 +52,7 @@ do {
             try ring.append(event)
             say("A \(id)")
             seq += 1
+            usleep(200) // a busy service, not a flood: keeps the collector's records manageable
         } catch {
             usleep(1000) // full: the uploader is behind or the collector down
         }

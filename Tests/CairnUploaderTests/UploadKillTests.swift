@@ -1,0 +1,92 @@
+import CairnStore
+import CairnUploader
+import Foundation
+import Synchronization
+import Testing
+
+/// `kill -9` of a tracking and uploading child process at random moments, 50 times,
+/// while the collector randomly fails, stalls or drops connections. Then a last child
+/// drains what is left. Every event whose append was acknowledged to the child must
+/// have arrived at least once; a duplicate is the same event (same id, same bytes);
+/// nothing arrives that no child wrote.
+@Suite struct UploadKillTests {
+    final class Lines: @unchecked Sendable {
+        private let done = DispatchSemaphore(value: 0)
+        private var data = Data()
+        func set(_ d: Data) { data = d; done.signal() }
+        func wait() -> String { done.wait(); return String(decoding: data, as: UTF8.self) }
+    }
+
+    @Test func sigkillFiftyTimesWithAFlakyCollectorLosesNothing() throws {
+        let collector = try CollectorProcess()
+        let dir = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+            + "/cairn-kill-\(getpid())-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let child = productsDirectory + "/cairn-upload-child"
+        let url = collector.baseURL + "/v1/batch"
+        var rng = SystemRandomNumberGenerator()
+        let flaky: [[String: Any]] = [["status": 200], ["status": 500], ["status": 503, "retry_after": "0"],
+                                      ["drop": true], ["stall": 0.3], ["status": 200], ["status": 200]]
+        var acknowledged = Set<String>()
+        for run in 1...50 {
+            try collector.script((0..<8).map { _ in flaky.randomElement(using: &rng) ?? ["status": 200] })
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: child)
+            p.arguments = [dir, url, "r\(run)", "track"]
+            let out = Pipe(), err = Pipe()
+            p.standardOutput = out
+            p.standardError = err
+            try p.run()
+            let lines = Lines()
+            let reader = Thread { lines.set(out.fileHandleForReading.readDataToEndOfFile()) }
+            reader.start()
+            usleep(UInt32.random(in: 50_000...400_000, using: &rng))
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+            let text = lines.wait()
+            let problem = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(p.terminationReason == .uncaughtSignal, "run \(run) ended on its own: \(problem)")
+            for line in text.split(separator: "\n") where line.hasPrefix("A ") {
+                acknowledged.insert(String(line.dropFirst(2)))
+            }
+        }
+        #expect(acknowledged.count > 50 * 20, "the children must have tracked for real")
+
+        // The collector recovers; a last process drains the ring and the store.
+        try collector.script([])
+        try collector.setDefault(["status": 200])
+        let drain = Process()
+        drain.executableURL = URL(fileURLWithPath: child)
+        drain.arguments = [dir, url, "drain", "drain"]
+        let out = Pipe()
+        drain.standardOutput = out
+        try drain.run()
+        let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        drain.waitUntilExit()
+        #expect(drain.terminationStatus == 0 && said.contains("DRAINED"))
+
+        var delivered: [String: String] = [:]
+        var conflicting = 0, invented = 0
+        for event in try collector.events() {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(event.record.utf8)) as? [String: Any],
+                  let id = object["event_id"] as? String else {
+                invented += 1
+                continue
+            }
+            if let earlier = delivered[id], earlier != event.record { conflicting += 1 }
+            delivered[id] = event.record
+        }
+        let lost = acknowledged.subtracting(delivered.keys)
+        #expect(invented == 0)
+        #expect(conflicting == 0, "a duplicate must be the same event")
+        #expect(lost.isEmpty, "\(lost.count) acknowledged events never arrived, e.g. \(lost.sorted().prefix(5))")
+        let unknown = Set(delivered.keys).filter { id in
+            guard let dash = id.lastIndex(of: "-"), id.hasPrefix("r"), Int(id[id.index(after: dash)...]) != nil
+            else { return true }
+            return false
+        }
+        #expect(unknown.isEmpty, "events no child wrote: \(unknown.prefix(5))")
+        print("upload kill test: \(acknowledged.count) acknowledged events, \(delivered.count) distinct delivered over 50 kills")
+    }
+}
