@@ -60,7 +60,8 @@ let package = Package(
                     path: "Tests/CairnUploaderTests"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
-        .executableTarget(name: "CairnBenchmarks", dependencies: ["CCairn", "CZstd"],
+        .executableTarget(name: "CairnBenchmarks",
+                          dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader"],
                           path: "Benchmarks/CairnBenchmarks"),
     ]
 )
