@@ -128,6 +128,8 @@ public final class Uploader: @unchecked Sendable {
     public let options: UploaderOptions
     private let state = Mutex(Shared())
     private let wake = NSCondition()
+    /// Guarded by `wake`.
+    private var signalled = false
     private let clock = ContinuousClock()
 
     // Worker-only state.
@@ -170,7 +172,7 @@ public final class Uploader: @unchecked Sendable {
         defer { state.withLock { $0.flushRequests -= 1 } }
         while clock.now < deadline {
             if state.withLock({ $0.idle || $0.finished }) { return isDrained() }
-            wait(until: min(deadline, clock.now + .milliseconds(20)), onWorker: false)
+            usleep(5_000)
         }
         return isDrained()
     }
@@ -184,7 +186,7 @@ public final class Uploader: @unchecked Sendable {
         state.withLock { $0.stopping = true }
         signal()
         while !state.withLock({ $0.finished || !$0.started }) && clock.now < deadline + .seconds(1) {
-            wait(until: clock.now + .milliseconds(10), onWorker: false)
+            usleep(5_000)
         }
         try? store.sync()
         try? ring.sync()
@@ -255,7 +257,7 @@ public final class Uploader: @unchecked Sendable {
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
             if let until = state.withLock({ $0.pausedUntil }), until > now {
-                wait(until: until, onWorker: true)
+                sleep(until: until)
                 continue
             }
             if now - lastSync >= options.syncInterval {
@@ -268,7 +270,7 @@ public final class Uploader: @unchecked Sendable {
             }
             if replayOne() { continue }
             if let next = nextBatchDeadline() {
-                wait(until: next, onWorker: true)
+                sleep(until: next)
             }
         }
         state.withLock { $0.finished = true }
@@ -335,7 +337,7 @@ public final class Uploader: @unchecked Sendable {
             case .retry:
                 if attempt + 1 < options.attempts {
                     let delay = options.backoff.delay(afterAttempt: attempt, random: Double.random(in: 0..<1))
-                    wait(until: clock.now + delay, onWorker: true)
+                    sleep(until: clock.now + delay)
                     continue
                 }
             }
@@ -351,7 +353,7 @@ public final class Uploader: @unchecked Sendable {
             // The store is full or the disk is: the records stay in the ring and this
             // request in memory; try again later.
             state.withLock { $0.stats.storeFailures += 1 }
-            wait(until: clock.now + options.backoff.cap / 10, onWorker: true)
+            sleep(until: clock.now + options.backoff.cap / 10)
         }
     }
 
@@ -449,20 +451,25 @@ public final class Uploader: @unchecked Sendable {
         ring.stats().used == 0 && state.withLock { $0.idle || $0.finished }
     }
 
+    /// Wakes the worker (flush, shutdown, a new snapshot). The flag makes a signal sent
+    /// while the worker is not yet waiting wake its next wait instead of being lost.
     private func signal() {
         wake.lock()
+        signalled = true
         wake.broadcast()
         wake.unlock()
     }
 
-    /// Sleeps until `deadline`, a signal (flush, shutdown, a new snapshot), or for the
-    /// worker, a stop request.
-    private func wait(until deadline: ContinuousClock.Instant, onWorker: Bool) {
+    /// The worker sleeps until `deadline` or a signal, whichever comes first; it does
+    /// not sleep at all once asked to stop.
+    private func sleep(until deadline: ContinuousClock.Instant) {
         let remaining = deadline - clock.now
-        guard remaining > .zero, !(onWorker && state.withLock({ $0.stopping })) else { return }
+        guard remaining > .zero, !state.withLock({ $0.stopping }) else { return }
         let seconds = Double(remaining.components.seconds) + Double(remaining.components.attoseconds) / 1e18
+        let until = Date().addingTimeInterval(seconds)
         wake.lock()
-        _ = wake.wait(until: Date().addingTimeInterval(seconds))
+        while !signalled && wake.wait(until: until) {}
+        signalled = false
         wake.unlock()
     }
 }
