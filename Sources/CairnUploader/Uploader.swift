@@ -244,6 +244,7 @@ public final class Uploader: @unchecked Sendable {
         if r.droppedTooBig > 0 { all["ring_too_big"] = Int(r.droppedTooBig) }
         if r.skippedCorrupt > 0 { all["ring_corrupt"] = Int(r.skippedCorrupt) }
         let s = store.stats
+        if s.setAside { all["store_corrupt"] = 1 }
         if s.evictedAge > 0 { all["store_age"] = s.evictedAge }
         let bySize = s.evictedSize.values.reduce(0, +)
         if bySize > 0 { all["store_size"] = bySize }
@@ -253,6 +254,16 @@ public final class Uploader: @unchecked Sendable {
     // MARK: The worker
 
     private func run() {
+        if options.debugLogging {
+            let r = ring.stats()
+            var notes: [String] = []
+            if r.origin == .setAside { notes.append("ring file was unreadable: set aside, fresh ring created") }
+            if r.skippedCorrupt > 0 { notes.append("ring: \(r.skippedCorrupt) torn regions skipped (\(r.skippedBytes) bytes)") }
+            if r.recovered > 0 { notes.append("ring: \(r.recovered) records recovered from the last run") }
+            if store.stats.setAside { notes.append("snapshot store was unreadable: set aside, fresh store created") }
+            if store.stats.count > 0 { notes.append("snapshot store: \(store.stats.count) requests to replay") }
+            for note in notes { FileHandle.standardError.write(Data("[cairn] \(note)\n".utf8)) }
+        }
         _ = try? store.evictExpired()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
