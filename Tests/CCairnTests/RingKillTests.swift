@@ -55,15 +55,18 @@ import Testing
             p.standardError = err
             try p.run()
 
-            // Read the reports as they come, so the child never blocks on a full pipe.
+            // The first report means the ring is open (killing the child while it creates
+            // the file is a different test: the set-aside one). Then read the reports as
+            // they come, so the child never blocks on a full pipe.
             let fh = out.fileHandleForReading
+            let first = fh.readData(ofLength: 16)
             let collected = Collected()
             let reader = Thread { collected.set(fh.readDataToEndOfFile()) }
             reader.start()
-            usleep(UInt32.random(in: 5_000...150_000, using: &rng))
+            usleep(UInt32.random(in: 2_000...150_000, using: &rng))
             kill(p.processIdentifier, SIGKILL)
             p.waitUntilExit()
-            let data = collected.wait()
+            let data = first + collected.wait()
             let childErr = String(decoding: err.fileHandleForReading.readDataToEndOfFile().prefix(2000), as: UTF8.self)
             #expect(p.terminationReason == .uncaughtSignal && p.terminationStatus == SIGKILL,
                     "run \(run): the child must die of the SIGKILL, not exit on its own (status \(p.terminationStatus)): \(childErr)")
