@@ -41,8 +41,14 @@ public struct UploadRequest: Sendable, Equatable {
     }
 
     /// The value of the first header named `name` (compared case-insensitively).
-    public func header(_ name: String) -> String? {
+    public func header(_ name: String) -> String? { headers.value(of: name) }
+}
+
+extension Array where Element == HTTPHeader {
+    /// The value of the first header named `name`, compared case-insensitively (as
+    /// HTTP header names are).
+    public func value(of name: String) -> String? {
         let lower = name.lowercased()
-        return headers.first { $0.name.lowercased() == lower }?.value
+        return first { $0.name.lowercased() == lower }?.value
     }
 }

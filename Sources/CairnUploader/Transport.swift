@@ -52,10 +52,7 @@ public struct TransportResponse: Sendable, Equatable {
     }
 
     /// The value of the first header named `name` (compared case-insensitively).
-    public func header(_ name: String) -> String? {
-        let lower = name.lowercased()
-        return headers.first { $0.name.lowercased() == lower }?.value
-    }
+    public func header(_ name: String) -> String? { headers.value(of: name) }
 }
 
 /// Why an attempt got no HTTP response.

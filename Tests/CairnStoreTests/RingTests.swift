@@ -4,13 +4,6 @@ import Testing
 
 /// The Swift `Ring` wrapper: typed errors, reservations, runs and stats.
 @Suite struct RingTests {
-    /// A scratch directory for one test, removed afterwards.
-    final class Scratch {
-        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-ring-\(getpid())-\(UUID().uuidString.prefix(8))"
-        init() { try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
-    }
 
     @Test func appendPeekCommitAndStats() throws {
         let dir = Scratch()

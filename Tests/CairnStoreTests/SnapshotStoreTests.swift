@@ -7,13 +7,6 @@ import Testing
 /// counts, map growth, set-aside of unreadable environments, a full disk, and readers
 /// that are not ours (`mdb_dump`, Python's `lmdb`).
 @Suite struct SnapshotStoreTests {
-    final class Scratch {
-        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-store-\(getpid())-\(UUID().uuidString.prefix(8))"
-        init() { try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
-        var store: String { path + "/store" }
-    }
 
     static let repoRoot: String = {
         var url = URL(fileURLWithPath: #filePath)
