@@ -1,6 +1,5 @@
 import CLMDB
 import Foundation
-import Synchronization
 
 /// An error from the LMDB store: the LMDB (or system) function, its code, and
 /// `mdb_strerror`'s text.
@@ -144,10 +143,10 @@ public final class SnapshotStore: @unchecked Sendable {
     private let env: OpaquePointer
     private let snapshots: MDB_dbi
     private let meta: MDB_dbi
-    private let state: Mutex<State>
+    private let state: Locked<State>
     /// Held for every transaction: resizing the map needs no transaction active in
     /// the process, and counters stay consistent with what was committed.
-    private let serial = Mutex(())
+    private let serial = Locked(())
     private let setAside: Bool
 
     /// The directory holding the environment.
@@ -177,7 +176,7 @@ public final class SnapshotStore: @unchecked Sendable {
         setAside = aside
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
-        state = Mutex(State(mapSize: max(mapSize, Int(info.me_mapsize)),
+        state = Locked(State(mapSize: max(mapSize, Int(info.me_mapsize)),
                             sequence: UInt64(UInt32.random(in: 0...UInt32.max)) << 32))
         try recount()
     }

@@ -1,7 +1,6 @@
 import CCurl
 import CCurlShim
 import CairnStore
-import Synchronization
 
 /// The default ``Transport``: libcurl's easy interface.
 ///
@@ -46,7 +45,7 @@ public final class CurlTransport: Transport {
     /// How many idle easy handles, each with its open connections, are kept for reuse.
     public let maxIdleHandles: Int
 
-    private let idle = Mutex<[EasyHandle]>([])
+    private let idle = Locked<[EasyHandle]>([])
 
     /// Creates a transport.
     ///

@@ -1,6 +1,5 @@
 import CairnStore
 import Foundation
-import Synchronization
 
 /// Options of the ``Uploader``.
 public struct UploaderOptions: Sendable {
@@ -107,7 +106,7 @@ public struct UploaderStats: Sendable, Equatable {
 /// uploader.shutdown(timeout: .seconds(5))
 /// ```
 public final class Uploader: @unchecked Sendable {
-    // @unchecked: the mutable state lives in `state` (a Mutex) or is touched only by
+    // @unchecked: the mutable state lives in `state` (a lock) or is touched only by
     // the worker thread (`pending`, `encoder`, `breaker`); `ring`, `store` and
     // `transport` are Sendable.
 
@@ -126,7 +125,7 @@ public final class Uploader: @unchecked Sendable {
     private let transport: any Transport
     /// The uploader's options.
     public let options: UploaderOptions
-    private let state = Mutex(Shared())
+    private let state = Locked(Shared())
     private let wake = NSCondition()
     /// Guarded by `wake`.
     private var signalled = false
@@ -279,10 +278,12 @@ public final class Uploader: @unchecked Sendable {
                 deliver(p.request, events: p.events, fromRing: p.next)
                 continue
             }
-            if replayOne() { continue }
-            if let next = nextBatchDeadline() {
-                sleep(until: next)
-            }
+            // New events first, so a backlog of stored requests never starves the ring;
+            // then one stored request, if one is due.
+            let next = nextBatchDeadline()
+            if pending != nil { continue }
+            if replayOne() == .finished { continue }
+            sleep(until: next ?? clock.now + options.maxBatchAge)
         }
         state.withLock { $0.finished = true }
         signal()
@@ -368,10 +369,14 @@ public final class Uploader: @unchecked Sendable {
         }
     }
 
-    /// Sends the oldest stored snapshot that is due. Returns whether it did anything.
-    private func replayOne() -> Bool {
+    /// What one replay did: nothing was due, the request was delivered or dropped for
+    /// good, or it stays stored for a later attempt.
+    private enum Replay { case nothingDue, finished, notDelivered }
+
+    /// Sends the oldest stored snapshot that is due.
+    private func replayOne() -> Replay {
         guard let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
-              breaker.allows(at: clock.now) else { return false }
+              breaker.allows(at: clock.now) else { return .nothingDue }
         let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts))
         switch action {
         case .delivered:
@@ -389,8 +394,9 @@ public final class Uploader: @unchecked Sendable {
             // Half to full backoff, so replays of many snapshots do not bunch up.
             let delay = options.backoff.delay(afterAttempt: Int(snapshot.attempts) + 1, random: Double.random(in: 0.5..<1))
             try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + milliseconds(delay))
+            return .notDelivered
         }
-        return true
+        return .finished
     }
 
     /// One attempt: logs, sends, classifies, updates the breaker and pauses.

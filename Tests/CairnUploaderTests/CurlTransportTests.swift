@@ -3,7 +3,6 @@
 // here measures time: a busy two-core machine must pass as well as an idle one.
 import CairnStore
 import Foundation
-import Synchronization
 import Testing
 
 @testable import CairnUploader
@@ -302,7 +301,7 @@ private func failure(_ result: TransportResult,
         defer { collector.stop() }
         let transport = CurlTransport()
         let url = collector.baseURL + "/v1/batch"
-        let statuses = Mutex<[String: Int]>([:])
+        let statuses = Locked<[String: Int]>([:])
         DispatchQueue.concurrentPerform(iterations: 4) { sender in
             for index in 0..<10 {
                 let key = "s\(sender)-\(index)"

@@ -1,7 +1,6 @@
 import CairnStore
 import CairnUploader
 import Foundation
-import Synchronization
 import Testing
 
 /// `kill -9` of a tracking and uploading child process at random moments, 50 times,

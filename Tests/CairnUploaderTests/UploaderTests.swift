@@ -1,7 +1,6 @@
 import CairnStore
 import CairnUploader
 import Foundation
-import Synchronization
 import Testing
 
 /// The uploader against the real collector over TCP: exact-bytes retries, the snapshot
@@ -22,7 +21,7 @@ import Testing
 
     /// Records every log the uploader hands to its observer.
     final class Logs: UploadObserver, @unchecked Sendable {
-        private let lock = Mutex<([UploadStartLog], [UploadResultLog])>(([], []))
+        private let lock = Locked<([UploadStartLog], [UploadResultLog])>(([], []))
         func uploadWillStart(_ log: UploadStartLog) { lock.withLock { $0.0.append(log) } }
         func uploadDidFinish(_ log: UploadResultLog) { lock.withLock { $0.1.append(log) } }
         var starts: [UploadStartLog] { lock.withLock { $0.0 } }
