@@ -49,7 +49,8 @@ test: build fuzz-smoke sanitize bench-quick test-swift
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest
 
-# The C core's tests under AddressSanitizer and ThreadSanitizer (the fuzzers add UBSan).
+# The C core's tests under AddressSanitizer; the ring, frames, store and uploader under
+# ThreadSanitizer (the fuzzers add UBSan).
 sanitize: asan tsan
 
 asan: deps
@@ -60,7 +61,7 @@ asan: deps
 tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan $(LLD)
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --disable-xctest --sanitize=thread \
-	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests'
+	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests|UploaderTests|SnapshotStoreTests'
 
 # libFuzzer targets, built with the toolchain's clang.
 fuzzers: $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZERS))
