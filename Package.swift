@@ -32,12 +32,15 @@ let package = Package(
                 cSettings: strictC),
 
         // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
-        .target(name: "CCairn", dependencies: ["CZstd"], path: "CSources/CCairn",
+        .target(name: "CCairn", dependencies: ["CZstd", "CUnwind"], path: "CSources/CCairn",
                 cSettings: strictC),
 
         // Swift wrappers of the C core.
         .target(name: "CairnStore", dependencies: ["CCairn", "CLMDB"], path: "Sources/CairnStore",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
+
+        // A child process for the crash tests: installs the handler and crashes.
+        .executableTarget(name: "cairn-crash-child", dependencies: ["CCairn"], path: "Tests/CrashChild"),
 
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
         .target(name: "CairnUploader", dependencies: ["CairnStore", "CCurl", "CCurlShim"],
@@ -49,7 +52,7 @@ let package = Package(
                           path: "Tests/RingChild"),
 
         .testTarget(name: "CCairnTests",
-                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child"],
+                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child", "cairn-crash-child"],
                     path: "Tests/CCairnTests"),
         .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB"],
                     path: "Tests/CairnStoreTests"),

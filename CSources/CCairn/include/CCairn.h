@@ -529,6 +529,120 @@ int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, size_t len,
                        void *dst, size_t dst_cap, size_t *dst_len,
                        cairn_frame_info_t *info);
 
+/* ------------------------------------------------------------------------------ */
+/* Crash capture  (EXPERIMENTAL: the API and the report format may still change)    */
+/* ------------------------------------------------------------------------------ */
+
+/** Version of the crash report format written by this library (docs/FORMATS.md). */
+#define CAIRN_CRASH_FORMAT_VERSION 1
+
+/** Also capture SIGQUIT (off by default: services use it for thread dumps). */
+#define CAIRN_CRASH_SIGQUIT 0x1u
+
+/** Options for cairn_crash_install(). */
+typedef struct cairn_crash_options {
+    /** Directory for reports; must exist. The report of this process is
+     *  `<dir>/crash-<pid>.report`. */
+    const char *report_dir;
+    /** CAIRN_CRASH_* flags. */
+    uint32_t flags;
+    /** Largest context blob (cairn_crash_set_context) kept; 0 means 16 KiB. */
+    uint32_t context_capacity;
+} cairn_crash_options_t;
+
+/**
+ * Installs the crash handler for SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT and
+ * SIGSYS (and SIGQUIT with CAIRN_CRASH_SIGQUIT), on an alternate stack, keeping the
+ * previous handlers, which are called after the report is written. Everything the
+ * handler needs is prepared here: the report path, buffers, the list of loaded modules
+ * and libunwind. The calling thread gets an alternate stack (see
+ * cairn_crash_prepare_thread()).
+ *
+ * After a crash the process still dies with the same signal as without Cairn.
+ *
+ * @param opts  Options; `report_dir` is required.
+ * @return 0; CAIRN_EINVAL (NULL options or directory, path too long, already
+ *         installed); CAIRN_ENOMEM; or an errno from sigaction or mmap.
+ *
+ * Ownership: the options are copied.
+ * Thread-safety: call once, early, before other threads crash.
+ * Async-signal-safe: no.
+ */
+int cairn_crash_install(const cairn_crash_options_t *opts);
+
+/**
+ * Gives the calling thread an alternate signal stack of 64 KiB with a guard page,
+ * unless it already has one, so a stack overflow on this thread is still reported.
+ *
+ * @return 0; or an errno from mmap or sigaltstack.
+ *
+ * Ownership: the stack is freed when the thread is not using it any more only at
+ *            process exit (a few pages per thread).
+ * Thread-safety: affects the calling thread only.
+ * Async-signal-safe: no.
+ */
+int cairn_crash_prepare_thread(void);
+
+/**
+ * Sets the context written into a crash report (session id, release, breadcrumbs),
+ * already serialised by the caller (JSON by convention). Kept in one of two buffers
+ * and swapped in atomically, so a crash during the call sees the previous context.
+ *
+ * @param data  The bytes, or NULL with `len` 0 to clear.
+ * @param len   At most the installed `context_capacity`; longer is cut.
+ * @return 0; CAIRN_EINVAL before cairn_crash_install().
+ *
+ * Ownership: the bytes are copied.
+ * Thread-safety: calls must not overlap (one writer); crashes may happen at any time.
+ * Async-signal-safe: no.
+ */
+int cairn_crash_set_context(const void *data, size_t len);
+
+/** A crash report read by cairn_crash_report_parse(). Pointers point into the
+ *  caller's buffer. */
+typedef struct cairn_crash_report {
+    uint32_t version;        /**< format version */
+    int complete;            /**< 1 when the commit marker was found */
+    int signal;              /**< signal number */
+    int code;                /**< si_code */
+    uint64_t fault_address;  /**< si_addr */
+    int32_t pid;             /**< crashed process */
+    int32_t tid;             /**< crashed thread */
+    char thread_name[17];    /**< its name, NUL-terminated */
+    uint64_t time_ns;        /**< CLOCK_REALTIME at the crash, ns */
+    uint64_t handler_ns;     /**< time spent in the handler until the commit, ns */
+    uint32_t arch;           /**< 1 x86-64, 2 aarch64 */
+    uint32_t register_count; /**< registers in `registers` (arch order) */
+    const unsigned char *registers; /**< register_count little-endian u64 */
+    uint32_t frame_count;    /**< frames in `frames` */
+    const unsigned char *frames; /**< frame_count little-endian u64 instruction pointers, innermost first */
+    uint32_t frames_method;  /**< 1 libunwind, 2 frame pointers */
+    uint32_t module_count;   /**< modules in `modules` */
+    const unsigned char *modules; /**< module records (docs/FORMATS.md) */
+    size_t modules_len;      /**< bytes at `modules` */
+    const unsigned char *context; /**< the context blob */
+    size_t context_len;      /**< its length */
+    const unsigned char *message; /**< a fatal-error message, if any */
+    size_t message_len;      /**< its length */
+    uint32_t nested;         /**< signals that hit while the handler ran */
+} cairn_crash_report_t;
+
+/**
+ * Parses a crash report, tolerating truncation at any byte: what is complete is
+ * returned and `complete` says whether the whole report was written.
+ *
+ * @param data  The file's bytes.
+ * @param len   Their length.
+ * @param out   Receives the report.
+ * @return 0 (complete or partial); CAIRN_EINVAL for NULL arguments; CAIRN_ECORRUPT when
+ *         the bytes are not a Cairn crash report; CAIRN_EVERSION for an unknown version.
+ *
+ * Ownership: `out` points into `data`, which must outlive it.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t *out);
+
 #ifdef __cplusplus
 }
 #endif

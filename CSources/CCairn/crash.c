@@ -1,0 +1,520 @@
+/* crash.c: the crash handler. EXPERIMENTAL (see CCairn.h).
+ *
+ * Design note: why each call in the handler is safe
+ * ---------------------------------------------------
+ * A crash handler runs in a process whose heap, locks and stdio may be broken, on a
+ * stack that may be exhausted. Everything it needs is prepared at install time: the
+ * report path, the module list (already serialised), libunwind (initialised and
+ * stepped once so its lazy setup is done), the alternate stack, and the context blob
+ * (two buffers swapped by an atomic pointer). In the handler:
+ *   - no malloc, stdio, snprintf or locks: integers are encoded by hand into a buffer
+ *     on the (alternate) stack;
+ *   - system calls only from POSIX's async-signal-safe list (open, write, fsync,
+ *     close, clock_gettime, sigaction, getpid, nanosleep, _exit) plus Linux's gettid
+ *     and tgkill through syscall(2), and prctl(PR_GET_NAME), which only reads;
+ *   - libunwind's local unwinder (UNW_LOCAL_ONLY, unw_init_local2 with
+ *     UNW_INIT_SIGNAL_FRAME), with per-thread caching so no global lock is taken;
+ *   - one thread wins (compare-and-swap on the winner's thread id); others crashing
+ *     at the same time wait, bounded, for the winner to end the process;
+ *   - SA_NODEFER lets a fault inside the handler re-enter it: the second entry writes
+ *     a short NESTED section and finishes the report, a third exits at once;
+ *   - afterwards the previous handler is restored and called, or the default action
+ *     taken: a hardware fault returns and faults again, a sent signal (si_code <= 0)
+ *     or SIGABRT is raised again with tgkill; _exit follows in case the signal did
+ *     not end the process (PID 1 ignores signals it has no handler for).
+ */
+#define _GNU_SOURCE
+#define UNW_LOCAL_ONLY
+#include "CCairn.h"
+#include "cairn_internal.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libunwind.h>
+#include <link.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+enum {
+    SEC_SIGNAL = 1,
+    SEC_REGISTERS = 2,
+    SEC_FRAMES = 3,
+    SEC_MODULES = 4,
+    SEC_CONTEXT = 5,
+    SEC_MESSAGE = 6,
+    SEC_NESTED = 7,
+    SEC_TIMING = 8,
+    SEC_COMMIT = 0x544D4F43, /* "COMT" */
+};
+
+#define MAX_FRAMES 128
+#define MAX_EXEC_RANGES 1024
+#define MODULES_BYTES (96 * 1024)
+#define ALT_STACK_SIZE (64 * 1024)
+
+static const char report_magic[8] = {'C', 'A', 'I', 'R', 'N', 'C', 'R', 'S'};
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT, SIGSYS, SIGQUIT};
+#define SIGNAL_COUNT (sizeof crash_signals / sizeof crash_signals[0])
+
+/* Prepared at install. */
+static int installed;
+static uint32_t install_flags;
+static char report_path[4096];
+static struct sigaction previous[SIGNAL_COUNT];
+static unsigned char modules_section[MODULES_BYTES];
+static size_t modules_len;
+static uint32_t module_count;
+static struct { uintptr_t start, end; } exec_ranges[MAX_EXEC_RANGES];
+static size_t exec_range_count;
+static unsigned char *context_buffers[2];
+static uint32_t context_capacity;
+static size_t context_lengths[2];
+static int context_current = -1; /* which buffer is live, -1 for none; atomic */
+
+/* Crash state. */
+static int winner_tid;   /* atomic */
+static int entries;      /* handler entries by the winner; atomic */
+static int first_signal;
+static int report_fd = -1;
+
+/* ------------------------------------------------------------------------------ */
+/* Install time                                                                     */
+/* ------------------------------------------------------------------------------ */
+
+static int index_of(int sig)
+{
+    for (size_t i = 0; i < SIGNAL_COUNT; i++)
+        if (crash_signals[i] == sig) return (int)i;
+    return -1;
+}
+
+/* Appends a little-endian integer or bytes to the module section, bounded. */
+static int module_put(const void *p, size_t n)
+{
+    if (modules_len + n > sizeof modules_section) return 0;
+    memcpy(modules_section + modules_len, p, n);
+    modules_len += n;
+    return 1;
+}
+
+static int collect_module(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    const char *path = info->dlpi_name;
+    char self[4096];
+    if (!path || !*path) {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = 0;
+        path = self;
+    }
+    uint64_t base = info->dlpi_addr, exec_start = 0, exec_end = 0;
+    const unsigned char *build_id = NULL;
+    uint16_t build_id_len = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            uint64_t s = base + ph->p_vaddr, e = s + ph->p_memsz;
+            if (!exec_start || s < exec_start) exec_start = s;
+            if (e > exec_end) exec_end = e;
+            if (exec_range_count < MAX_EXEC_RANGES) {
+                exec_ranges[exec_range_count].start = (uintptr_t)s;
+                exec_ranges[exec_range_count].end = (uintptr_t)e;
+                exec_range_count++;
+            }
+        }
+        if (ph->p_type == PT_NOTE && !build_id) {
+            const unsigned char *p = (const unsigned char *)(base + ph->p_vaddr);
+            const unsigned char *end = p + ph->p_memsz;
+            while (p + sizeof(ElfW(Nhdr)) <= end) {
+                const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+                const unsigned char *name = p + sizeof *nh;
+                const unsigned char *desc = name + ((nh->n_namesz + 3) & ~3u);
+                if (desc + nh->n_descsz > end) break;
+                if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                    build_id = desc;
+                    build_id_len = (uint16_t)(nh->n_descsz > 64 ? 64 : nh->n_descsz);
+                    break;
+                }
+                p = desc + ((nh->n_descsz + 3) & ~3u);
+            }
+        }
+    }
+    uint16_t path_len = (uint16_t)strnlen(path, 1024);
+    unsigned char rec[26];
+    cairn__put64(rec, base);
+    cairn__put64(rec + 8, exec_start);
+    cairn__put64(rec + 16, exec_end);
+    cairn__put16(rec + 24, build_id_len);
+    size_t mark = modules_len;
+    unsigned char len2[2];
+    cairn__put16(len2, path_len);
+    if (module_put(rec, sizeof rec) && module_put(build_id, build_id_len) && module_put(len2, 2) &&
+        module_put(path, path_len)) {
+        module_count++;
+    } else {
+        modules_len = mark; /* out of room: the module is left out, the rest stays valid */
+    }
+    return 0;
+}
+
+static void collect_modules(void)
+{
+    modules_len = 4; /* the count goes first */
+    module_count = 0;
+    exec_range_count = 0;
+    dl_iterate_phdr(collect_module, NULL);
+    cairn__put32(modules_section, module_count);
+}
+
+/* Runs libunwind once, so that its lazy initialisation happens now, not in the
+ * handler; and asks for per-thread caches (no global lock). */
+static void warm_up_unwinder(void)
+{
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    unw_context_t ctx;
+    unw_cursor_t cursor;
+    if (unw_getcontext(&ctx) == 0 && unw_init_local(&cursor, &ctx) == 0) unw_step(&cursor);
+}
+
+int cairn_crash_prepare_thread(void)
+{
+    stack_t current;
+    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE) && current.ss_size >= ALT_STACK_SIZE)
+        return 0; /* the thread has one already: never replace it */
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t page = ps > 0 ? (size_t)ps : 4096;
+    unsigned char *mem = mmap(NULL, ALT_STACK_SIZE + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return errno;
+    mprotect(mem, page, PROT_NONE); /* guard page below the stack */
+    stack_t ss = {.ss_sp = mem + page, .ss_size = ALT_STACK_SIZE, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) {
+        int err = errno;
+        munmap(mem, ALT_STACK_SIZE + page);
+        return err;
+    }
+    return 0;
+}
+
+static void crash_handler(int sig, siginfo_t *info, void *uctx);
+
+int cairn_crash_install(const cairn_crash_options_t *opts)
+{
+    if (!opts || !opts->report_dir || installed) return CAIRN_EINVAL;
+    int n = snprintf(report_path, sizeof report_path, "%s/crash-%d.report", opts->report_dir, (int)getpid());
+    if (n < 0 || (size_t)n >= sizeof report_path) return CAIRN_EINVAL;
+    install_flags = opts->flags;
+    context_capacity = opts->context_capacity ? opts->context_capacity : 16 * 1024;
+    for (int i = 0; i < 2; i++) {
+        context_buffers[i] = malloc(context_capacity);
+        if (!context_buffers[i]) return CAIRN_ENOMEM;
+    }
+    collect_modules();
+    warm_up_unwinder();
+    int rc = cairn_crash_prepare_thread();
+    if (rc != 0) return rc;
+    for (size_t i = 0; i < SIGNAL_COUNT; i++) {
+        if (crash_signals[i] == SIGQUIT && !(install_flags & CAIRN_CRASH_SIGQUIT)) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = crash_handler;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(crash_signals[i], &sa, &previous[i]) != 0) return errno;
+    }
+    installed = 1;
+    return 0;
+}
+
+int cairn_crash_set_context(const void *data, size_t len)
+{
+    if (!installed || (!data && len)) return CAIRN_EINVAL;
+    int live = __atomic_load_n(&context_current, __ATOMIC_ACQUIRE);
+    int next = live == 0 ? 1 : 0;
+    if (len > context_capacity) len = context_capacity;
+    if (len) memcpy(context_buffers[next], data, len);
+    context_lengths[next] = len;
+    __atomic_store_n(&context_current, next, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------ */
+/* In the handler: async-signal-safe code only                                      */
+/* ------------------------------------------------------------------------------ */
+
+static void put_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    while (n > 0 && report_fd >= 0) {
+        ssize_t w = write(report_fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        b += w;
+        n -= (size_t)w;
+    }
+}
+
+static void put_section(uint32_t type, const void *payload, uint32_t len)
+{
+    unsigned char h[8];
+    cairn__put32(h, type);
+    cairn__put32(h + 4, len);
+    put_bytes(h, sizeof h);
+    if (len) put_bytes(payload, len);
+}
+
+static uint64_t now_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int valid_ip(uintptr_t ip)
+{
+    for (size_t i = 0; i < exec_range_count; i++)
+        if (ip >= exec_ranges[i].start && ip < exec_ranges[i].end) return 1;
+    return 0;
+}
+
+/* Registers of the crashed context, in the architecture's order; returns the count. */
+static uint32_t registers_of(const ucontext_t *uc, uint64_t *regs, uint32_t *arch,
+                             uintptr_t *pc, uintptr_t *sp, uintptr_t *fp)
+{
+#if defined(__x86_64__)
+    *arch = 1;
+    for (int i = 0; i < NGREG; i++) regs[i] = (uint64_t)uc->uc_mcontext.gregs[i];
+    *pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    *sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    *fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+    return NGREG;
+#elif defined(__aarch64__)
+    *arch = 2;
+    for (int i = 0; i < 31; i++) regs[i] = uc->uc_mcontext.regs[i];
+    regs[31] = uc->uc_mcontext.sp;
+    regs[32] = uc->uc_mcontext.pc;
+    *pc = (uintptr_t)uc->uc_mcontext.pc;
+    *sp = (uintptr_t)uc->uc_mcontext.sp;
+    *fp = (uintptr_t)uc->uc_mcontext.regs[29];
+    return 33;
+#else
+    (void)uc; (void)regs;
+    *arch = 0;
+    *pc = *sp = *fp = 0;
+    return 0;
+#endif
+}
+
+static void write_frames(ucontext_t *uc, uintptr_t pc, uintptr_t sp, uintptr_t fp)
+{
+    uint64_t ips[MAX_FRAMES];
+    uint32_t n = 0, method = 1;
+    unw_cursor_t cursor;
+    if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
+        do {
+            unw_word_t ip = 0;
+            if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
+            /* The first frame may be outside any module (a jump to garbage). */
+            if (n > 0 && !valid_ip((uintptr_t)ip)) break;
+            ips[n++] = (uint64_t)ip;
+        } while (n < MAX_FRAMES && unw_step(&cursor) > 0);
+    }
+    if (n < 2) {
+        /* Frame pointers: each frame's saved frame pointer lies above the last, close
+         * to the stack pointer, and its return address inside a module. */
+        method = 2;
+        n = 0;
+        ips[n++] = (uint64_t)pc;
+        while (n < MAX_FRAMES && fp >= sp && fp < sp + (8u << 20) && (fp & (sizeof(void *) - 1)) == 0) {
+            uintptr_t ret = ((uintptr_t *)fp)[1], next = ((uintptr_t *)fp)[0];
+            if (!valid_ip(ret)) break;
+            ips[n++] = (uint64_t)ret;
+            if (next <= fp) break;
+            fp = next;
+        }
+    }
+    unsigned char buf[8 + 8 * MAX_FRAMES];
+    cairn__put32(buf, method);
+    cairn__put32(buf + 4, n);
+    for (uint32_t i = 0; i < n; i++) cairn__put64(buf + 8 + 8 * i, ips[i]);
+    put_section(SEC_FRAMES, buf, 8 + 8 * n);
+}
+
+/* Finishes the report and ends the process the way it would have ended without Cairn. */
+static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int tid)
+{
+    unsigned char t[8];
+    cairn__put64(t, now_ns(CLOCK_MONOTONIC) - started);
+    put_section(SEC_TIMING, t, 8);
+    put_section(SEC_COMMIT, NULL, 0);
+    if (report_fd >= 0) {
+        fsync(report_fd);
+        close(report_fd);
+        report_fd = -1;
+    }
+    int i = index_of(sig);
+    if (i >= 0) {
+        sigaction(sig, &previous[i], NULL);
+        if ((previous[i].sa_flags & SA_SIGINFO) && previous[i].sa_sigaction)
+            previous[i].sa_sigaction(sig, info, uctx);
+        else if (previous[i].sa_handler != SIG_DFL && previous[i].sa_handler != SIG_IGN)
+            previous[i].sa_handler(sig);
+    }
+    /* The previous handler returned (or there was none): take the default action. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    if (info && info->si_code > 0 && sig != SIGABRT && sig != SIGQUIT) return; /* the fault repeats */
+    syscall(SYS_tgkill, getpid(), tid, sig);
+    _exit(128 + sig);
+}
+
+static void crash_handler(int sig, siginfo_t *info, void *uctx)
+{
+    int saved_errno = errno;
+    uint64_t started = now_ns(CLOCK_MONOTONIC);
+    int tid = (int)syscall(SYS_gettid);
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&winner_tid, &expected, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (expected == tid) {
+            /* A fault inside the handler. */
+            int entry = __atomic_add_fetch(&entries, 1, __ATOMIC_ACQ_REL);
+            if (entry > 2) _exit(128 + first_signal);
+            unsigned char b[4];
+            cairn__put32(b, (uint32_t)sig);
+            put_section(SEC_NESTED, b, 4);
+            finish(first_signal, NULL, uctx, started, tid);
+            _exit(128 + first_signal);
+        }
+        /* Another thread is writing the report and will end the process. */
+        struct timespec wait = {0, 10 * 1000 * 1000};
+        for (int i = 0; i < 300; i++) nanosleep(&wait, NULL);
+        _exit(128 + sig);
+    }
+    __atomic_store_n(&entries, 1, __ATOMIC_RELEASE);
+    first_signal = sig;
+
+    report_fd = open(report_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    unsigned char head[16];
+    memcpy(head, report_magic, 8);
+    cairn__put32(head + 8, CAIRN_CRASH_FORMAT_VERSION);
+    cairn__put32(head + 12, 0);
+    put_bytes(head, sizeof head);
+
+    unsigned char s[48];
+    memset(s, 0, sizeof s);
+    cairn__put32(s, (uint32_t)sig);
+    cairn__put32(s + 4, (uint32_t)(info ? info->si_code : 0));
+    cairn__put64(s + 8, (uint64_t)(uintptr_t)(info ? info->si_addr : 0));
+    cairn__put32(s + 16, (uint32_t)getpid());
+    cairn__put32(s + 20, (uint32_t)tid);
+    cairn__put64(s + 24, now_ns(CLOCK_REALTIME));
+    prctl(PR_GET_NAME, (unsigned long)(s + 32), 0, 0, 0);
+    put_section(SEC_SIGNAL, s, sizeof s);
+
+    uint64_t regs[64];
+    uint32_t arch;
+    uintptr_t pc, sp, fp;
+    uint32_t count = registers_of((const ucontext_t *)uctx, regs, &arch, &pc, &sp, &fp);
+    unsigned char rb[8 + 8 * 64];
+    cairn__put32(rb, arch);
+    cairn__put32(rb + 4, count);
+    for (uint32_t i = 0; i < count; i++) cairn__put64(rb + 8 + 8 * i, regs[i]);
+    put_section(SEC_REGISTERS, rb, 8 + 8 * count);
+
+    write_frames((ucontext_t *)uctx, pc, sp, fp);
+    put_section(SEC_MODULES, modules_section, (uint32_t)modules_len);
+    int live = __atomic_load_n(&context_current, __ATOMIC_ACQUIRE);
+    if (live >= 0) put_section(SEC_CONTEXT, context_buffers[live], (uint32_t)context_lengths[live]);
+
+    finish(sig, info, uctx, started, tid);
+    errno = saved_errno;
+}
+
+/* ------------------------------------------------------------------------------ */
+/* Reader                                                                           */
+/* ------------------------------------------------------------------------------ */
+
+int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t *out)
+{
+    if (!data || !out) return CAIRN_EINVAL;
+    memset(out, 0, sizeof *out);
+    const unsigned char *p = data;
+    if (len < 16 || memcmp(p, report_magic, 8) != 0) return CAIRN_ECORRUPT;
+    out->version = cairn__le32(p + 8);
+    if (out->version != CAIRN_CRASH_FORMAT_VERSION) return CAIRN_EVERSION;
+    size_t at = 16;
+    while (len - at >= 8) {
+        uint32_t type = cairn__le32(p + at), n = cairn__le32(p + at + 4);
+        if (n > len - at - 8) break; /* truncated section: what came before stands */
+        const unsigned char *s = p + at + 8;
+        switch (type) {
+        case SEC_SIGNAL:
+            if (n >= 48) {
+                out->signal = (int)cairn__le32(s);
+                out->code = (int)cairn__le32(s + 4);
+                out->fault_address = cairn__le64(s + 8);
+                out->pid = (int32_t)cairn__le32(s + 16);
+                out->tid = (int32_t)cairn__le32(s + 20);
+                out->time_ns = cairn__le64(s + 24);
+                memcpy(out->thread_name, s + 32, 16);
+                out->thread_name[16] = 0;
+            }
+            break;
+        case SEC_REGISTERS:
+            if (n >= 8 && (uint64_t)cairn__le32(s + 4) * 8 <= n - 8) {
+                out->arch = cairn__le32(s);
+                out->register_count = cairn__le32(s + 4);
+                out->registers = s + 8;
+            }
+            break;
+        case SEC_FRAMES:
+            if (n >= 8 && (uint64_t)cairn__le32(s + 4) * 8 <= n - 8) {
+                out->frames_method = cairn__le32(s);
+                out->frame_count = cairn__le32(s + 4);
+                out->frames = s + 8;
+            }
+            break;
+        case SEC_MODULES:
+            if (n >= 4) {
+                out->module_count = cairn__le32(s);
+                out->modules = s + 4;
+                out->modules_len = n - 4;
+            }
+            break;
+        case SEC_CONTEXT:
+            out->context = s;
+            out->context_len = n;
+            break;
+        case SEC_MESSAGE:
+            out->message = s;
+            out->message_len = n;
+            break;
+        case SEC_NESTED:
+            out->nested++;
+            break;
+        case SEC_TIMING:
+            if (n >= 8) out->handler_ns = cairn__le64(s);
+            break;
+        case SEC_COMMIT:
+            out->complete = 1;
+            break;
+        default:
+            break; /* a section from a newer writer: skipped */
+        }
+        at += 8 + (size_t)n;
+        if (out->complete) break;
+    }
+    return 0;
+}

@@ -1,0 +1,124 @@
+import CCairn
+import Foundation
+import Testing
+
+/// Real child processes (`cairn-crash-child`) crash with Cairn's handler installed.
+/// Each must die with the signal it would have died of without Cairn and leave one
+/// complete report whose frames include the crashing function.
+@Suite struct CrashTests {
+    struct Outcome {
+        let signal: Int32
+        let report: cairn_crash_report_t
+        let bytes: [UInt8]
+        let crashFunction: UInt64
+        let stderr: String
+    }
+
+    /// Runs the child in `mode`; with `killWith`, sends that signal once it is ready.
+    static func crash(_ mode: String, killWith: Int32? = nil) throws -> (Outcome, TempDir) {
+        let dir = TempDir()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: productsDir + "/cairn-crash-child")
+        p.arguments = [dir.path, mode]
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        var text = ""
+        while !text.contains("READY") {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        if let killWith { kill(p.processIdentifier, killWith) }
+        // A crash must end the process promptly; a hang is a failure, not a stuck run.
+        let deadline = Date().addingTimeInterval(60)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        let hung = p.isRunning
+        if hung { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        #expect(!hung, "\(mode): the crashed process did not end within 60 s")
+        let fn = text.split(separator: "\n").first { $0.hasPrefix("FN ") }
+            .flatMap { UInt64($0.dropFirst(5), radix: 16) } ?? 0
+        let path = dir.file("crash-\(p.processIdentifier).report")
+        let bytes = Array(FileManager.default.contents(atPath: path) ?? Data())
+        var report = cairn_crash_report_t()
+        let rc = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
+        #expect(rc == 0, "\(mode): the report parses")
+        #expect(p.terminationReason == .uncaughtSignal, "\(mode): died of a signal")
+        let errText = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        return (Outcome(signal: p.terminationStatus, report: report, bytes: bytes, crashFunction: fn, stderr: errText), dir)
+    }
+
+    static func frames(_ r: cairn_crash_report_t) -> [UInt64] {
+        (0..<Int(r.frame_count)).map { i in
+            (0..<8).reduce(UInt64(0)) { $0 | UInt64(r.frames[i * 8 + $1]) << (8 * $1) }
+        }
+    }
+
+    static func context(_ r: cairn_crash_report_t) -> String {
+        String(decoding: UnsafeRawBufferPointer(start: r.context, count: r.context_len), as: UTF8.self)
+    }
+
+    @Test(arguments: [("segv", SIGSEGV), ("fpe", SIGFPE), ("abort", SIGABRT), ("bus", SIGBUS),
+                      ("raise", SIGSEGV), ("thread", SIGSEGV), ("chain", SIGSEGV)])
+    func crashIsReportedAndTheProcessDiesAsItWould(mode: String, signal: Int32) throws {
+        let (o, _) = try Self.crash(mode)
+        #expect(o.signal == signal, "\(mode): same signal as without Cairn")
+        #expect(o.report.complete == 1 && o.report.signal == signal)
+        #expect(o.report.frame_count >= 3)
+        let frames = Self.frames(o.report)
+        if mode != "abort" && mode != "raise" {
+            // The crashing function is the innermost frame of a hardware fault.
+            #expect(frames.contains { $0 >= o.crashFunction && $0 < o.crashFunction + 1024 },
+                    "\(mode): crash_here at \(String(o.crashFunction, radix: 16)) in \(frames.map { String($0, radix: 16) })")
+        } else {
+            // abort() and raise() crash inside libc, called from crash_here.
+            #expect(frames.contains { $0 > o.crashFunction && $0 < o.crashFunction + 1024 })
+        }
+        #expect(o.report.module_count >= 2, "the executable and libc at least")
+        #expect(Self.context(o.report) == #"{"mode":"\#(mode)"}"#)
+        #expect(o.report.handler_ns > 0 && o.report.tid > 0)
+        if mode == "chain" { #expect(o.stderr.contains("EARLIER HANDLER RAN"), "the previous handler is called") }
+        if mode == "thread" { #expect(o.report.tid != o.report.pid, "the crashed thread is the background one") }
+    }
+
+    @Test func killFromAnotherProcessIsReported() throws {
+        let (o, _) = try Self.crash("wait", killWith: SIGSEGV)
+        #expect(o.signal == SIGSEGV && o.report.complete == 1 && o.report.signal == SIGSEGV)
+        #expect(o.report.code <= 0, "si_code says it was sent, not a fault")
+    }
+
+    @Test func stackOverflowOnTheMainThreadIsReported() throws {
+        let (o, _) = try Self.crash("overflow")
+        #expect(o.signal == SIGSEGV && o.report.complete == 1 && o.report.frame_count >= 3)
+    }
+
+    @Test func twentyThreadsCrashingAtOnceGiveExactlyOneReport() throws {
+        let (o, dir) = try Self.crash("many")
+        #expect(o.signal == SIGSEGV && o.report.complete == 1)
+        let reports = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".report") }
+        #expect(reports.count == 1)
+    }
+
+    /// Cut at every byte: the reader returns what is complete, says it is partial, and
+    /// never crashes; garbage is refused.
+    @Test func truncatedReportsParseAsPartial() throws {
+        let (o, _) = try Self.crash("segv")
+        let full = o.bytes
+        #expect(!full.isEmpty)
+        var partialWithSignal = 0
+        for cut in 0..<full.count {
+            var r = cairn_crash_report_t()
+            let rc = full.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, cut, &r) }
+            if cut < 16 { #expect(rc == CAIRN_ECORRUPT); continue }
+            #expect(rc == 0 && r.complete == 0, "cut at \(cut)")
+            if r.signal == SIGSEGV { partialWithSignal += 1 }
+        }
+        #expect(partialWithSignal > full.count / 2, "most cuts keep the signal section")
+        var garbage = full
+        garbage[0] ^= 0xFF
+        var r = cairn_crash_report_t()
+        #expect(garbage.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &r) } == CAIRN_ECORRUPT)
+    }
+}

@@ -1,0 +1,135 @@
+/* cairn-crash-child: crashes in the way its argument names, with Cairn's crash handler
+ * installed, for the crash tests.
+ *
+ * Usage: cairn-crash-child <report dir> <mode>
+ * Prints "FN <address>" (the function that crashes) and "READY" on stdout first.
+ * Modes: segv, fpe, abort, bus, raise, wait (sleeps until killed), thread (a
+ * background thread crashes while others run), chain (a handler installed before
+ * Cairn's must still run), overflow (stack overflow on the main thread), many
+ * (20 threads crash at the same instant). */
+#define _GNU_SOURCE
+#include "CCairn.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static volatile int zero;
+static const char *mode;
+
+static void announce(void (*fn)(void))
+{
+    printf("FN %p\nREADY\n", (void *)fn);
+    fflush(stdout);
+}
+
+__attribute__((noinline)) static void crash_here(void)
+{
+    if (!strcmp(mode, "segv")) {
+        *(volatile int *)(uintptr_t)zero = 1;
+    } else if (!strcmp(mode, "fpe")) {
+        volatile int x = 1 / zero;
+        (void)x;
+    } else if (!strcmp(mode, "abort")) {
+        abort();
+    } else if (!strcmp(mode, "raise")) {
+        raise(SIGSEGV);
+    } else if (!strcmp(mode, "bus")) {
+        char path[] = "/tmp/cairn-bus-XXXXXX";
+        int fd = mkstemp(path);
+        unlink(path);
+        if (ftruncate(fd, 4096) != 0) _exit(3);
+        volatile char *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (ftruncate(fd, 0) != 0) _exit(3);
+        p[100] = 1; /* the file no longer covers this page */
+    } else {
+        *(volatile int *)(uintptr_t)zero = 2;
+    }
+    __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) static int recurse(int depth)
+{
+    volatile char pad[1024];
+    pad[0] = (char)depth;
+    return recurse(depth + 1) + pad[0];
+}
+
+static void *crashing_thread(void *arg)
+{
+    (void)arg;
+    cairn_crash_prepare_thread();
+    usleep(50 * 1000);
+    crash_here();
+    return NULL;
+}
+
+static void *busy_thread(void *arg)
+{
+    (void)arg;
+    for (;;) usleep(1000);
+    return NULL;
+}
+
+static pthread_barrier_t start_line;
+static void *crowd_thread(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&start_line);
+    crash_here();
+    return NULL;
+}
+
+static void earlier_handler(int sig)
+{
+    static const char msg[] = "EARLIER HANDLER RAN\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing to do */ }
+    signal(sig, SIG_DFL);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s <report dir> <mode>\n", argv[0]);
+        return 2;
+    }
+    mode = argv[2];
+    if (!strcmp(mode, "chain")) signal(SIGSEGV, earlier_handler);
+    cairn_crash_options_t opts = {.report_dir = argv[1], .flags = 0, .context_capacity = 0};
+    int rc = cairn_crash_install(&opts);
+    if (rc != 0) {
+        fprintf(stderr, "install: %s\n", cairn_strerror(rc));
+        return 1;
+    }
+    char ctx[64];
+    int n = snprintf(ctx, sizeof ctx, "{\"mode\":\"%s\"}", mode);
+    cairn_crash_set_context(ctx, (size_t)n);
+    announce(crash_here);
+    if (!strcmp(mode, "wait")) {
+        for (;;) pause();
+    } else if (!strcmp(mode, "overflow")) {
+        return recurse(0);
+    } else if (!strcmp(mode, "thread")) {
+        pthread_t busy[3], crasher;
+        for (int i = 0; i < 3; i++) pthread_create(&busy[i], NULL, busy_thread, NULL);
+        mode = "segv";
+        pthread_create(&crasher, NULL, crashing_thread, NULL);
+        pthread_join(crasher, NULL);
+    } else if (!strcmp(mode, "many")) {
+        mode = "segv";
+        pthread_barrier_init(&start_line, NULL, 20);
+        pthread_t t[20];
+        for (int i = 0; i < 20; i++) pthread_create(&t[i], NULL, crowd_thread, NULL);
+        for (int i = 0; i < 20; i++) pthread_join(t[i], NULL);
+    } else {
+        if (!strcmp(mode, "chain")) mode = "segv";
+        crash_here();
+    }
+    return 0;
+}
