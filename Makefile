@@ -92,6 +92,7 @@ fuzz:
 
 bench: deps
 	$(SWIFT) build -c release --product CairnBenchmarks
+	$(SWIFT) build -c release --product cairn-crash-child
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
 
 bench-quick:

@@ -547,6 +547,41 @@ func benchEndToEnd(count: Int) -> Double {
 record("e2e_events_per_s", "track to acknowledged upload, loopback, 2 cores", benchEndToEnd(count: quick ? 200_000 : 1_000_000),
        "ev/s", goal: ">= 300k")
 
+// MARK: - Crash handler
+
+/// Time spent inside the crash handler for a typical crash (a null write), as measured
+/// by the handler itself and written into the report; median of several crashes of the
+/// `cairn-crash-child` built beside this executable.
+func benchCrashHandler(runs: Int) -> Double {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    let child = URL(fileURLWithPath: exe).deletingLastPathComponent().path + "/cairn-crash-child"
+    guard FileManager.default.isExecutableFile(atPath: child) else { return .nan }
+    let dir = scratch + "/crashes"
+    try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    var times: [Double] = []
+    for _ in 0..<runs {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: child)
+        p.arguments = [dir, "segv"]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        var env = ProcessInfo.processInfo.environment
+        env["SWIFT_BACKTRACE"] = "enable=no" // time Cairn's handler alone
+        p.environment = env
+        guard (try? p.run()) != nil else { return .nan }
+        p.waitUntilExit()
+        let path = dir + "/crash-\(p.processIdentifier).report"
+        let bytes = Array(FileManager.default.contents(atPath: path) ?? Data())
+        var report = cairn_crash_report_t()
+        let rc = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
+        if rc == 0 && report.complete == 1 { times.append(Double(report.handler_ns) / 1e6) }
+        unlink(path)
+    }
+    return percentile(times, 0.5)
+}
+record("crash_handler_ms", "crash report written inside the handler", benchCrashHandler(runs: quick ? 5 : 15),
+       "ms", goal: "<= 5")
+
 // MARK: - Output
 
 let over = figures.filter { f in f.budget.map { f.value > $0 } ?? false }
