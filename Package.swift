@@ -41,6 +41,7 @@ let package = Package(
 
         // A child process for the crash tests: installs the handler and crashes.
         .executableTarget(name: "cairn-crash-child", dependencies: ["CCairn"], path: "Tests/CrashChild"),
+        .executableTarget(name: "cairn-swift-crash-child", dependencies: ["CCairn"], path: "Tests/SwiftCrashChild"),
 
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
         .target(name: "CairnUploader", dependencies: ["CairnStore", "CCurl", "CCurlShim"],
@@ -52,7 +53,7 @@ let package = Package(
                           path: "Tests/RingChild"),
 
         .testTarget(name: "CCairnTests",
-                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child", "cairn-crash-child"],
+                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child", "cairn-crash-child", "cairn-swift-crash-child"],
                     path: "Tests/CCairnTests"),
         .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB"],
                     path: "Tests/CairnStoreTests"),

@@ -28,6 +28,7 @@
 #include "CCairn.h"
 #include "cairn_internal.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +80,11 @@ static unsigned char *context_buffers[2];
 static uint32_t context_capacity;
 static size_t context_lengths[2];
 static int context_current = -1; /* which buffer is live, -1 for none; atomic */
+/* Where the Swift runtime keeps the text of a fatal error ("Fatal error: Index out of
+ * range", with file and line) before it traps: an atomic `const char *`, found at
+ * install through swift_getFatalErrorMessageBuffer (exported by libswiftCore on
+ * Linux); NULL in processes without the Swift runtime. */
+static const char **swift_fatal_message;
 
 /* Crash state. */
 static int winner_tid;   /* atomic */
@@ -220,6 +226,8 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
     }
     collect_modules();
     warm_up_unwinder();
+    const char **(*get_buffer)(void) = (const char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
+    if (get_buffer) swift_fatal_message = get_buffer();
     int rc = cairn_crash_prepare_thread();
     if (rc != 0) return rc;
     for (size_t i = 0; i < SIGNAL_COUNT; i++) {
@@ -437,6 +445,12 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx)
     put_section(SEC_MODULES, modules_section, (uint32_t)modules_len);
     int live = __atomic_load_n(&context_current, __ATOMIC_ACQUIRE);
     if (live >= 0) put_section(SEC_CONTEXT, context_buffers[live], (uint32_t)context_lengths[live]);
+    const char *message = swift_fatal_message ? __atomic_load_n(swift_fatal_message, __ATOMIC_ACQUIRE) : NULL;
+    if (message) {
+        uint32_t n = 0;
+        while (n < 4096 && message[n]) n++;
+        put_section(SEC_MESSAGE, message, n);
+    }
 
     finish(sig, info, uctx, started, tid);
     errno = saved_errno;

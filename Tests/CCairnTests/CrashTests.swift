@@ -15,10 +15,11 @@ import Testing
     }
 
     /// Runs the child in `mode`; with `killWith`, sends that signal once it is ready.
-    static func crash(_ mode: String, killWith: Int32? = nil) throws -> (Outcome, TempDir) {
+    static func crash(_ mode: String, killWith: Int32? = nil,
+                      child: String = "cairn-crash-child") throws -> (Outcome, TempDir) {
         let dir = TempDir()
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: productsDir + "/cairn-crash-child")
+        p.executableURL = URL(fileURLWithPath: productsDir + "/" + child)
         p.arguments = [dir.path, mode]
         let out = Pipe(), err = Pipe()
         p.standardOutput = out
@@ -81,6 +82,23 @@ import Testing
         #expect(o.report.handler_ns > 0 && o.report.tid > 0)
         if mode == "chain" { #expect(o.stderr.contains("EARLIER HANDLER RAN"), "the previous handler is called") }
         if mode == "thread" { #expect(o.report.tid != o.report.pid, "the crashed thread is the background one") }
+    }
+
+    /// Swift traps (SIGILL on x86-64, SIGTRAP on arm64) carry the runtime's message.
+    @Test(arguments: [("fatal", "Fatal error: the service gave up: fatal"),
+                      ("index", "Fatal error: Index out of range"),
+                      ("unwrap", "Fatal error: Unexpectedly found nil while unwrapping an Optional value")])
+    func swiftTrapsCarryTheRuntimeMessage(mode: String, message: String) throws {
+        let (o, _) = try Self.crash(mode, child: "cairn-swift-crash-child")
+        #if arch(x86_64)
+        let trap = SIGILL
+        #else
+        let trap = SIGTRAP
+        #endif
+        #expect(o.signal == trap && o.report.complete == 1 && o.report.signal == trap)
+        let text = String(decoding: UnsafeRawBufferPointer(start: o.report.message, count: o.report.message_len), as: UTF8.self)
+        #expect(text.contains(message), "message: \(text)")
+        #expect(o.report.frame_count >= 3)
     }
 
     @Test func killFromAnotherProcessIsReported() throws {
