@@ -107,9 +107,11 @@ import Testing
         #expect(o.report.code <= 0, "si_code says it was sent, not a fault")
     }
 
-    @Test func stackOverflowOnTheMainThreadIsReported() throws {
-        let (o, _) = try Self.crash("overflow")
+    @Test(arguments: ["overflow", "overflow-thread"])
+    func stackOverflowIsReported(mode: String) throws {
+        let (o, _) = try Self.crash(mode)
         #expect(o.signal == SIGSEGV && o.report.complete == 1 && o.report.frame_count >= 3)
+        if mode == "overflow-thread" { #expect(o.report.tid != o.report.pid, "on the worker thread") }
     }
 
     @Test func twentyThreadsCrashingAtOnceGiveExactlyOneReport() throws {

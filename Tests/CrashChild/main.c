@@ -5,8 +5,9 @@
  * Prints "FN <address>" (the function that crashes) and "READY" on stdout first.
  * Modes: segv, fpe, abort, bus, raise, wait (sleeps until killed), thread (a
  * background thread crashes while others run), chain (a handler installed before
- * Cairn's must still run), overflow (stack overflow on the main thread), many
- * (20 threads crash at the same instant). */
+ * Cairn's must still run), overflow (stack overflow on the main thread),
+ * overflow-thread (on a worker thread given an alternate stack with
+ * cairn_crash_prepare_thread), many (20 threads crash at the same instant). */
 #define _GNU_SOURCE
 #include "CCairn.h"
 
@@ -70,6 +71,14 @@ static void *crashing_thread(void *arg)
     return NULL;
 }
 
+static void *overflowing_thread(void *arg)
+{
+    (void)arg;
+    if (cairn_crash_prepare_thread() != 0) _exit(3);
+    recurse(0);
+    return NULL;
+}
+
 static void *busy_thread(void *arg)
 {
     (void)arg;
@@ -115,6 +124,10 @@ int main(int argc, char **argv)
         for (;;) pause();
     } else if (!strcmp(mode, "overflow")) {
         return recurse(0);
+    } else if (!strcmp(mode, "overflow-thread")) {
+        pthread_t t;
+        pthread_create(&t, NULL, overflowing_thread, NULL);
+        pthread_join(t, NULL);
     } else if (!strcmp(mode, "thread")) {
         pthread_t busy[3], crasher;
         for (int i = 0; i < 3; i++) pthread_create(&busy[i], NULL, busy_thread, NULL);
