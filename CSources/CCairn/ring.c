@@ -245,7 +245,6 @@ void cairn_ring_options_init(cairn_ring_options_t *opts)
     if (!opts) return;
     memset(opts, 0, sizeof *opts);
     opts->capacity = CAIRN_RING_DEFAULT_CAPACITY;
-    opts->max_record = 0;
     opts->reclaim_bytes = 64u * 1024u;
 }
 

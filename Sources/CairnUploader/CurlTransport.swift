@@ -197,19 +197,11 @@ public final class CurlTransport: Transport {
         try Self.check(cairn_curl_setopt_ptr(curl, CURLOPT_HTTPHEADER, headers), "CURLOPT_HTTPHEADER")
 
         try Self.check(cairn_curl_setopt_writefn(curl) { data, size, count, context in
-            let total = size &* count
-            guard let context else { return 0 }
-            let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
-            sink.receiveBody(UnsafeRawBufferPointer(start: data, count: data == nil ? 0 : total))
-            return total
+            ResponseSink.receive(data, size, count, context) { $0.receiveBody($1) }
         }, "CURLOPT_WRITEFUNCTION")
         try Self.check(cairn_curl_setopt_ptr(curl, CURLOPT_WRITEDATA, sink), "CURLOPT_WRITEDATA")
         try Self.check(cairn_curl_setopt_headerfn(curl) { data, size, count, context in
-            let total = size &* count
-            guard let context else { return 0 }
-            let sink = Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue()
-            sink.receiveHeaderLine(UnsafeRawBufferPointer(start: data, count: data == nil ? 0 : total))
-            return total
+            ResponseSink.receive(data, size, count, context) { $0.receiveHeaderLine($1) }
         }, "CURLOPT_HEADERFUNCTION")
         try Self.check(cairn_curl_setopt_ptr(curl, CURLOPT_HEADERDATA, sink), "CURLOPT_HEADERDATA")
     }
@@ -415,6 +407,18 @@ private final class EasyHandle: @unchecked Sendable {
 /// Collects one response from libcurl's callbacks: the final response's headers and
 /// the start of its body. Used by one transfer on one thread.
 private final class ResponseSink {
+    /// The body of libcurl's write and header callbacks: finds the sink behind
+    /// `context` and hands it the bytes. Returns the count consumed (0 aborts).
+    static func receive(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                        _ context: UnsafeMutableRawPointer?,
+                        _ deliver: (ResponseSink, UnsafeRawBufferPointer) -> Void) -> Int {
+        let total = size &* count
+        guard let context else { return 0 }
+        deliver(Unmanaged<ResponseSink>.fromOpaque(context).takeUnretainedValue(),
+                UnsafeRawBufferPointer(start: data, count: data == nil ? 0 : total))
+        return total
+    }
+
     /// Header bytes kept per response; more are read and dropped.
     static let maxHeaderBytes = 64 * 1024
 
