@@ -216,7 +216,13 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx);
 int cairn_crash_install(const cairn_crash_options_t *opts)
 {
     if (!opts || !opts->report_dir || installed) return CAIRN_EINVAL;
-    int n = snprintf(report_path, sizeof report_path, "%s/crash-%d.report", opts->report_dir, (int)getpid());
+    int n;
+    if (opts->report_name) {
+        if (!*opts->report_name || strchr(opts->report_name, '/')) return CAIRN_EINVAL;
+        n = snprintf(report_path, sizeof report_path, "%s/%s", opts->report_dir, opts->report_name);
+    } else {
+        n = snprintf(report_path, sizeof report_path, "%s/crash-%d.report", opts->report_dir, (int)getpid());
+    }
     if (n < 0 || (size_t)n >= sizeof report_path) return CAIRN_EINVAL;
     install_flags = opts->flags;
     context_capacity = opts->context_capacity ? opts->context_capacity : 16 * 1024;

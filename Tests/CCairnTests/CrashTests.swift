@@ -15,12 +15,19 @@ import Testing
     }
 
     /// Runs the child in `mode`; with `killWith`, sends that signal once it is ready.
-    static func crash(_ mode: String, killWith: Int32? = nil,
-                      child: String = "cairn-crash-child") throws -> (Outcome, TempDir) {
+    /// With `launcher`, the child runs under that command (for example `unshare`).
+    static func crash(_ mode: String, killWith: Int32? = nil, child: String = "cairn-crash-child",
+                      launcher: [String] = []) throws -> (Outcome, TempDir) {
         let dir = TempDir()
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: productsDir + "/" + child)
-        p.arguments = [dir.path, mode]
+        let childPath = productsDir + "/" + child
+        if let tool = launcher.first {
+            p.executableURL = URL(fileURLWithPath: tool)
+            p.arguments = Array(launcher.dropFirst()) + [childPath, dir.path, mode]
+        } else {
+            p.executableURL = URL(fileURLWithPath: childPath)
+            p.arguments = [dir.path, mode]
+        }
         let out = Pipe(), err = Pipe()
         p.standardOutput = out
         p.standardError = err
@@ -41,12 +48,14 @@ import Testing
         #expect(!hung, "\(mode): the crashed process did not end within 60 s")
         let fn = text.split(separator: "\n").first { $0.hasPrefix("FN ") }
             .flatMap { UInt64($0.dropFirst(5), radix: 16) } ?? 0
-        let path = dir.file("crash-\(p.processIdentifier).report")
+        // Named after the child's pid: under a launcher, the pid the child saw.
+        let name = try FileManager.default.contentsOfDirectory(atPath: dir.path).first { $0.hasSuffix(".report") }
+        let path = dir.file(name ?? "crash-\(p.processIdentifier).report")
         let bytes = Array(FileManager.default.contents(atPath: path) ?? Data())
         var report = cairn_crash_report_t()
         let rc = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
         #expect(rc == 0, "\(mode): the report parses")
-        #expect(p.terminationReason == .uncaughtSignal, "\(mode): died of a signal")
+        if launcher.isEmpty { #expect(p.terminationReason == .uncaughtSignal, "\(mode): died of a signal") }
         let errText = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         return (Outcome(signal: p.terminationStatus, report: report, bytes: bytes, crashFunction: fn, stderr: errText), dir)
     }
@@ -119,6 +128,28 @@ import Testing
         #expect(o.signal == SIGSEGV && o.report.complete == 1)
         let reports = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".report") }
         #expect(reports.count == 1)
+    }
+
+    /// The handler itself faults (it reads the Swift runtime's fatal-message slot, which
+    /// the child pointed at unmapped memory): the second entry adds a nested section and
+    /// completes the report; the process still dies of the first signal.
+    @Test func faultInsideTheHandlerStillGivesAReport() throws {
+        let (o, _) = try Self.crash("corrupt")
+        #expect(o.signal == SIGSEGV && o.report.complete == 1 && o.report.signal == SIGSEGV)
+        #expect(o.report.nested == 1, "the fault inside the handler is recorded")
+        #expect(o.report.frame_count >= 3 && o.report.module_count >= 2, "what came before the fault is kept")
+        #expect(o.report.message_len == 0)
+    }
+
+    /// PID 1 of a PID namespace ignores signals it has no handler for, so a re-raised
+    /// SIGABRT would not end it: the handler's _exit fallback must. A fault still kills it.
+    @Test(arguments: [("abort", SIGABRT), ("segv", SIGSEGV)])
+    func crashAsPIDOneEndsPromptlyWithAReport(mode: String, signal: Int32) throws {
+        let (o, dir) = try Self.crash(mode, launcher: ["/usr/bin/unshare", "--pid", "--fork"])
+        #expect(o.report.complete == 1 && o.report.signal == signal && o.report.pid == 1, "report of PID 1")
+        // unshare passes on the child's end: the signal, or the exit status 128 + signal.
+        #expect(o.signal == signal || o.signal == 128 + signal, "ended by \(o.signal)")
+        #expect(FileManager.default.fileExists(atPath: dir.file("crash-1.report")))
     }
 
     /// Cut at every byte: the reader returns what is complete, says it is partial, and

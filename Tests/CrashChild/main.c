@@ -7,10 +7,13 @@
  * background thread crashes while others run), chain (a handler installed before
  * Cairn's must still run), overflow (stack overflow on the main thread),
  * overflow-thread (on a worker thread given an alternate stack with
- * cairn_crash_prepare_thread), many (20 threads crash at the same instant). */
+ * cairn_crash_prepare_thread), many (20 threads crash at the same instant), corrupt
+ * (the handler itself faults: the Swift runtime's fatal-message slot, which the
+ * handler reads, holds a wild pointer). */
 #define _GNU_SOURCE
 #include "CCairn.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -140,6 +143,12 @@ int main(int argc, char **argv)
         pthread_t t[20];
         for (int i = 0; i < 20; i++) pthread_create(&t[i], NULL, crowd_thread, NULL);
         for (int i = 0; i < 20; i++) pthread_join(t[i], NULL);
+    } else if (!strcmp(mode, "corrupt")) {
+        const char **(*slot)(void) = (const char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
+        if (!slot) _exit(3);
+        *slot() = (const char *)(uintptr_t)0x10;
+        mode = "segv";
+        crash_here();
     } else {
         if (!strcmp(mode, "chain")) mode = "segv";
         crash_here();

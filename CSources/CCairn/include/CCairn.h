@@ -542,12 +542,16 @@ int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, size_t len,
 /** Options for cairn_crash_install(). */
 typedef struct cairn_crash_options {
     /** Directory for reports; must exist. The report of this process is
-     *  `<dir>/crash-<pid>.report`. */
+     *  `<dir>/<report_name>`. */
     const char *report_dir;
     /** CAIRN_CRASH_* flags. */
     uint32_t flags;
     /** Largest context blob (cairn_crash_set_context) kept; 0 means 16 KiB. */
     uint32_t context_capacity;
+    /** File name of the report inside `report_dir` (no `/`), for example
+     *  `crash-<run id>.report`; NULL means `crash-<pid>.report`. PIDs repeat (a
+     *  container's service is often PID 1 on every start), run ids need not. */
+    const char *report_name;
 } cairn_crash_options_t;
 
 /**
@@ -561,8 +565,8 @@ typedef struct cairn_crash_options {
  * After a crash the process still dies with the same signal as without Cairn.
  *
  * @param opts  Options; `report_dir` is required.
- * @return 0; CAIRN_EINVAL (NULL options or directory, path too long, already
- *         installed); CAIRN_ENOMEM; or an errno from sigaction or mmap.
+ * @return 0; CAIRN_EINVAL (NULL options or directory, a report name with `/`, path
+ *         too long, already installed); CAIRN_ENOMEM; or an errno from sigaction or mmap.
  *
  * Ownership: the options are copied.
  * Thread-safety: call once, early, before other threads crash.
