@@ -54,7 +54,8 @@ test: build fuzz-smoke sanitize bench-quick test-swift
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest
 
-# The C core's tests under AddressSanitizer; the ring, frames, store and uploader under
+# The C core's tests and the crash reader and symbolizer (hostile input) under
+# AddressSanitizer; the ring, frames, store and uploader under
 # ThreadSanitizer (the fuzzers add UBSan).
 sanitize: asan tsan
 
@@ -62,7 +63,7 @@ asan: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan $(LLD)
 	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp ASAN_OPTIONS=$(ASAN_CRASH_OPTIONS) SWIFT_BACKTRACE=enable=no \
 	  $(SWIFT) test --skip-build --disable-xctest --sanitize=address \
-	  --scratch-path .build/asan --filter CCairnTests
+	  --scratch-path .build/asan --filter 'CCairnTests|SymbolizerTests|CrashEventTests'
 
 tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan $(LLD)
@@ -93,6 +94,7 @@ fuzz:
 bench: deps
 	$(SWIFT) build -c release --product CairnBenchmarks
 	$(SWIFT) build -c release --product cairn-crash-child
+	$(SWIFT) build -c release --product cairn-swift-crash-child
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
 
 bench-quick:

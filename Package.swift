@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "CairnStore", targets: ["CairnStore"]),
         .library(name: "CairnUploader", targets: ["CairnUploader"]),
+        .library(name: "CairnCrash", targets: ["CairnCrash"]),
         .library(name: "CCairn", targets: ["CCairn"]),
     ],
     targets: [
@@ -48,6 +49,17 @@ let package = Package(
                 path: "Sources/CairnUploader",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
 
+        // Crash capture around the C handler: run records, session end reasons, and the
+        // next start's symbolicated crash events.
+        .target(name: "CairnCrash", dependencies: ["CCairn", "CairnStore", "CZstd"], path: "Sources/CairnCrash",
+                swiftSettings: [.swiftLanguageMode(.v6)]),
+        // A Swift service that starts crash capture and then crashes or ends as told.
+        .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
+        .testTarget(name: "CairnCrashTests",
+                    dependencies: ["CairnCrash", "CairnStore", "CCairn", "cairn-crash-child", "cairn-swift-crash-child",
+                                  "cairn-run-child"],
+                    path: "Tests/CairnCrashTests"),
+
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
         .executableTarget(name: "cairn-ring-child", dependencies: ["CCairn"],
                           path: "Tests/RingChild"),
@@ -65,7 +77,7 @@ let package = Package(
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
-                          dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader"],
+                          dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash"],
                           path: "Benchmarks/CairnBenchmarks"),
     ]
 )

@@ -7,6 +7,7 @@
 //
 // Prints a table (or, with --json, one JSON object) and exits 1 when a figure is over
 // its budget.
+import CairnCrash
 import CairnStore
 import CairnUploader
 import CCairn
@@ -581,6 +582,41 @@ func benchCrashHandler(runs: Int) -> Double {
 }
 record("crash_handler_ms", "crash report written inside the handler", benchCrashHandler(runs: quick ? 5 : 15),
        "ms", goal: "<= 5")
+
+/// The next start's work for one crash: read a real report (a null write in the Swift
+/// `cairn-swift-crash-child`, about 20 modules) and symbolicate every frame from the
+/// files on disk with a fresh `Symbolizer` (ELF symbols, demangling, DWARF lines).
+/// Median over several runs; the files are in the page cache after the first.
+func benchSymbolicate(runs: Int) -> Double {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    let child = URL(fileURLWithPath: exe).deletingLastPathComponent().path + "/cairn-swift-crash-child"
+    guard FileManager.default.isExecutableFile(atPath: child) else { return .nan }
+    let dir = scratch + "/symbolicate"
+    try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: child)
+    p.arguments = [dir, "index"]
+    p.standardOutput = FileHandle.nullDevice
+    p.standardError = FileHandle.nullDevice
+    p.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
+    guard (try? p.run()) != nil else { return .nan }
+    p.waitUntilExit()
+    let bytes = Array(FileManager.default.contents(atPath: dir + "/crash-\(p.processIdentifier).report") ?? Data())
+    var times: [Double] = []
+    for _ in 0..<runs {
+        let t0 = now()
+        let report = CrashReport(bytes: bytes)
+        let symbolizer = Symbolizer()
+        let named = report.frames.enumerated().filter { i, address in
+            symbolizer.symbolize(address: address, index: i, modules: report.modules).symbol != nil
+        }.count
+        times.append(Double(now() - t0) / 1e6)
+        if named == 0 { return .nan }
+    }
+    return percentile(times, 0.5)
+}
+record("crash_symbolicate_ms", "next start: read and symbolicate one crash report", benchSymbolicate(runs: quick ? 3 : 9),
+       "ms", goal: "<= 50")
 
 // MARK: - Output
 

@@ -47,7 +47,7 @@ public struct UploaderOptions: Sendable {
                 breaker: CircuitBreaker = CircuitBreaker(), policy: StatusPolicy = .standard,
                 requestTimeout: Duration = .seconds(30), syncInterval: Duration = .seconds(5),
                 priority: Priority = .sampled, compressionLevel: Int32 = 1, debugLogging: Bool = false,
-                observer: (any UploadObserver)? = nil, sdkVersion: String = "0.1.0") {
+                observer: (any UploadObserver)? = nil, sdkVersion: String = cairnVersion) {
         self.url = url
         self.apiKey = apiKey
         self.maxBatchEvents = max(1, maxBatchEvents)

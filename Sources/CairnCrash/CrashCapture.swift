@@ -1,0 +1,380 @@
+import CCairn
+import CairnStore
+import Foundation
+import Glibc
+
+/// Why crash capture could not start or record the end of its run.
+public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// An option is out of range; says which and why.
+    case invalidOption(String)
+    /// `CrashCapture.start` was already called in this process (there is one crash
+    /// handler per process).
+    case alreadyStarted
+    /// A file operation failed: what was done, and the errno.
+    case io(String, Int32)
+    /// `cairn_crash_install` failed with this CAIRN_E* code or errno.
+    case install(Int32)
+
+    /// Readable text.
+    public var description: String {
+        switch self {
+        case .invalidOption(let why): return "invalid crash capture option: \(why)"
+        case .alreadyStarted: return "crash capture is already started in this process"
+        case .io(let what, let e): return "\(what): \(String(cString: strerror(e)))"
+        case .install(let rc): return "crash handler install failed: \(String(cString: cairn_strerror(rc)))"
+        }
+    }
+}
+
+/// How one previous run ended, and what was stored about it.
+public struct PreviousRun: Sendable, Equatable {
+    /// The run's session id (from its run record, or its crash report's context).
+    public var sessionID: String?
+    /// How it ended.
+    public var reason: SessionEndReason
+    /// The `event_id` of its `crash` event, when it crashed.
+    public var crashEventID: String?
+    /// The events built for it, each one JSON object (`crash`, then `session_end`).
+    public var events: [[UInt8]]
+    /// Whether `store` accepted them; when not, the run's files stay for the next start.
+    public var stored: Bool
+    /// Why storing failed, when it did.
+    public var error: String?
+}
+
+/// What `CrashCapture.processPreviousRuns` did.
+public struct PreviousRunsResult: Sendable, Equatable {
+    /// The previous runs found, oldest first.
+    public var runs: [PreviousRun]
+    /// Runs (with their reports) deleted unprocessed because more than
+    /// `Options.maxPendingRuns` were waiting: oldest first, counted here.
+    public var dropped: Int
+    /// Run records still locked by live processes sharing the directory: left alone.
+    public var live: Int
+}
+
+/// Crash capture for a service: installs the C crash handler, records that this run is
+/// running (a run record, locked for the life of the process), keeps the handler's
+/// context (session id, release, breadcrumbs) current, and on the next start turns the
+/// previous runs' run records and crash reports into `crash` and `session_end` events.
+///
+/// ```swift
+/// let crashes = try CrashCapture.start(.init(directory: dataDir + "/crash"))
+/// // later, off the caller's thread:
+/// let result = crashes.processPreviousRuns { events in try store(events) }
+/// // at a clean shutdown:
+/// try crashes.endSession()
+/// ```
+public final class CrashCapture: @unchecked Sendable {
+    // @unchecked: mutable state is in `state`, behind a lock.
+
+    /// Options of `CrashCapture.start`.
+    public struct Options: Sendable, Equatable {
+        /// Directory of run records and crash reports; created if missing. Several
+        /// processes may share it: each handles only runs that have ended.
+        public var directory: String
+        /// The service's release, written into run records and events.
+        public var release: String?
+        /// Fields copied into the top level of this run's events on the next start
+        /// (for example `distinct_id`, `app_id`, `environment`).
+        public var attributes: [String: String]
+        /// Also capture SIGQUIT (off: services use it for thread dumps).
+        public var captureSIGQUIT: Bool
+        /// Largest context blob the handler keeps, bytes (256 ... 1 MiB).
+        public var contextCapacity: Int
+        /// Breadcrumbs kept in the context, newest last (0 ... 1000).
+        public var maxBreadcrumbs: Int
+        /// Previous runs kept on disk while their events cannot be stored (1 ... 10000).
+        public var maxPendingRuns: Int
+
+        /// Options with defaults: 16 KiB of context, 32 breadcrumbs, 16 pending runs.
+        public init(directory: String, release: String? = nil, attributes: [String: String] = [:],
+                    captureSIGQUIT: Bool = false, contextCapacity: Int = 16 * 1024, maxBreadcrumbs: Int = 32,
+                    maxPendingRuns: Int = 16) {
+            self.directory = directory
+            self.release = release
+            self.attributes = attributes
+            self.captureSIGQUIT = captureSIGQUIT
+            self.contextCapacity = contextCapacity
+            self.maxBreadcrumbs = maxBreadcrumbs
+            self.maxPendingRuns = maxPendingRuns
+        }
+
+        func validate() throws(CrashCaptureError) {
+            if directory.isEmpty { throw .invalidOption("directory is empty") }
+            if !(256...(1 << 20)).contains(contextCapacity) {
+                throw .invalidOption("contextCapacity \(contextCapacity) is outside 256 ... 1048576")
+            }
+            if !(0...1000).contains(maxBreadcrumbs) {
+                throw .invalidOption("maxBreadcrumbs \(maxBreadcrumbs) is outside 0 ... 1000")
+            }
+            if !(1...10000).contains(maxPendingRuns) {
+                throw .invalidOption("maxPendingRuns \(maxPendingRuns) is outside 1 ... 10000")
+            }
+        }
+    }
+
+    private struct Breadcrumb {
+        var millis: UInt64
+        var category: String?
+        var message: String
+    }
+
+    private struct State {
+        var breadcrumbs: [Breadcrumb] = []
+        var claimed: [LockedFile] = []
+        var live: Set<String> = []
+        var processed = false
+        var ended = false
+    }
+
+    private static let started = Locked(false)
+
+    /// This run's session id (UUIDv7).
+    public let sessionID: String
+    /// The options it was started with.
+    public let options: Options
+    private let runFile: LockedFile
+    private let state: Locked<State>
+
+    private init(sessionID: String, options: Options, runFile: LockedFile, claimed: [LockedFile], live: Set<String>) {
+        self.sessionID = sessionID
+        self.options = options
+        self.runFile = runFile
+        state = Locked(State(claimed: claimed, live: live))
+    }
+
+    /// Starts crash capture: claims the run records of previous runs that have ended,
+    /// writes and locks this run's record, installs the crash handler (reports go to
+    /// `<directory>/crash-<session id>.report`) and sets its first context. Only this
+    /// runs on the caller's thread; `processPreviousRuns` does the rest later.
+    ///
+    /// - Throws: `.invalidOption`, `.alreadyStarted` (once per process), `.io`,
+    ///   `.install`.
+    public static func start(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
+        try options.validate()
+        let first = started.withLock { s -> Bool in
+            defer { s = true }
+            return !s
+        }
+        guard first else { throw .alreadyStarted }
+        do {
+            return try startOnce(options)
+        } catch {
+            started.withLock { $0 = false }
+            throw error
+        }
+    }
+
+    private static func startOnce(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
+        let dir = options.directory
+        do {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        } catch {
+            throw .io("create \(dir)", (error as NSError).code == 0 ? EIO : Int32((error as NSError).code))
+        }
+        var claimed: [LockedFile] = []
+        var live: Set<String> = []
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        where name.hasPrefix("run-") && (name.hasSuffix(".json") || name.hasSuffix(".json.tmp")) {
+            if let file = LockedFile.claim(dir + "/" + name) {
+                claimed.append(file)
+            } else if let id = idOf(name) {
+                live.insert(id)
+            }
+        }
+        let now = nowMillis()
+        let sessionID = uuidV7(millis: now)
+        let oomFile = OOMCounter.locate()
+        let start = RunStart(sessionID: sessionID, pid: getpid(), startedAtMillis: now, release: options.release,
+                             attributes: options.attributes, oomFile: oomFile,
+                             oomKills: oomFile.flatMap(OOMCounter.read))
+        let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.json.bytes)
+        let rc = dir.withCString { d in
+            "crash-\(sessionID).report".withCString { name in
+                var o = cairn_crash_options_t(report_dir: d, flags: options.captureSIGQUIT ? CAIRN_CRASH_SIGQUIT : 0,
+                                              context_capacity: UInt32(options.contextCapacity), report_name: name)
+                return cairn_crash_install(&o)
+            }
+        }
+        guard rc == 0 else {
+            unlink(runFile.path)
+            throw .install(rc)
+        }
+        let capture = CrashCapture(sessionID: sessionID, options: options, runFile: runFile, claimed: claimed,
+                                   live: live)
+        capture.state.withLock { capture.publishContext($0.breadcrumbs) }
+        return capture
+    }
+
+    /// Adds a breadcrumb to the context a crash report carries (the newest
+    /// `maxBreadcrumbs` are kept; messages are cut at 512 bytes). Not for hot paths:
+    /// it re-serialises the context.
+    public func addBreadcrumb(_ message: String, category: String? = nil) {
+        let crumb = Breadcrumb(millis: nowMillis(), category: category, message: Self.cut(message, 512))
+        state.withLock { s in
+            guard options.maxBreadcrumbs > 0 else { return }
+            s.breadcrumbs.append(crumb)
+            if s.breadcrumbs.count > options.maxBreadcrumbs { s.breadcrumbs.removeFirst(s.breadcrumbs.count - options.maxBreadcrumbs) }
+            publishContext(s.breadcrumbs)
+        }
+    }
+
+    /// Records a clean shutdown of this run (appended to its run record and synced);
+    /// the next start reports it as `clean`. Calling it again does nothing.
+    public func endSession() throws(CrashCaptureError) {
+        try state.withLock { (s: inout State) throws(CrashCaptureError) in
+            guard !s.ended else { return }
+            let end: JSONValue = .object([("end", .string("clean")), ("ended_at_ms", .uint(nowMillis()))])
+            try runFile.append(end.bytes)
+            guard fsync(runFile.fd) == 0 else { throw .io("fsync \(runFile.path)", errno) }
+            s.ended = true
+        }
+    }
+
+    /// Turns the runs claimed at start into events and hands them to `store`, one call
+    /// per run (`crash` first when it crashed, then `session_end`). `store` must make
+    /// them durable before it returns; only then are the run's record and report deleted.
+    /// When it throws, they stay for the next start. Orphan reports (no run record, for
+    /// example from C programs using `cairn_crash_install` directly) become `crash`
+    /// events too. Runs once per process; later calls return an empty result.
+    /// Parsing, symbolication and storing happen on the calling thread: call it off the
+    /// service's hot paths.
+    public func processPreviousRuns(store: ([[UInt8]]) throws -> Void) -> PreviousRunsResult {
+        let (claimed, live) = state.withLock { s -> ([LockedFile], Set<String>) in
+            defer {
+                s.claimed = []
+                s.processed = true
+            }
+            return s.processed ? ([], []) : (s.claimed, s.live)
+        }
+        let dir = options.directory
+        let now = nowMillis()
+        var units: [(record: RunRecord, file: LockedFile?, id: String?, report: String?)] = []
+        var reports = Set(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
+            .filter { $0.hasPrefix("crash-") && $0.hasSuffix(".report") })
+        for file in claimed {
+            let record = RunRecord(bytes: file.contents())
+            let id = record.start?.sessionID ?? Self.idOf(file.path)
+            let report = id.flatMap { reports.remove("crash-\($0).report") }
+            units.append((record, file, id, report.map { dir + "/" + $0 }))
+        }
+        // Reports of live runs are theirs; the rest without a run record are orphans.
+        let busy = live.union([sessionID])
+        for name in reports.sorted() where !busy.contains(where: { name == "crash-\($0).report" }) {
+            let path = dir + "/" + name
+            guard let file = LockedFile.claim(path), Self.settled(file) else { continue }
+            units.append((RunRecord(bytes: []), file, nil, path))
+        }
+        units.sort { ($0.record.start?.startedAtMillis ?? 0) < ($1.record.start?.startedAtMillis ?? 0) }
+        var result = PreviousRunsResult(runs: [], dropped: 0, live: live.count)
+        if units.count > options.maxPendingRuns {
+            for unit in units.prefix(units.count - options.maxPendingRuns) {
+                if let report = unit.report { unlink(report) }
+                if let file = unit.file { unlink(file.path) }
+                result.dropped += 1
+            }
+            units.removeFirst(units.count - options.maxPendingRuns)
+        }
+        let symbolizer = Symbolizer()
+        for unit in units {
+            let start = unit.record.start
+            var run = PreviousRun(sessionID: unit.id, reason: .abnormal, crashEventID: nil, events: [], stored: false,
+                                  error: nil)
+            var endedAt: UInt64?
+            if let path = unit.report {
+                let bytes = Self.read(path)
+                let report = CrashReport(bytes: bytes)
+                let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start, symbolizer: symbolizer,
+                                             fallbackMillis: Self.mtimeMillis(path) ?? now)
+                run.reason = .crashed
+                run.crashEventID = crash.id
+                run.events.append(crash.json.bytes)
+                if run.sessionID == nil { run.sessionID = CrashEvent.contextField(report.context, "session_id") }
+                endedAt = report.timeNanos > 0 ? report.timeNanos / 1_000_000 : nil
+            } else if let clean = unit.record.cleanEndMillis {
+                run.reason = .clean
+                endedAt = clean
+            } else if let s = start, let file = s.oomFile, let before = s.oomKills,
+                      let after = OOMCounter.read(file), after > before {
+                run.reason = .oomKilled
+            }
+            // An orphan report has no run to end; a run record always gets its end.
+            if unit.file.map({ $0.path != unit.report }) ?? false, let sid = run.sessionID {
+                run.events.append(CrashEvent.sessionEnd(start: start, sessionID: sid, reason: run.reason,
+                                                        endedAt: endedAt, crashEventID: run.crashEventID,
+                                                        detectedAt: now).bytes)
+            }
+            do {
+                try store(run.events)
+                run.stored = true
+                if let report = unit.report { unlink(report) }
+                if let file = unit.file, file.path != unit.report { unlink(file.path) }
+            } catch {
+                run.error = "\(error)"
+            }
+            result.runs.append(run)
+        }
+        return result
+    }
+
+    // MARK: Helpers
+
+    /// Serialises the context blob and hands it to the handler; called with the lock held
+    /// (the C call must not overlap itself). Oldest breadcrumbs go first when it would
+    /// not fit the capacity.
+    private func publishContext(_ all: [Breadcrumb]) {
+        var crumbs = all[...]
+        while true {
+            var members: [(String, JSONValue)] = [("session_id", .string(sessionID))]
+            if let release = options.release { members.append(("release", .string(release))) }
+            members.append(("breadcrumbs", .array(crumbs.map { c in
+                var m: [(String, JSONValue)] = [("time", .string(rfc3339(millis: c.millis).text))]
+                if let category = c.category { m.append(("category", .string(category))) }
+                m.append(("message", .string(c.message)))
+                return .object(m)
+            })))
+            let bytes = JSONValue.object(members).bytes
+            if bytes.count <= options.contextCapacity || crumbs.isEmpty {
+                _ = bytes.withUnsafeBytes { cairn_crash_set_context($0.baseAddress, $0.count) }
+                return
+            }
+            crumbs = crumbs.dropFirst()
+        }
+    }
+
+    private static func cut(_ s: String, _ limit: Int) -> String {
+        guard s.utf8.count > limit else { return s }
+        var out = ""
+        for ch in s where out.utf8.count + ch.utf8.count <= limit { out.append(ch) }
+        return out
+    }
+
+    /// `<id>` of `.../run-<id>.json` or `.../run-<id>.json.tmp`.
+    private static func idOf(_ path: String) -> String? {
+        let name = (path as NSString).lastPathComponent
+        guard name.hasPrefix("run-") else { return nil }
+        let rest = name.dropFirst(4)
+        guard let dot = rest.firstIndex(of: ".") else { return nil }
+        let id = String(rest[..<dot])
+        return id.isEmpty ? nil : id
+    }
+
+    /// Whether an orphan report is done: complete, or untouched for 30 s (a handler
+    /// still writing it touches it within milliseconds).
+    private static func settled(_ file: LockedFile) -> Bool {
+        if CrashReport(bytes: file.contents()).complete { return true }
+        guard let m = mtimeMillis(file.path) else { return false }
+        return nowMillis() > m + 30_000
+    }
+
+    private static func mtimeMillis(_ path: String) -> UInt64? {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        return UInt64(st.st_mtim.tv_sec) * 1000 + UInt64(st.st_mtim.tv_nsec) / 1_000_000
+    }
+
+    private static func read(_ path: String) -> [UInt8] {
+        Array(FileManager.default.contents(atPath: path) ?? Data())
+    }
+}

@@ -1,0 +1,160 @@
+import Glibc
+
+/// A JSON value, written in the order it was built (objects keep their key order), so
+/// events are stable byte for byte and easy to compare in tests.
+public enum JSONValue: Sendable, Equatable {
+    /// `null`.
+    case null
+    /// `true` or `false`.
+    case bool(Bool)
+    /// An integer.
+    case int(Int64)
+    /// An unsigned integer (addresses, counters).
+    case uint(UInt64)
+    /// A finite number; NaN and infinities are written as `null`.
+    case double(Double)
+    /// A string; invalid UTF-8 never reaches here (Swift strings are valid).
+    case string(String)
+    /// An array.
+    case array([JSONValue])
+    /// An object, keys in order.
+    case object([(String, JSONValue)])
+
+    /// Compares element by element (objects: same keys, same order).
+    public static func == (a: JSONValue, b: JSONValue) -> Bool {
+        switch (a, b) {
+        case (.null, .null): return true
+        case let (.bool(x), .bool(y)): return x == y
+        case let (.int(x), .int(y)): return x == y
+        case let (.uint(x), .uint(y)): return x == y
+        case let (.double(x), .double(y)): return x == y
+        case let (.string(x), .string(y)): return x == y
+        case let (.array(x), .array(y)): return x == y
+        case let (.object(x), .object(y)):
+            return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        default: return false
+        }
+    }
+
+    /// The compact JSON text (no newline; `/` is not escaped).
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        write(into: &out)
+        return out
+    }
+
+    /// Appends the compact JSON text to `out`.
+    public func write(into out: inout [UInt8]) {
+        switch self {
+        case .null: out += Array("null".utf8)
+        case .bool(let b): out += Array((b ? "true" : "false").utf8)
+        case .int(let i): out += Array(String(i).utf8)
+        case .uint(let u): out += Array(String(u).utf8)
+        case .double(let d): out += Array((d.isFinite ? "\(d)" : "null").utf8)
+        case .string(let s): Self.writeString(s, into: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                item.write(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (i, (key, value)) in members.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                Self.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                value.write(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    private static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case 0..<0x20, 0x7F:
+                out += Array("\\u00".utf8)
+                out.append(hex[Int(b >> 4)])
+                out.append(hex[Int(b & 0xF)])
+            default: out.append(b)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Lowercase hexadecimal of `bytes`.
+func hexString(_ bytes: some Sequence<UInt8>) -> String {
+    var s = ""
+    for b in bytes {
+        s += String(b >> 4, radix: 16)
+        s += String(b & 0xF, radix: 16)
+    }
+    return s
+}
+
+/// `0x`-prefixed lowercase hexadecimal of an address.
+func hexAddress(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
+
+/// A UUIDv7 (RFC 9562) as lowercase text: 48 bits of Unix milliseconds, then 74 bits
+/// from `random` (or the system generator), so ids sort by time.
+func uuidV7(millis: UInt64, random: (UInt64, UInt64)? = nil) -> String {
+    var g = SystemRandomNumberGenerator()
+    let (r1, r2) = random ?? (g.next(), g.next())
+    var b = [UInt8](repeating: 0, count: 16)
+    for i in 0..<6 { b[i] = UInt8(truncatingIfNeeded: millis >> (40 - 8 * UInt64(i))) }
+    for i in 6..<8 { b[i] = UInt8(truncatingIfNeeded: r1 >> (8 * UInt64(i))) }
+    for i in 8..<16 { b[i] = UInt8(truncatingIfNeeded: r2 >> (8 * UInt64(i - 8))) }
+    b[6] = 0x70 | (b[6] & 0x0F)
+    b[8] = 0x80 | (b[8] & 0x3F)
+    let h = hexString(b)
+    let c = Array(h)
+    return String(c[0..<8]) + "-" + String(c[8..<12]) + "-" + String(c[12..<16]) + "-"
+        + String(c[16..<20]) + "-" + String(c[20..<32])
+}
+
+/// FNV-1a, 64 bits: a stable hash (the same in every process) for derived ids.
+func fnv1a(_ bytes: some Sequence<UInt8>, seed: UInt64 = 0xcbf2_9ce4_8422_2325) -> UInt64 {
+    var h = seed
+    for b in bytes {
+        h ^= UInt64(b)
+        h = h &* 0x100_0000_01b3
+    }
+    return h
+}
+
+/// The time `millis` (Unix ms) as RFC 3339 with milliseconds and the local offset, and
+/// that offset in minutes east of UTC.
+func rfc3339(millis: UInt64) -> (text: String, offsetMinutes: Int) {
+    var seconds = time_t(millis / 1000)
+    var t = tm()
+    localtime_r(&seconds, &t)
+    let offset = Int(t.tm_gmtoff) / 60
+    func pad(_ v: Int, _ n: Int) -> String {
+        let s = String(v)
+        return String(repeating: "0", count: max(0, n - s.count)) + s
+    }
+    let sign = offset < 0 ? "-" : "+"
+    let text = "\(pad(Int(t.tm_year) + 1900, 4))-\(pad(Int(t.tm_mon) + 1, 2))-\(pad(Int(t.tm_mday), 2))"
+        + "T\(pad(Int(t.tm_hour), 2)):\(pad(Int(t.tm_min), 2)):\(pad(Int(t.tm_sec), 2)).\(pad(Int(millis % 1000), 3))"
+        + "\(sign)\(pad(abs(offset) / 60, 2)):\(pad(abs(offset) % 60, 2))"
+    return (text, offset)
+}
+
+/// Unix time in milliseconds.
+func nowMillis() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+}

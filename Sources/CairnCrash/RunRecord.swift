@@ -1,0 +1,173 @@
+import Foundation
+import Glibc
+
+/// How a previous run of the service ended, as the next start sees it.
+public enum SessionEndReason: String, Sendable, Equatable, CaseIterable {
+    /// The run recorded a clean shutdown.
+    case clean
+    /// The run left a crash report.
+    case crashed
+    /// No report, no clean shutdown, and the cgroup's OOM-kill counter rose during the run.
+    case oomKilled = "oom_killed"
+    /// No report and no clean shutdown: SIGKILL, power loss, a hang ended by a watchdog.
+    case abnormal
+}
+
+/// The start record of a run, the first line of its run file (docs/FORMATS.md, "Run
+/// record").
+struct RunStart: Equatable {
+    var sessionID: String
+    var pid: Int32
+    var startedAtMillis: UInt64
+    var release: String?
+    var attributes: [String: String]
+    /// The cgroup file holding the OOM-kill counter, and its value at start.
+    var oomFile: String?
+    var oomKills: UInt64?
+
+    var json: JSONValue {
+        var members: [(String, JSONValue)] = [
+            ("format", .int(1)), ("session_id", .string(sessionID)), ("pid", .int(Int64(pid))),
+            ("started_at_ms", .uint(startedAtMillis)),
+        ]
+        if let release { members.append(("release", .string(release))) }
+        members.append(("attributes", .object(attributes.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })))
+        if let oomFile, let oomKills {
+            members.append(("oom", .object([("file", .string(oomFile)), ("oom_kill", .uint(oomKills))])))
+        }
+        return .object(members)
+    }
+}
+
+/// A run file as read back: its start record and, after a clean shutdown, its end.
+struct RunRecord {
+    var start: RunStart?
+    var cleanEndMillis: UInt64?
+
+    /// Parses the lines of a run file; unreadable lines are ignored (a run killed while
+    /// writing its start line leaves a partial one).
+    init(bytes: [UInt8]) {
+        for line in bytes.split(separator: UInt8(ascii: "\n")) {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else { continue }
+            if let end = object["end"] as? String, end == "clean" {
+                cleanEndMillis = (object["ended_at_ms"] as? NSNumber)?.uint64Value ?? 0
+            } else if let sid = object["session_id"] as? String {
+                let oom = object["oom"] as? [String: Any]
+                start = RunStart(
+                    sessionID: sid, pid: (object["pid"] as? NSNumber)?.int32Value ?? 0,
+                    startedAtMillis: (object["started_at_ms"] as? NSNumber)?.uint64Value ?? 0,
+                    release: object["release"] as? String,
+                    attributes: (object["attributes"] as? [String: String]) ?? [:],
+                    oomFile: oom?["file"] as? String, oomKills: (oom?["oom_kill"] as? NSNumber)?.uint64Value)
+            }
+        }
+    }
+}
+
+/// Finds and reads the OOM-kill counter of the cgroup this process runs in: cgroup v2's
+/// `memory.events` or v1's `memory.oom_control`, both with an `oom_kill <n>` line.
+enum OOMCounter {
+    /// The counter file for this process, or nil when none is readable.
+    static func locate(procCgroup: String = "/proc/self/cgroup", root: String = "/sys/fs/cgroup") -> String? {
+        guard let text = try? String(contentsOfFile: procCgroup, encoding: .utf8) else { return nil }
+        var candidates: [String] = []
+        var v1: [String] = []
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count == 3 else { continue }
+            let path = parts[2] == "/" ? "" : String(parts[2])
+            if parts[0] == "0" && parts[1].isEmpty {
+                // v2; inside a cgroup namespace or a container the mount is the cgroup itself.
+                candidates += [root + path + "/memory.events", root + "/memory.events"]
+            } else if parts[1].split(separator: ",").contains("memory") {
+                v1 += [root + "/memory" + path + "/memory.oom_control", root + "/memory/memory.oom_control"]
+            }
+        }
+        return (candidates + v1).first { read($0) != nil }
+    }
+
+    /// The `oom_kill` value in `file`, or nil.
+    static func read(_ file: String) -> UInt64? {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count == 2 && parts[0] == "oom_kill" { return UInt64(parts[1]) }
+        }
+        return nil
+    }
+}
+
+/// An open file locked with `flock`, checked to still be the file at its path (another
+/// process may have processed and deleted it between our open and our lock).
+final class LockedFile {
+    let path: String
+    let fd: Int32
+
+    private init(path: String, fd: Int32) {
+        self.path = path
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+
+    /// Opens and locks `path` without waiting; nil when another process holds the lock
+    /// (a live run) or the file is gone or replaced.
+    static func claim(_ path: String) -> LockedFile? {
+        let fd = open(path, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var rc: Int32
+        repeat { rc = flock(fd, LOCK_EX | LOCK_NB) } while rc != 0 && errno == EINTR
+        var held = stat(), named = stat()
+        guard rc == 0, fstat(fd, &held) == 0, stat(path, &named) == 0,
+              held.st_dev == named.st_dev, held.st_ino == named.st_ino else {
+            close(fd)
+            return nil
+        }
+        return LockedFile(path: path, fd: fd)
+    }
+
+    /// Creates `path` holding `line` and a newline, locked from before it appears under
+    /// its name (written as `<path>.tmp`, locked, then renamed), so no other process can
+    /// mistake it for a dead run's.
+    static func create(_ path: String, line: [UInt8]) throws(CrashCaptureError) -> LockedFile {
+        let tmp = path + ".tmp"
+        let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw .io("open \(tmp)", errno) }
+        guard flock(fd, LOCK_EX) == 0 else {
+            let e = errno
+            close(fd)
+            throw .io("flock \(tmp)", e)
+        }
+        let file = LockedFile(path: path, fd: fd)
+        try file.append(line)
+        guard rename(tmp, path) == 0 else { throw .io("rename \(tmp)", errno) }
+        return file
+    }
+
+    /// Appends `line` and a newline.
+    func append(_ line: [UInt8]) throws(CrashCaptureError) {
+        let bytes = line + [UInt8(ascii: "\n")]
+        var done = 0
+        while done < bytes.count {
+            let n = bytes[done...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw .io("write \(path)", errno) }
+            done += n
+        }
+    }
+
+    /// The whole file.
+    func contents() -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 64 * 1024)
+        var offset: off_t = 0
+        while true {
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            out += buf[0..<n]
+            offset += off_t(n)
+        }
+        return out
+    }
+}

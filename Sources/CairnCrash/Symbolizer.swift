@@ -1,0 +1,228 @@
+// Symbolication of a crash report's addresses, on the next start, from the files on disk.
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A module of the crashed process, from the report.
+public struct CrashModule: Sendable, Equatable {
+    /// The file the module was loaded from.
+    public var path: String
+    /// The load bias (`dlpi_addr`): an address minus it is an ELF virtual address in the file.
+    public var loadAddress: UInt64
+    /// Start of the module's executable range (absolute).
+    public var start: UInt64
+    /// End of the module's executable range (absolute, exclusive).
+    public var end: UInt64
+    /// The GNU build id the process saw; empty when the module had none.
+    public var buildID: [UInt8]
+
+    /// Creates a module record.
+    public init(path: String, loadAddress: UInt64, start: UInt64, end: UInt64, buildID: [UInt8]) {
+        self.path = path
+        self.loadAddress = loadAddress
+        self.start = start
+        self.end = end
+        self.buildID = buildID
+    }
+}
+
+/// One symbolicated frame.
+public struct SymbolizedFrame: Sendable, Equatable {
+    /// The address as in the report.
+    public var address: UInt64
+    /// The module path; nil when no module holds the address.
+    public var module: String?
+    /// The address minus the module's load address.
+    public var moduleOffset: UInt64?
+    /// The module's build id in lowercase hex.
+    public var buildID: String?
+    /// The function, demangled (Swift and C++), or the raw name when it is not mangled.
+    public var symbol: String?
+    /// The raw symbol-table name, when it differs from `symbol`.
+    public var mangledSymbol: String?
+    /// The looked-up address minus the symbol's start.
+    public var symbolOffset: UInt64?
+    /// The source file, from the DWARF line table.
+    public var file: String?
+    /// The source line.
+    public var line: Int?
+    /// The source column.
+    public var column: Int?
+    /// Why something is missing, e.g. "build id differs from file on disk", "module file missing", "no symbol".
+    public var note: String?
+
+    /// Creates a frame that holds only its address.
+    public init(address: UInt64) {
+        self.address = address
+    }
+}
+
+/// Symbolicates addresses against ELF files on disk; caches each opened file. Not
+/// thread-safe (one instance per thread); releases mapped files in deinit.
+///
+/// ```swift
+/// let symbolizer = Symbolizer()
+/// let frames = report.addresses.enumerated().map { index, address in
+///     symbolizer.symbolize(address: address, index: index, modules: report.modules)
+/// }
+/// ```
+public final class Symbolizer {
+    /// A module file opened once, with what was found for it.
+    private final class LoadedFile {
+        let image: ELFImage
+        /// Separate debug information (`/usr/lib/debug/.build-id/…` or `.gnu_debuglink`).
+        let debugImage: ELFImage?
+        private var lineTableLoaded = false
+        private var cachedLineTable: DWARFLineTable?
+
+        init(image: ELFImage, debugImage: ELFImage?) {
+            self.image = image
+            self.debugImage = debugImage
+        }
+
+        /// The file whose symbol table to search: a full `.symtab` wins over `.dynsym`.
+        var symbolSource: ELFImage {
+            if !image.hasSymtab, let debugImage, debugImage.hasSymtab { return debugImage }
+            return image
+        }
+
+        /// The line table, parsed on first use.
+        var lineTable: DWARFLineTable? {
+            if lineTableLoaded { return cachedLineTable }
+            lineTableLoaded = true
+            let source = image.hasDebugLine ? image : debugImage
+            if let source, let lines = source.sectionBytes(named: ".debug_line") {
+                cachedLineTable = DWARFLineTable(lines: lines,
+                                                 lineStrings: source.sectionBytes(named: ".debug_line_str"),
+                                                 strings: source.sectionBytes(named: ".debug_str"))
+            }
+            return cachedLineTable
+        }
+    }
+
+    private enum CacheEntry {
+        case loaded(LoadedFile)
+        case missing
+        case unreadable
+    }
+
+    private var files: [String: CacheEntry] = [:]
+    private let debugDirectory: String
+
+    /// Creates a symbolizer that looks for separate debug files under `/usr/lib/debug`.
+    public convenience init() {
+        self.init(debugDirectory: "/usr/lib/debug")
+    }
+
+    /// Creates a symbolizer that looks for separate debug files under `debugDirectory`.
+    package init(debugDirectory: String) {
+        self.debugDirectory = debugDirectory
+    }
+
+    /// Symbolicates one frame of a crash report.
+    ///
+    /// - Parameters:
+    ///   - address: The frame's instruction address.
+    ///   - index: The frame's position (0 = the faulting instruction, which is looked up as
+    ///     is; others are return addresses, looked up at address − 1).
+    ///   - modules: The report's module list.
+    /// - Returns: What could be found; `note` says why something is missing.
+    public func symbolize(address: UInt64, index: Int, modules: [CrashModule]) -> SymbolizedFrame {
+        var frame = SymbolizedFrame(address: address)
+        // A return address may sit just past the end of its module's code: the call does not.
+        let lookup = index == 0 ? address : address &- 1
+        guard let module = modules.first(where: { $0.start <= lookup && lookup < $0.end }) else {
+            frame.note = "no module contains the address"
+            return frame
+        }
+        frame.module = module.path
+        frame.moduleOffset = address &- module.loadAddress
+        if !module.buildID.isEmpty { frame.buildID = hex(module.buildID) }
+
+        let loaded: LoadedFile
+        switch file(at: module.path) {
+        case .missing:
+            frame.note = "module file missing"
+            return frame
+        case .unreadable:
+            frame.note = "module file is not a readable ELF64 little-endian file"
+            return frame
+        case .loaded(let file):
+            loaded = file
+        }
+        if frame.buildID == nil, !loaded.image.buildID.isEmpty { frame.buildID = hex(loaded.image.buildID) }
+        if !module.buildID.isEmpty, module.buildID != loaded.image.buildID {
+            frame.note = "build id differs from file on disk"
+            return frame
+        }
+
+        let vaddr = lookup &- module.loadAddress
+        if let (versioned, start) = loaded.symbolSource.symbol(containing: vaddr) {
+            // Symbol tables of versioned libraries (and their debug files) may name
+            // `__libc_start_main@@GLIBC_2.34`: the version is not part of the function.
+            let name = versioned.firstIndex(of: "@").map { String(versioned[..<$0]) } ?? versioned
+            let demangled = demangle(name)
+            frame.symbol = demangled
+            frame.mangledSymbol = demangled == name ? nil : name
+            frame.symbolOffset = vaddr &- start
+        }
+        if let location = loaded.lineTable?.location(for: vaddr) {
+            frame.file = location.file
+            frame.line = location.line == 0 ? nil : location.line
+            frame.column = location.column == 0 ? nil : location.column
+        }
+        if frame.symbol == nil {
+            frame.note = "no symbol"
+        } else if frame.line == nil {
+            frame.note = "no line information"
+        }
+        return frame
+    }
+
+    private func file(at path: String) -> CacheEntry {
+        if let entry = files[path] { return entry }
+        let entry: CacheEntry
+        if path.isEmpty || access(path, F_OK) != 0 {
+            entry = .missing
+        } else if let image = ELFImage(path: path) {
+            let debugImage = image.hasSymtab && image.hasDebugLine ? nil : separateDebugImage(for: image, path: path)
+            entry = .loaded(LoadedFile(image: image, debugImage: debugImage))
+        } else {
+            entry = .unreadable
+        }
+        files[path] = entry
+        return entry
+    }
+
+    /// Finds separate debug information by build id, then by `.gnu_debuglink` next to the
+    /// file, in its `.debug` folder and under the debug directory. A candidate must carry
+    /// the same build id when the file has one.
+    private func separateDebugImage(for image: ELFImage, path: String) -> ELFImage? {
+        var candidates: [String] = []
+        if image.buildID.count >= 2 {
+            let id = hex(image.buildID)
+            candidates.append("\(debugDirectory)/.build-id/\(id.prefix(2))/\(id.dropFirst(2)).debug")
+        }
+        if let link = image.debugLink, !link.contains("/") {
+            let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+                .joined(separator: "/")
+            candidates += ["\(directory)/\(link)", "\(directory)/.debug/\(link)", "\(debugDirectory)\(directory)/\(link)"]
+        }
+        for candidate in candidates where candidate != path {
+            guard let debugImage = ELFImage(path: candidate) else { continue }
+            if image.buildID.isEmpty || debugImage.buildID == image.buildID { return debugImage }
+        }
+        return nil
+    }
+
+    private func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0xf)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

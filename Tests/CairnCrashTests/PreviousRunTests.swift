@@ -1,0 +1,320 @@
+import CairnStore
+import Foundation
+import Testing
+
+/// Real runs of a Swift service (`cairn-run-child`) that end cleanly, crash, are killed
+/// or run out of memory; then a real next start (`cairn-run-child <dir> next`) turns
+/// them into events, stores them durably in the snapshot store, and deletes the files.
+/// The stored batches are read back with Python's `lmdb` and `zstandard`, not with ours.
+@Suite(.serialized) struct PreviousRunTests {
+    /// A scratch directory holding the crash directory and the next start's store.
+    final class Dirs {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+            + "/cairn-run-test-\(getpid())-\(UUID().uuidString.prefix(8))"
+        var crash: String { root + "/crash" }
+        var data: String { root + "/data" }
+        init() { try? FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true) }
+        deinit { try? FileManager.default.removeItem(atPath: root) }
+        func files() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: crash)) ?? []).sorted() }
+    }
+
+    struct Ended {
+        var status: Int32
+        var signaled: Bool
+        var lines: [String]
+        var stderr: String
+        var session: String { lines.first { $0.hasPrefix("SESSION ") }.map { String($0.dropFirst(8)) } ?? "" }
+    }
+
+    static let products: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    static let repoRoot: String = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    /// Runs `argv` (the first element a path), optionally sending `signal` once it
+    /// prints READY; a process still running after 60 s fails the test.
+    static func run(_ argv: [String], environment: [String: String] = [:], signal: Int32? = nil,
+                    prefix: [String] = []) throws -> Ended {
+        let p = Process()
+        let all = prefix + argv
+        p.executableURL = URL(fileURLWithPath: all[0])
+        p.arguments = Array(all.dropFirst())
+        p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        var text = ""
+        if let signal {
+            while !text.contains("READY\n") {
+                let chunk = out.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                text += String(decoding: chunk, as: UTF8.self)
+            }
+            kill(p.processIdentifier, signal)
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        let hung = p.isRunning
+        if hung { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        #expect(!hung, "\(argv) did not end within 60 s")
+        text += String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        return Ended(status: p.terminationStatus, signaled: p.terminationReason == .uncaughtSignal,
+                     lines: text.split(separator: "\n").map(String.init), stderr: e)
+    }
+
+    static func service(_ dirs: Dirs, _ mode: String, signal: Int32? = nil, prefix: [String] = [],
+                        environment: [String: String] = [:]) throws -> Ended {
+        try run([products + "/cairn-run-child", dirs.crash, mode], environment: environment, signal: signal,
+                prefix: prefix)
+    }
+
+    /// The next start: previous runs as parsed JSON objects, and the summary line.
+    static func nextStart(_ dirs: Dirs, failing: Bool = false,
+                          environment: [String: String] = [:]) throws -> (runs: [[String: Any]], summary: [String: Any]) {
+        let ended = try run([products + "/cairn-run-child", dirs.crash, failing ? "next-fail" : "next", dirs.data],
+                            environment: environment)
+        #expect(ended.status == 0 && !ended.signaled, "next start: \(ended.stderr)")
+        let objects = ended.lines.compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+        return (objects.filter { $0["reason"] != nil }, objects.first { $0["dropped"] != nil } ?? [:])
+    }
+
+    /// The snapshot store's records, read with Python's lmdb and zstandard modules.
+    static func storedRecords(_ dirs: Dirs) throws -> [(priority: Int, records: [[String: Any]])] {
+        let r = try run(["/usr/bin/env", "python3", repoRoot + "/Tests/Tools/read_store.py", dirs.data + "/store",
+                         "--records"])
+        #expect(r.status == 0, "read_store.py: \(r.stderr)")
+        return r.lines.compactMap { line in
+            guard let o = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] else { return nil }
+            return ((o["priority"] as? Int) ?? -1, (o["records"] as? [[String: Any]]) ?? [])
+        }
+    }
+
+    static func properties(_ event: [String: Any]) -> [String: Any] { event["properties"] as? [String: Any] ?? [:] }
+
+    static func events(_ run: [String: Any]) -> [[String: Any]] { run["events"] as? [[String: Any]] ?? [] }
+
+    static func frames(_ crash: [String: Any]) -> [[String: Any]] {
+        properties(crash)["frames"] as? [[String: Any]] ?? []
+    }
+
+    static func lineOf(_ needle: String, in file: String) -> Int? {
+        let text = (try? String(contentsOfFile: repoRoot + "/" + file, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n", omittingEmptySubsequences: false).firstIndex { $0.contains(needle) }.map { $0 + 1 }
+    }
+
+    // MARK: Session end reasons
+
+    @Test func cleanShutdownIsReportedClean() throws {
+        let dirs = Dirs()
+        let first = try Self.service(dirs, "clean")
+        #expect(first.status == 0 && !first.session.isEmpty)
+        let next = try Self.nextStart(dirs)
+        #expect(next.runs.count == 1)
+        let run = try #require(next.runs.first)
+        #expect(run["reason"] as? String == "clean" && run["session_id"] as? String == first.session)
+        let events = Self.events(run)
+        #expect(events.count == 1 && events.first?["name"] as? String == "session_end")
+        #expect(Self.properties(events[0])["reason"] as? String == "clean")
+        #expect(events[0]["distinct_id"] as? String == "host-7" && events[0]["release"] as? String == "orders@1.4.2")
+        #expect(!dirs.files().contains { $0.contains(first.session) }, "the run's record is deleted once stored")
+    }
+
+    @Test func sigkillIsReportedAbnormal() throws {
+        let dirs = Dirs()
+        let first = try Self.service(dirs, "wait", signal: SIGKILL)
+        #expect(first.signaled && first.status == SIGKILL)
+        let run = try #require(try Self.nextStart(dirs).runs.first)
+        #expect(run["reason"] as? String == "abnormal" && run["session_id"] as? String == first.session)
+        #expect(Self.events(run).map { $0["name"] as? String } == ["session_end"])
+    }
+
+    /// A Swift service segfaults: it dies of SIGSEGV as it would have without Cairn; the
+    /// next start stores a symbolicated `crash` event (demangled Swift name, file and
+    /// line), then `session_end` with reason `crashed`, both at the Critical priority,
+    /// and deletes the report.
+    @Test func crashIsSymbolicatedStoredAndItsReportDeleted() throws {
+        let dirs = Dirs()
+        let first = try Self.service(dirs, "segv")
+        #expect(first.signaled && first.status == SIGSEGV, "same death as without Cairn")
+        #expect(dirs.files().contains("crash-\(first.session).report"))
+        let next = try Self.nextStart(dirs)
+        let run = try #require(next.runs.first)
+        #expect(run["reason"] as? String == "crashed" && run["stored"] as? Bool == true)
+        let events = Self.events(run)
+        #expect(events.map { $0["name"] as? String } == ["crash", "session_end"])
+        let crash = events[0], props = Self.properties(crash)
+        #expect(crash["type"] as? String == "crash" && crash["session_id"] as? String == first.session)
+        #expect(props["signal"] as? String == "SIGSEGV" && props["code"] as? String == "SEGV_MAPERR")
+        #expect(props["fault_address"] as? String == "0x8" && props["partial"] as? Bool == false)
+        let top = try #require(Self.frames(crash).first)
+        #expect((top["symbol"] as? String)?.contains("OrderService.checkout(order: Swift.Int)") == true, "\(top)")
+        #expect((top["file"] as? String)?.hasSuffix("Tests/RunChild/main.swift") == true)
+        #expect(top["line"] as? Int == Self.lineOf("bad?.pointee = order", in: "Tests/RunChild/main.swift"))
+        let context = props["context"] as? [String: Any]
+        let crumbs = (context?["breadcrumbs"] as? [[String: Any]])?.compactMap { $0["message"] as? String }
+        #expect(crumbs == ["GET /orders/42", "checkout started for order 42"])
+        #expect(Self.properties(events[1])["crash_event_id"] as? String == crash["event_id"] as? String)
+        #expect(!dirs.files().contains { $0.hasPrefix("crash-") }, "report deleted after the event is stored")
+        // Read back from the store with tools that are not ours.
+        let stored = try Self.storedRecords(dirs)
+        #expect(stored.count == 1 && stored.first?.priority == Int(Priority.critical.rawValue))
+        #expect(stored.first?.records.compactMap { $0["event_id"] as? String }
+                == events.compactMap { $0["event_id"] as? String })
+    }
+
+    /// `fatalError` in Swift: SIGILL (x86-64) or SIGTRAP (arm64), and the event's reason
+    /// is the runtime's own message.
+    @Test func swiftFatalErrorCarriesItsMessage() throws {
+        let dirs = Dirs()
+        let first = try Self.service(dirs, "fatal")
+        #if arch(x86_64)
+        let trap = SIGILL
+        #else
+        let trap = SIGTRAP
+        #endif
+        #expect(first.signaled && first.status == trap)
+        let run = try #require(try Self.nextStart(dirs).runs.first)
+        let crash = try #require(Self.events(run).first)
+        let reason = Self.properties(crash)["reason"] as? String ?? ""
+        #expect(reason.contains("Fatal error: order 42 has no line items"), "\(reason)")
+        let symbols = Self.frames(crash).compactMap { $0["symbol"] as? String }
+        #expect(symbols.contains { $0.contains("OrderService.checkout(order: Swift.Int)") }, "\(symbols)")
+    }
+
+    /// A report with no run record (a C program using `cairn_crash_install` directly)
+    /// still becomes a `crash` event, with no session to end.
+    @Test func orphanReportBecomesACrashEvent() throws {
+        let dirs = Dirs()
+        try FileManager.default.createDirectory(atPath: dirs.crash, withIntermediateDirectories: true)
+        let c = try Self.run([Self.products + "/cairn-crash-child", dirs.crash, "fpe"])
+        #expect(c.signaled && c.status == SIGFPE)
+        let run = try #require(try Self.nextStart(dirs).runs.first { $0["reason"] as? String == "crashed" })
+        let events = Self.events(run)
+        #expect(events.map { $0["name"] as? String } == ["crash"])
+        let props = Self.properties(events[0])
+        #expect(props["signal"] as? String == "SIGFPE" && props["code"] as? String == "FPE_INTDIV")
+        #expect(Self.frames(events[0]).first?["symbol"] as? String == "crash_here")
+        #expect(!dirs.files().contains { $0.hasSuffix(".report") })
+    }
+
+    // MARK: Durability and limits
+
+    /// Storing fails: the run's files stay; the next start stores the same events (same
+    /// event ids, so the collector keeps one copy) and only then deletes them.
+    @Test func failedStoreKeepsTheReportForTheNextStart() throws {
+        let dirs = Dirs()
+        let first = try Self.service(dirs, "segv")
+        let failed = try Self.nextStart(dirs, failing: true)
+        let run1 = try #require(failed.runs.first)
+        #expect(run1["stored"] as? Bool == false)
+        #expect(dirs.files().contains("crash-\(first.session).report")
+                && dirs.files().contains("run-\(first.session).json"))
+        let run2 = try #require(try Self.nextStart(dirs).runs.first { $0["session_id"] as? String == first.session })
+        #expect(run2["stored"] as? Bool == true && run2["reason"] as? String == "crashed")
+        #expect(Self.events(run2).compactMap { $0["event_id"] as? String }
+                == Self.events(run1).compactMap { $0["event_id"] as? String })
+        #expect(!dirs.files().contains { $0.contains(first.session) })
+    }
+
+    /// A run that is still alive (its record is locked) is never reported; once it is
+    /// killed, it is.
+    @Test func liveRunsAreLeftAlone() throws {
+        let dirs = Dirs()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.products + "/cairn-run-child")
+        p.arguments = [dirs.crash, "wait"]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        var text = ""
+        while !text.contains("READY\n") {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        let live = try Self.nextStart(dirs)
+        #expect(live.runs.isEmpty && live.summary["live"] as? Int == 1)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        let session = text.split(separator: "\n").first { $0.hasPrefix("SESSION ") }.map { String($0.dropFirst(8)) }
+        let after = try Self.nextStart(dirs)
+        #expect(after.runs.first { $0["session_id"] as? String == session }?["reason"] as? String == "abnormal")
+    }
+
+    /// More runs waiting than `maxPendingRuns`: the oldest are deleted and counted.
+    @Test func pendingRunsAreBounded() throws {
+        let dirs = Dirs()
+        var sessions: [String] = []
+        for _ in 0..<4 { sessions.append(try Self.service(dirs, "wait", signal: SIGKILL).session) }
+        let next = try Self.nextStart(dirs, environment: ["CAIRN_TEST_MAX_PENDING_RUNS": "2"])
+        #expect(next.summary["dropped"] as? Int == 2)
+        #expect(next.runs.compactMap { $0["session_id"] as? String } == Array(sessions.suffix(2)))
+        #expect(!dirs.files().contains { name in sessions.contains { name.contains($0) } })
+    }
+
+    // MARK: OOM kill
+
+    /// A memory cgroup with a small limit that this process may create (root, cgroup v1
+    /// or v2 with the memory controller); nil where the machine does not allow it.
+    static func makeMemoryCgroup() -> (dir: String, procs: String)? {
+        let text = (try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? ""
+        var bases: [String] = []
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count == 3 else { continue }
+            let path = parts[2] == "/" ? "" : String(parts[2])
+            if parts[0] == "0" && parts[1].isEmpty { bases.append("/sys/fs/cgroup" + path) }
+            if parts[1].split(separator: ",").contains("memory") { bases.append("/sys/fs/cgroup/memory" + path) }
+        }
+        for base in bases {
+            let dir = base + "/cairn-oom-test-\(getpid())-\(UUID().uuidString.prefix(6))"
+            guard mkdir(dir, 0o755) == 0 else { continue }
+            let limit = Array("\(96 << 20)".utf8)
+            for file in ["memory.max", "memory.limit_in_bytes"] {
+                let fd = open(dir + "/" + file, O_WRONLY)
+                if fd >= 0 {
+                    let ok = write(fd, limit, limit.count) == limit.count
+                    close(fd)
+                    if ok { return (dir, dir + "/cgroup.procs") }
+                }
+            }
+            rmdir(dir)
+        }
+        return nil
+    }
+
+    static let canMakeMemoryCgroup: Bool = {
+        guard let cg = makeMemoryCgroup() else { return false }
+        rmdir(cg.dir)
+        return true
+    }()
+
+    /// The service runs in a memory cgroup of its own and allocates until the kernel's
+    /// OOM killer ends it (SIGKILL): the counter in the cgroup rose, so the next start
+    /// says `oom_killed`, not `abnormal`.
+    @Test(.enabled(if: canMakeMemoryCgroup, "needs a writable memory cgroup (root, cgroup v1 or v2)"))
+    func oomKillIsRecognised() throws {
+        let dirs = Dirs()
+        let cg = try #require(Self.makeMemoryCgroup())
+        defer { rmdir(cg.dir) }
+        let child = Self.products + "/cairn-run-child"
+        let first = try Self.run(["/bin/sh", "-c", "echo $$ > \"$0\" && exec \"$1\" \"$2\" oom", cg.procs, child,
+                                  dirs.crash])
+        #expect(first.signaled && first.status == SIGKILL, "killed by the OOM killer: \(first.stderr)")
+        let run = try #require(try Self.nextStart(dirs).runs.first)
+        #expect(run["reason"] as? String == "oom_killed" && run["session_id"] as? String == first.session)
+    }
+}
