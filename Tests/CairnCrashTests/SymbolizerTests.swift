@@ -15,9 +15,15 @@ import Glibc
 /// Returns the return address of a call made on the line it also returns.
 @inline(never) func cairnSymbolizerProbe() -> (returnAddress: UInt64, line: Int) {
     var stack = [UnsafeMutableRawPointer?](repeating: nil, count: 4); let depth = Fixture.backtrace(&stack, 4); let line = #line
-    // Frame 0 is inside this function: the return address of the call to backtrace.
-    let address = depth > 0 ? stack[0].map { UInt64(UInt(bitPattern: $0)) } ?? 0 : 0
-    return (address, line)
+    // The first frame outside `backtrace` is inside this function: the return address of
+    // the call. (Under AddressSanitizer, `backtrace` is an interceptor that adds its own
+    // frame first: skipped by its name, which is all this borrows from the symbolizer.)
+    let frames = stack.prefix(max(0, Int(depth))).compactMap { $0 }.map { UInt64(UInt(bitPattern: $0)) }
+    let modules = Fixture.currentModules()
+    let own = frames.first { address in
+        Symbolizer().symbolize(address: address, index: 1, modules: modules).symbol?.contains("backtrace") != true
+    }
+    return (own ?? 0, line)
 }
 
 // MARK: Fixtures
