@@ -1,10 +1,11 @@
-@testable import CairnCrash
+import CairnCrash
 import Foundation
 import Testing
 
 /// Every way a process can crash, each in a real child process: it must die as it would
-/// have without Cairn, and its report must become a symbolicated `crash` event whose
-/// frames name the functions that crashed (demangled for Swift).
+/// have without Cairn, and the next start (another real process) must store a
+/// symbolicated `crash` event whose frames name the functions that crashed (demangled
+/// for Swift).
 @Suite struct CrashMatrixTests {
     struct Case: CustomStringConvertible, Sendable {
         var child: String
@@ -74,9 +75,12 @@ import Testing
         let bytes = Array(FileManager.default.contents(atPath: dirs.crash + "/" + (reports.first ?? "")) ?? Data())
         let report = CrashReport(bytes: bytes)
         #expect(report.complete && report.signal == c.signal)
-        let json = CrashEvent.crash(report: report, rawBytes: bytes, start: nil, symbolizer: Symbolizer(),
-                                    fallbackMillis: 0).json.bytes
-        let event = try #require(try JSONSerialization.jsonObject(with: Data(json)) as? [String: Any])
+        // The next start, a real process, turns it into an event and stores it.
+        let next = try PreviousRunTests.nextStart(dirs)
+        let run = try #require(next.runs.first { $0["reason"] as? String == "crashed" })
+        #expect(run["stored"] as? Bool == true && !dirs.files().contains { $0.hasSuffix(".report") })
+        let event = try #require(PreviousRunTests.events(run).first)
+        #expect(event["type"] as? String == "crash")
         let props = event["properties"] as? [String: Any] ?? [:]
         let frames = props["frames"] as? [[String: Any]] ?? []
         let symbols = frames.compactMap { $0["symbol"] as? String }

@@ -564,6 +564,11 @@ typedef struct cairn_crash_options {
  *
  * After a crash the process still dies with the same signal as without Cairn.
  *
+ * Other handlers: one installed before (the Swift runtime's backtracer, which
+ * installs itself at process start when SWIFT_BACKTRACE allows, or the service's own)
+ * is kept and called once the report is written and synced. One installed after
+ * replaces Cairn's for its signal unless it calls the handler it replaced.
+ *
  * @param opts  Options; `report_dir` is required.
  * @return 0; CAIRN_EINVAL (NULL options or directory, a report name with `/`, path
  *         too long, already installed); CAIRN_ENOMEM; or an errno from sigaction or mmap.
