@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "CairnStore", targets: ["CairnStore"]),
         .library(name: "CairnUploader", targets: ["CairnUploader"]),
         .library(name: "CairnCrash", targets: ["CairnCrash"]),
+        .library(name: "CairnProcessor", targets: ["CairnProcessor"]),
         .library(name: "CCairn", targets: ["CCairn"]),
     ],
     targets: [
@@ -48,6 +49,13 @@ let package = Package(
         .target(name: "CairnUploader", dependencies: ["CairnStore", "CCurl", "CCurlShim"],
                 path: "Sources/CairnUploader",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
+
+        // The event processor: values in, bytes out (schema, common properties,
+        // sanitising, privacy, sampling, filtering, JSON). No files, no threads.
+        .target(name: "CairnProcessor", path: "Sources/CairnProcessor",
+                swiftSettings: [.swiftLanguageMode(.v6)]),
+        .testTarget(name: "CairnProcessorTests", dependencies: ["CairnProcessor"],
+                    path: "Tests/CairnProcessorTests"),
 
         // Crash capture around the C handler: run records, session end reasons, and the
         // next start's symbolicated crash events.
