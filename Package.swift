@@ -80,7 +80,11 @@ let package = Package(
         // A child process for the uploader's kill tests: tracks and uploads until killed.
         .executableTarget(name: "cairn-upload-child", dependencies: ["CairnUploader", "CairnStore"],
                           path: "Tests/UploadChild"),
-        .testTarget(name: "CairnUploaderTests", dependencies: ["CairnUploader", "CairnStore", "cairn-upload-child"],
+        // Test support shared by test targets: the scripted Python collector as a child
+        // process, and a control client that does not use libcurl.
+        .target(name: "CairnTestSupport", path: "Tests/Support"),
+        .testTarget(name: "CairnUploaderTests",
+                    dependencies: ["CairnUploader", "CairnStore", "CairnTestSupport", "cairn-upload-child"],
                     path: "Tests/CairnUploaderTests"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.

@@ -37,6 +37,16 @@ public struct UploaderOptions: Sendable {
     public var observer: (any UploadObserver)?
     /// The SDK version in `User-Agent: cairn-swift/<version>`.
     public var sdkVersion: String
+    /// Keep batches in the snapshot store instead of sending them (an SDK without an
+    /// upload URL): they wait there, within the store's caps, to be read or sent later.
+    public var storeOnly: Bool
+    /// Receives the records of every batch formed from the ring, on the uploader's
+    /// thread, before it is sent or stored (other destinations of the same events).
+    /// Records recovered after a crash may be seen again: at least once.
+    public var tap: (@Sendable ([[UInt8]]) -> Void)?
+    /// Drops counted outside the uploader (by reason), reported with its own in the
+    /// `Cairn-Dropped` header.
+    public var extraDrops: (@Sendable () -> [String: Int])?
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -47,7 +57,8 @@ public struct UploaderOptions: Sendable {
                 breaker: CircuitBreaker = CircuitBreaker(), policy: StatusPolicy = .standard,
                 requestTimeout: Duration = .seconds(30), syncInterval: Duration = .seconds(5),
                 priority: Priority = .sampled, compressionLevel: Int32 = 1, debugLogging: Bool = false,
-                observer: (any UploadObserver)? = nil, sdkVersion: String = cairnVersion) {
+                observer: (any UploadObserver)? = nil, sdkVersion: String = cairnVersion, storeOnly: Bool = false,
+                tap: (@Sendable ([[UInt8]]) -> Void)? = nil, extraDrops: (@Sendable () -> [String: Int])? = nil) {
         self.url = url
         self.apiKey = apiKey
         self.maxBatchEvents = max(1, maxBatchEvents)
@@ -65,6 +76,9 @@ public struct UploaderOptions: Sendable {
         self.debugLogging = debugLogging
         self.observer = observer
         self.sdkVersion = sdkVersion
+        self.storeOnly = storeOnly
+        self.tap = tap
+        self.extraDrops = extraDrops
     }
 }
 
@@ -238,6 +252,7 @@ public final class Uploader: @unchecked Sendable {
     /// new batch so the collector sees what the SDK lost and why.
     private func dropSummary() -> String {
         var all = state.withLock { $0.stats.dropped }
+        for (reason, n) in options.extraDrops?() ?? [:] where n > 0 { all[reason, default: 0] += n }
         let r = ring.stats()
         if r.droppedFull > 0 { all["ring_full"] = Int(r.droppedFull) }
         if r.droppedTooBig > 0 { all["ring_too_big"] = Int(r.droppedTooBig) }
@@ -314,6 +329,7 @@ public final class Uploader: @unchecked Sendable {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
             let body = try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), run: run)
+            if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
             pending = (makeRequest(body: body), run.next, run.records.count)
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
@@ -329,7 +345,7 @@ public final class Uploader: @unchecked Sendable {
     /// records, after the attempts stores the snapshot and releases them.
     private func deliver(_ request: UploadRequest, events: Int, fromRing next: UInt64) {
         var made = 0
-        for attempt in 0..<options.attempts {
+        for attempt in 0..<(options.storeOnly ? 0 : options.attempts) {
             if state.withLock({ $0.stopping && $0.flushRequests == 0 }) { return }
             guard breaker.allows(at: clock.now) else { break }
             made += 1
@@ -375,7 +391,8 @@ public final class Uploader: @unchecked Sendable {
 
     /// Sends the oldest stored snapshot that is due.
     private func replayOne() -> Replay {
-        guard let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
+        guard !options.storeOnly,
+              let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
               breaker.allows(at: clock.now) else { return .nothingDue }
         let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts))
         switch action {

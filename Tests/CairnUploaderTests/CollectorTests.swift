@@ -1,5 +1,6 @@
 // The test collector itself: it must decode batches independently and correctly,
 // survive malformed input, and report only 2xx-answered records as events.
+import CairnTestSupport
 import CairnStore
 import Foundation
 import Testing

@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CairnStore
 import CairnUploader
 import Foundation

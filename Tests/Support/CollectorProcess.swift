@@ -9,15 +9,15 @@ import Testing
 import Glibc
 #endif
 
-/// The repository root, found from this file's path (Tests/CairnUploaderTests/<file>).
-let repoRoot = URL(fileURLWithPath: #filePath)
+/// The repository root, found from this file's path (Tests/Support/<file>).
+public let repoRoot = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-enum CollectorError: Error, CustomStringConvertible {
+public enum CollectorError: Error, CustomStringConvertible {
     case startFailed(String)
     case control(String)
 
-    var description: String {
+    public var description: String {
         switch self {
         case .startFailed(let message): "collector did not start: \(message)"
         case .control(let message): "collector control call failed: \(message)"
@@ -26,60 +26,67 @@ enum CollectorError: Error, CustomStringConvertible {
 }
 
 /// One attempt as the collector recorded it (see collector.py).
-struct RecordedAttempt: Decodable {
-    struct Batch: Decodable {
-        var tag: String
-        var version: Int
-        var flags: Int
-        var batch_id: UInt64
-        var record_count: Int
-        var dict_id: Int
-        var content_size: Int
+public struct RecordedAttempt: Decodable {
+    public struct Batch: Decodable {
+        public var tag: String
+        public var version: Int
+        public var flags: Int
+        public var batch_id: UInt64
+        public var record_count: Int
+        public var dict_id: Int
+        public var content_size: Int
     }
 
-    var seq: Int
-    var client_port: Int
-    var connection_id: Int
-    var method: String
-    var path: String
-    var headers: [[String]]
-    var idempotency_key: String?
-    var retry_count: String?
-    var content_encoding: String?
-    var body_length: Int
-    var body_sha256: String?
-    var body_base64: String?
-    var batch: Batch?
-    var records: [String]?
-    var error: String?
-    var answered: Bool
+    public var seq: Int
+    public var client_port: Int
+    public var connection_id: Int
+    public var method: String
+    public var path: String
+    public var headers: [[String]]
+    public var idempotency_key: String?
+    public var retry_count: String?
+    public var content_encoding: String?
+    public var body_length: Int
+    public var body_sha256: String?
+    public var body_base64: String?
+    public var batch: Batch?
+    public var records: [String]?
+    public var error: String?
+    public var answered: Bool
     /// When the collector received the attempt (its monotonic clock, seconds).
-    var monotonic: Double
+    public var monotonic: Double
 
     /// Every value of the header `name`, compared case-insensitively.
-    func headerValues(_ name: String) -> [String] {
+    public func headerValues(_ name: String) -> [String] {
         headers.filter { $0.count == 2 && $0[0].lowercased() == name.lowercased() }.map { $0[1] }
     }
 
     /// The header names, in the order received.
-    var headerNames: [String] { headers.compactMap(\.first) }
+    public var headerNames: [String] { headers.compactMap(\.first) }
 
     /// The body as received, when the collector kept it (up to 1 MiB).
-    var body: [UInt8]? {
+    public var body: [UInt8]? {
         body_base64.flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) }
     }
 }
 
 /// One record from `GET /_control/events`.
-struct CollectedEvent: Decodable, Equatable {
-    var idempotency_key: String?
-    var batch_id: UInt64?
-    var record: String
+public struct CollectedEvent: Decodable, Equatable {
+    public var idempotency_key: String?
+    public var batch_id: UInt64?
+    public var record: String
+
+    /// An event as the collector reports it.
+    public init(idempotency_key: String?, batch_id: UInt64?, record: String) {
+        self.idempotency_key = idempotency_key
+        self.batch_id = batch_id
+        self.record = record
+    }
 }
 
 /// A running collector on 127.0.0.1; stopped by ``stop()`` or when released.
-final class CollectorProcess {
-    let port: Int
+public final class CollectorProcess {
+    public let port: Int
     private let process: Process
     private let stdinPipe: Pipe
     private let stderrURL: URL
@@ -87,14 +94,14 @@ final class CollectorProcess {
     private var stopped = false
 
     /// The base URL of the collector, such as `http://127.0.0.1:40123`.
-    var baseURL: String { "\(scheme)://127.0.0.1:\(port)" }
+    public var baseURL: String { "\(scheme)://127.0.0.1:\(port)" }
 
     /// Starts `python3 Tests/Collector/collector.py` and waits for its `PORT` line.
     ///
     /// - Parameter selfSignedTLS: Serve HTTPS with Tests/Collector/selfsigned.pem, a
     ///   certificate no client trusts. The control API then speaks TLS too, so only
     ///   data requests can be made.
-    init(selfSignedTLS: Bool = false) throws {
+    public init(selfSignedTLS: Bool = false) throws {
         let script = repoRoot.appendingPathComponent("Tests/Collector/collector.py").path
         let certificate = repoRoot.appendingPathComponent("Tests/Collector/selfsigned.pem").path
         scheme = selfSignedTLS ? "https" : "http"
@@ -143,7 +150,7 @@ final class CollectorProcess {
     deinit { stop() }
 
     /// Stops the collector: closes its stdin, sends SIGTERM, and waits for it to exit.
-    func stop() {
+    public func stop() {
         guard !stopped else { return }
         stopped = true
         try? stdinPipe.fileHandleForWriting.close()
@@ -153,32 +160,32 @@ final class CollectorProcess {
     }
 
     /// What the collector wrote to stderr so far (tracebacks, if any).
-    var stderr: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
+    public var stderr: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
 
     // MARK: Control API
 
     /// Sets the responses for the next data requests, e.g. `[["status": 500]]`.
-    func script(_ responses: [[String: Any]]) throws {
+    public func script(_ responses: [[String: Any]]) throws {
         try post("/_control/script", json: responses)
     }
 
     /// Sets the response used when the script is empty.
-    func setDefault(_ response: [String: Any]) throws {
+    public func setDefault(_ response: [String: Any]) throws {
         try post("/_control/default", json: response)
     }
 
     /// Forgets all attempts and the script.
-    func reset() throws {
+    public func reset() throws {
         try post("/_control/reset", json: [String: Any]())
     }
 
     /// Every attempt recorded so far, oldest first.
-    func requests() throws -> [RecordedAttempt] {
+    public func requests() throws -> [RecordedAttempt] {
         try JSONDecoder().decode([RecordedAttempt].self, from: Data(get("/_control/requests")))
     }
 
     /// The records of the attempts answered 2xx.
-    func events() throws -> [CollectedEvent] {
+    public func events() throws -> [CollectedEvent] {
         try JSONDecoder().decode([CollectedEvent].self, from: Data(get("/_control/events")))
     }
 
@@ -204,7 +211,7 @@ final class CollectorProcess {
 
     /// One HTTP/1.0 exchange over a fresh connection: the server closes it after the
     /// response, so the response is everything read until end of file.
-    static func exchange(port: Int, method: String, path: String, body: [UInt8]) throws
+    public static func exchange(port: Int, method: String, path: String, body: [UInt8]) throws
         -> (status: Int, body: [UInt8])
     {
         let fd = try connectLoopback(port: port)
@@ -250,7 +257,7 @@ final class CollectorProcess {
     }
 
     /// A TCP socket connected to 127.0.0.1:`port`.
-    static func connectLoopback(port: Int) throws -> Int32 {
+    public static func connectLoopback(port: Int) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw CollectorError.control("socket: errno \(errno)") }
         var address = loopback(port: port)
@@ -268,7 +275,7 @@ final class CollectorProcess {
     }
 
     /// A loopback port with nothing listening on it: bound, never listened on, closed.
-    static func closedPort() throws -> Int {
+    public static func closedPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw CollectorError.control("socket: errno \(errno)") }
         defer { close(fd) }
@@ -313,7 +320,7 @@ final class CollectorProcess {
 
 /// The SHA-256 of `bytes` in hex, computed by coreutils' `sha256sum`, a tool that is
 /// neither ours nor the collector's.
-func sha256Hex(_ bytes: [UInt8]) throws -> String {
+public func sha256Hex(_ bytes: [UInt8]) throws -> String {
     let file = FileManager.default.temporaryDirectory
         .appendingPathComponent("cairn-sha-\(UUID().uuidString)")
     try Data(bytes).write(to: file)

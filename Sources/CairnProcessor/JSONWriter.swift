@@ -1,0 +1,186 @@
+/// Writes compact JSON into memory the caller provides: the ring's reservation on the
+/// hot path, so an event is encoded once, in place, without an intermediate buffer.
+///
+/// The writer never writes past `capacity`; when the text does not fit it keeps
+/// counting and sets `overflowed`, and `count` then tells how many bytes the whole text
+/// needs, so the caller can retry with enough room. Strings are escaped as RFC 8259
+/// requires (quote, backslash, and control characters below 0x20); `/` and non-ASCII
+/// text are written as they are.
+public struct JSONWriter {
+    let base: UnsafeMutablePointer<UInt8>?
+    let capacity: Int
+    /// Bytes the text needs so far (may exceed `capacity` once `overflowed`).
+    public private(set) var count = 0
+
+    /// Writes into `buffer`.
+    public init(into buffer: UnsafeMutableRawBufferPointer) {
+        base = buffer.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        capacity = buffer.count
+    }
+
+    /// Counts only: `count` ends as the exact size of the text.
+    public init(measuring: Void = ()) {
+        base = nil
+        capacity = 0
+    }
+
+    /// True once something did not fit.
+    public var overflowed: Bool { count > capacity }
+
+    /// Appends one byte.
+    public mutating func byte(_ b: UInt8) {
+        if count < capacity, let base { base[count] = b }
+        count += 1
+    }
+
+    /// Appends bytes that are already JSON (a pre-encoded fragment).
+    public mutating func raw(_ bytes: UnsafeRawBufferPointer) {
+        if let base, count + bytes.count <= capacity, let src = bytes.baseAddress {
+            (base + count).update(from: src.assumingMemoryBound(to: UInt8.self), count: bytes.count)
+        }
+        count += bytes.count
+    }
+
+    /// Appends bytes that are already JSON.
+    public mutating func raw(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { raw($0) }
+    }
+
+    /// Appends ASCII text that needs no escaping (a key written by the SDK, a number).
+    public mutating func ascii(_ text: StaticString) {
+        raw(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    private static let hex: StaticString = "0123456789abcdef"
+
+    /// Appends a JSON string: quotes, escapes.
+    public mutating func string(_ text: String) {
+        var text = text
+        text.withUTF8 { utf8 in string(utf8: utf8) }
+    }
+
+    /// Appends a JSON string from UTF-8 bytes (assumed valid, as Swift strings are).
+    public mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
+        byte(0x22)
+        var start = 0
+        var i = 0
+        while i < utf8.count {
+            let b = utf8[i]
+            if b >= 0x20 && b != 0x22 && b != 0x5C {
+                i += 1
+                continue
+            }
+            if i > start { raw(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[start..<i])) }
+            byte(0x5C)
+            switch b {
+            case 0x22: byte(0x22)
+            case 0x5C: byte(0x5C)
+            case 0x0A: byte(UInt8(ascii: "n"))
+            case 0x0D: byte(UInt8(ascii: "r"))
+            case 0x09: byte(UInt8(ascii: "t"))
+            default:
+                ascii("u00")
+                Self.hex.withUTF8Buffer { h in
+                    byte(h[Int(b >> 4)])
+                    byte(h[Int(b & 0xF)])
+                }
+            }
+            i += 1
+            start = i
+        }
+        if i > start { raw(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[start..<i])) }
+        byte(0x22)
+    }
+
+    /// Appends `"key":`.
+    public mutating func key(_ key: StaticString) {
+        byte(0x22)
+        ascii(key)
+        byte(0x22)
+        byte(0x3A)
+    }
+
+    /// Appends `"key":` for a key that may need escaping.
+    public mutating func key(_ key: String) {
+        string(key)
+        byte(0x3A)
+    }
+
+    /// Appends a signed integer.
+    public mutating func int(_ value: Int64) {
+        if value < 0 {
+            byte(UInt8(ascii: "-"))
+            uint(value == Int64.min ? UInt64(Int64.max) + 1 : UInt64(-value))
+        } else {
+            uint(UInt64(value))
+        }
+    }
+
+    /// Appends an unsigned integer.
+    public mutating func uint(_ value: UInt64) {
+        var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0) // 32 bytes of scratch
+        withUnsafeMutableBytes(of: &digits) { d in
+            var v = value
+            var n = 0
+            repeat {
+                d[31 - n] = UInt8(truncatingIfNeeded: v % 10) + 0x30
+                v /= 10
+                n += 1
+            } while v > 0
+            raw(UnsafeRawBufferPointer(rebasing: d[(32 - n)...]))
+        }
+    }
+
+    /// Appends a number; NaN and infinities (which JSON cannot hold) become `null`.
+    public mutating func double(_ value: Double) {
+        guard value.isFinite else {
+            ascii("null")
+            return
+        }
+        if value == value.rounded(.towardZero) && abs(value) < 1e15 {
+            int(Int64(value))
+            ascii(".0")
+            return
+        }
+        var text = value.description
+        text.withUTF8 { raw(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Appends `true` or `false`.
+    public mutating func bool(_ value: Bool) {
+        if value { ascii("true") } else { ascii("false") }
+    }
+
+    /// Appends a property value.
+    public mutating func value(_ value: CairnValue) {
+        switch value {
+        case .null: ascii("null")
+        case .bool(let b): bool(b)
+        case .int(let i): int(i)
+        case .double(let d): double(d)
+        case .string(let s): string(s)
+        case .array(let items):
+            byte(0x5B)
+            for (i, item) in items.enumerated() {
+                if i > 0 { byte(0x2C) }
+                self.value(item)
+            }
+            byte(0x5D)
+        case .object(let members):
+            object(members)
+        }
+    }
+
+    /// Appends an object of property values.
+    public mutating func object(_ members: [String: CairnValue]) {
+        byte(0x7B)
+        var first = true
+        for (k, v) in members {
+            if !first { byte(0x2C) }
+            first = false
+            key(k)
+            value(v)
+        }
+        byte(0x7D)
+    }
+}
