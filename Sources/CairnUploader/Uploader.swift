@@ -474,7 +474,9 @@ public final class Uploader: @unchecked Sendable {
     }
 
     private func markIdle() {
-        let idle = pending == nil && ((try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true)
+        // Stored requests wait for a replay, except in store-only mode, where they stay.
+        let idle = pending == nil && (options.storeOnly
+            || ((try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true))
         state.withLock { $0.idle = idle }
         if idle { signal() }
     }

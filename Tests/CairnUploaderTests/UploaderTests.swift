@@ -242,3 +242,44 @@ let productsDirectory: String = {
     if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
     return url.path
 }()
+
+/// The uploader's hooks for the public API: store-only mode (no upload URL), the tap
+/// feeding other destinations, and drops counted elsewhere riding in `Cairn-Dropped`.
+@Suite(.serialized) struct UploaderHookTests {
+    @Test func storeOnlyKeepsBatchesWithoutSending() throws {
+        let collector = try CollectorProcess()
+        let box = UploaderTests.Sandbox()
+        let ring = try box.ring()
+        let store = try box.store()
+        var options = UploaderTests.options(collector)
+        options.storeOnly = true
+        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: options)
+        for i in 0..<25 { try ring.append(UploaderTests.event(i)) }
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(try collector.requests().isEmpty, "nothing is sent")
+        let stored = try store.oldest(limit: 10)
+        #expect(stored.count == 1 && ring.stats().used == 0)
+        let records = try FrameDecoder(maxContentSize: 1 << 20).decodeRecords(stored[0].request.body).records
+        #expect(records == (0..<25).map { UploaderTests.event($0) })
+    }
+
+    @Test func tapSeesEveryRecordAndExtraDropsAreReported() throws {
+        let collector = try CollectorProcess()
+        let box = UploaderTests.Sandbox()
+        let ring = try box.ring()
+        let seen = Locked<[[UInt8]]>([])
+        var options = UploaderTests.options(collector)
+        options.tap = { records in seen.withLock { $0 += records } }
+        options.extraDrops = { ["sampled": 7, "filtered": 0] }
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(), options: options)
+        for i in 0..<250 { try ring.append(UploaderTests.event(i)) }
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(20)))
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(seen.withLock { $0 } == (0..<250).map { UploaderTests.event($0) }, "in order, each once")
+        let attempts = try collector.requests()
+        #expect(!attempts.isEmpty && attempts.allSatisfy { $0.headerValues("Cairn-Dropped") == ["sampled=7"] })
+    }
+}

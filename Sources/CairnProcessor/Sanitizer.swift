@@ -1,0 +1,324 @@
+// Sanitising: every event's properties pass through here on the caller's thread, inside
+// `track()`, so the common case (nothing to change) reads each byte once and allocates
+// nothing. The rules are documented in docs/FORMATS.md, "Sanitising and privacy rules".
+
+/// Counters of what the sanitising and privacy rules changed, by reason; merged into the
+/// SDK's drop counts.
+///
+/// Each counter counts values (or keys), not occurrences inside a value: a string with
+/// three control characters adds 1 to ``repairedUTF8``.
+public struct RuleCounts: Sendable, Equatable {
+    /// Doubles that were NaN or infinite and became `null`.
+    public var droppedNonFinite = 0
+    /// Strings cut to ``SanitizerLimits/maxStringLength``.
+    public var truncatedStrings = 0
+    /// Keys cut to ``SanitizerLimits/maxKeyLength``.
+    public var truncatedKeys = 0
+    /// Keys dropped with their values: empty keys, keys that collided with another key
+    /// after truncation, and keys beyond ``SanitizerLimits/maxProperties``.
+    public var droppedKeys = 0
+    /// Objects and arrays nested deeper than ``SanitizerLimits/maxDepth`` that became `null`
+    /// (one per replaced container; what it held is not counted).
+    public var droppedDepth = 0
+    /// Arrays cut to ``SanitizerLimits/maxArrayLength``.
+    public var truncatedArrays = 0
+    /// Strings and keys whose control characters or noncharacters were replaced by U+FFFD.
+    public var repairedUTF8 = 0
+    /// Values replaced by `"[redacted]"` because their key is sensitive.
+    public var redactedKeys = 0
+    /// Strings in which an e-mail address, phone number, card number, token, JWT, URL
+    /// password or sensitive query value was masked.
+    public var maskedValues = 0
+
+    /// All counters zero.
+    public init() {}
+
+    /// Adds every counter of `other` to this one.
+    public mutating func add(_ other: RuleCounts) {
+        droppedNonFinite += other.droppedNonFinite
+        truncatedStrings += other.truncatedStrings
+        truncatedKeys += other.truncatedKeys
+        droppedKeys += other.droppedKeys
+        droppedDepth += other.droppedDepth
+        truncatedArrays += other.truncatedArrays
+        repairedUTF8 += other.repairedUTF8
+        redactedKeys += other.redactedKeys
+        maskedValues += other.maskedValues
+    }
+
+    /// Whether no rule changed anything.
+    public var isEmpty: Bool { self == RuleCounts() }
+}
+
+/// The bounds the sanitiser enforces. Lengths are in UTF-8 bytes.
+public struct SanitizerLimits: Sendable, Equatable {
+    /// Container nesting, counting the properties object (or the value passed to
+    /// ``Sanitizer/sanitize(_:counts:)-(CairnValue,_)``) as level 1; an object or array at
+    /// a deeper level becomes `null`. Values below 1 act as 1.
+    public var maxDepth: Int
+    /// Longest key; longer keys are cut on a character boundary (no ellipsis).
+    public var maxKeyLength: Int
+    /// Longest string, ellipsis included; longer strings are cut on a character boundary
+    /// and end in "…" (U+2026, 3 bytes) when the limit is at least 3.
+    public var maxStringLength: Int
+    /// Most keys per object; beyond it, the keys that sort first (Swift `String` order)
+    /// are kept and the rest dropped.
+    public var maxProperties: Int
+    /// Most elements per array; later elements are dropped.
+    public var maxArrayLength: Int
+
+    /// Limits with the defaults: depth 8, keys 128 bytes, strings 4096 bytes, 256 keys
+    /// per object, 256 elements per array.
+    public init(maxDepth: Int = 8, maxKeyLength: Int = 128, maxStringLength: Int = 4096,
+                maxProperties: Int = 256, maxArrayLength: Int = 256) {
+        self.maxDepth = maxDepth
+        self.maxKeyLength = maxKeyLength
+        self.maxStringLength = maxStringLength
+        self.maxProperties = maxProperties
+        self.maxArrayLength = maxArrayLength
+    }
+}
+
+/// Makes property values safe to encode: finite numbers, bounded sizes, no control
+/// characters, valid UTF-8. Stateless and `Sendable`; one instance can serve every thread.
+///
+/// ```swift
+/// var counts = RuleCounts()
+/// let clean = Sanitizer().sanitize(["ratio": .double(.nan)], counts: &counts)
+/// // clean == ["ratio": .null], counts.droppedNonFinite == 1
+/// ```
+///
+/// Run it after ``PrivacyMasker/apply(_:counts:)``: masking sees whole strings (a cut never
+/// leaves half a card number behind) and the limits hold for what is finally written.
+public struct Sanitizer: Sendable {
+    /// The limits this sanitiser enforces.
+    public let limits: SanitizerLimits
+    private let maxDepth: Int
+    private let maxKeyLength: Int
+    private let maxStringLength: Int
+    private let maxProperties: Int
+    private let maxArrayLength: Int
+
+    /// A sanitiser enforcing `limits`.
+    public init(limits: SanitizerLimits = .init()) {
+        self.limits = limits
+        maxDepth = max(1, limits.maxDepth)
+        maxKeyLength = max(0, limits.maxKeyLength)
+        maxStringLength = max(0, limits.maxStringLength)
+        maxProperties = max(0, limits.maxProperties)
+        maxArrayLength = max(0, limits.maxArrayLength)
+    }
+
+    /// Returns properties that always encode to valid JSON within the limits, adding what
+    /// was changed to `counts`. When nothing needs changing the input is returned as is.
+    public func sanitize(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
+        cleanObject(properties, level: 1, counts: &counts) ?? properties
+    }
+
+    /// Returns `value` made safe the same way; a container passed here is level 1.
+    public func sanitize(_ value: CairnValue, counts: inout RuleCounts) -> CairnValue {
+        clean(value, level: 1, counts: &counts) ?? value
+    }
+
+    // Every helper returns nil for "unchanged", so untouched values are never rebuilt.
+
+    private func clean(_ value: CairnValue, level: Int, counts: inout RuleCounts) -> CairnValue? {
+        switch value {
+        case .null, .bool, .int:
+            return nil
+        case .double(let d):
+            if d.isFinite { return nil }
+            counts.droppedNonFinite += 1
+            return .null
+        case .string(let s):
+            guard let fixed = TextRepair.clean(s, limit: maxStringLength, ellipsis: true) else { return nil }
+            if fixed.repaired { counts.repairedUTF8 += 1 }
+            if fixed.truncated { counts.truncatedStrings += 1 }
+            return .string(fixed.text)
+        case .array(let items):
+            if level > maxDepth { counts.droppedDepth += 1; return .null }
+            return cleanArray(items, level: level, counts: &counts).map(CairnValue.array)
+        case .object(let object):
+            if level > maxDepth { counts.droppedDepth += 1; return .null }
+            return cleanObject(object, level: level, counts: &counts).map(CairnValue.object)
+        }
+    }
+
+    private func cleanArray(_ items: [CairnValue], level: Int, counts: inout RuleCounts) -> [CairnValue]? {
+        var out = items
+        var changed = false
+        if items.count > maxArrayLength {
+            out = Array(items.prefix(maxArrayLength))
+            counts.truncatedArrays += 1
+            changed = true
+        }
+        for i in 0..<out.count {
+            if let fixed = clean(out[i], level: level + 1, counts: &counts) {
+                out[i] = fixed
+                changed = true
+            }
+        }
+        return changed ? out : nil
+    }
+
+    private func cleanObject(_ object: [String: CairnValue], level: Int,
+                             counts: inout RuleCounts) -> [String: CairnValue]? {
+        if object.count <= maxProperties, object.keys.allSatisfy(isCleanKey) {
+            var out = object
+            var changed = false
+            for (key, value) in object {
+                if let fixed = clean(value, level: level + 1, counts: &counts) {
+                    out[key] = fixed
+                    changed = true
+                }
+            }
+            return changed ? out : nil
+        }
+        return rebuildObject(object, level: level, counts: &counts)
+    }
+
+    private func isCleanKey(_ key: String) -> Bool {
+        let n = key.utf8.count
+        return n > 0 && n <= maxKeyLength && !TextRepair.needsRepair(key)
+    }
+
+    private struct Entry {
+        var key: String
+        var original: String
+        var value: CairnValue
+        var repaired: Bool
+        var truncated: Bool
+    }
+
+    /// The slow path: some key must change or go. Entries are processed in the sorted
+    /// order of their cleaned keys (ties by original key), so which key survives a
+    /// collision or the property limit does not depend on dictionary order.
+    private func rebuildObject(_ object: [String: CairnValue], level: Int,
+                               counts: inout RuleCounts) -> [String: CairnValue] {
+        var entries: [Entry] = []
+        entries.reserveCapacity(object.count)
+        for (key, value) in object {
+            var entry = Entry(key: key, original: key, value: value, repaired: false, truncated: false)
+            if let fixed = TextRepair.clean(key, limit: maxKeyLength, ellipsis: false) {
+                entry.key = fixed.text
+                entry.repaired = fixed.repaired
+                entry.truncated = fixed.truncated
+            }
+            if entry.key.isEmpty {
+                counts.droppedKeys += 1
+                continue
+            }
+            entries.append(entry)
+        }
+        entries.sort { $0.key != $1.key ? $0.key < $1.key : $0.original < $1.original }
+        var out: [String: CairnValue] = [:]
+        out.reserveCapacity(min(entries.count, maxProperties))
+        for entry in entries {
+            if out.count >= maxProperties || out.index(forKey: entry.key) != nil {
+                counts.droppedKeys += 1
+                continue
+            }
+            if entry.repaired { counts.repairedUTF8 += 1 }
+            if entry.truncated { counts.truncatedKeys += 1 }
+            out[entry.key] = clean(entry.value, level: level + 1, counts: &counts) ?? entry.value
+        }
+        return out
+    }
+}
+
+/// Control-character repair and length limits for strings and keys.
+enum TextRepair {
+    struct Result {
+        var text: String
+        var repaired: Bool
+        var truncated: Bool
+    }
+
+    /// Whether `scalar` is replaced by U+FFFD: C0 controls other than tab, LF and CR,
+    /// DEL, C1 controls, and the noncharacters U+FFFE and U+FFFF.
+    static func isForbidden(_ scalar: Unicode.Scalar) -> Bool {
+        let v = scalar.value
+        if v < 0x20 { return v != 0x09 && v != 0x0A && v != 0x0D }
+        return (v >= 0x7F && v <= 0x9F) || v == 0xFFFE || v == 0xFFFF
+    }
+
+    /// Whether `text` holds a forbidden scalar; reads UTF-8 bytes without decoding.
+    static func needsRepair(_ text: String) -> Bool {
+        withUTF8Bytes(text) { bytes in
+            let n = bytes.count
+            var i = 0
+            while i < n {
+                let b = bytes[i]
+                if b &- 0x20 < 0x5F {  // printable ASCII, the common case
+                    i &+= 1
+                    continue
+                }
+                if b < 0x20 {
+                    if b != 0x09 && b != 0x0A && b != 0x0D { return true }
+                } else if b == 0x7F {
+                    return true
+                } else if b == 0xC2 {  // U+0080...U+00BF; C1 controls are C2 80...C2 9F
+                    if i + 1 < n && bytes[i + 1] <= 0x9F { return true }
+                } else if b == 0xEF {  // U+FFFE, U+FFFF are EF BF BE, EF BF BF
+                    if i + 2 < n && bytes[i + 1] == 0xBF && bytes[i + 2] >= 0xBE { return true }
+                }
+                i &+= 1
+            }
+            return false
+        }
+    }
+
+    /// `text` repaired and cut to `limit` bytes, or nil when it is already fine.
+    static func clean(_ text: String, limit: Int, ellipsis: Bool) -> Result? {
+        let tooLong = text.utf8.count > limit
+        if !tooLong && !needsRepair(text) { return nil }
+
+        // Build the repaired prefix, a few bytes past the limit so the character
+        // boundary at the cut can be judged by the scalar that follows it.
+        var scalars = String.UnicodeScalarView()
+        var bytes = 0
+        var firstRepair = Int.max
+        let stop = limit + 8
+        for scalar in text.unicodeScalars {
+            var kept = scalar
+            if isForbidden(scalar) {
+                kept = "\u{FFFD}"
+                firstRepair = min(firstRepair, bytes)
+            }
+            scalars.append(kept)
+            bytes += UTF8.width(kept)
+            if bytes > stop { break }
+        }
+        let repaired = String(scalars)
+        if bytes <= limit {
+            return Result(text: repaired, repaired: firstRepair != .max, truncated: false)
+        }
+
+        let mark = ellipsis && limit >= 3
+        let budget = mark ? limit - 3 : limit
+        let utf8 = repaired.utf8
+        var cut = utf8.index(utf8.startIndex, offsetBy: budget)
+        while cut > utf8.startIndex && UTF8.isContinuation(utf8[cut]) { cut = utf8.index(before: cut) }
+        // Prefer a grapheme boundary (never split "é" written as e + U+0301, a flag or an
+        // emoji sequence); give up after 32 scalars so zalgo text stays linear.
+        let scalarCut = cut
+        var tries = 0
+        while cut > repaired.startIndex && cut.samePosition(in: repaired) == nil && tries < 32 {
+            cut = repaired.unicodeScalars.index(before: cut)
+            tries += 1
+        }
+        if cut.samePosition(in: repaired) == nil { cut = scalarCut }
+        let keptBytes = utf8.distance(from: utf8.startIndex, to: cut)
+        var out = String(repaired[..<cut])
+        if mark { out.append("\u{2026}") }
+        return Result(text: out, repaired: firstRepair < keptBytes, truncated: true)
+    }
+}
+
+/// Runs `body` on the UTF-8 bytes of `text` without copying them when the string is
+/// native (always on Linux); other strings are copied once.
+@inline(__always)
+func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    if let result = text.utf8.withContiguousStorageIfAvailable(body) { return result }
+    return Array(text.utf8).withUnsafeBufferPointer(body)
+}
