@@ -68,7 +68,7 @@ asan: deps
 tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan $(LLD)
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --disable-xctest --sanitize=thread \
-	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests|UploaderTests|SnapshotStoreTests'
+	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests|UploaderTests|SnapshotStoreTests|CairnAPITests|DedupTests'
 
 # libFuzzer targets, built with the toolchain's clang.
 fuzzers: $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZERS))
@@ -95,6 +95,7 @@ bench: deps
 	$(SWIFT) build -c release --product CairnBenchmarks
 	$(SWIFT) build -c release --product cairn-crash-child
 	$(SWIFT) build -c release --product cairn-swift-crash-child
+	$(SWIFT) build -c release --product cairn-service-child
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
 
 bench-quick:

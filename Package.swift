@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "CairnUploader", targets: ["CairnUploader"]),
         .library(name: "CairnCrash", targets: ["CairnCrash"]),
         .library(name: "CairnProcessor", targets: ["CairnProcessor"]),
+        .library(name: "Cairn", targets: ["Cairn"]),
+        .library(name: "CairnTestKit", targets: ["CairnTestKit"]),
         .library(name: "CCairn", targets: ["CCairn"]),
     ],
     targets: [
@@ -68,6 +70,19 @@ let package = Package(
                                   "cairn-run-child"],
                     path: "Tests/CairnCrashTests"),
 
+        // The public API: start, track, identity, user properties, spans, destinations.
+        .target(name: "Cairn", dependencies: ["CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore"],
+                path: "Sources/Cairn", swiftSettings: [.swiftLanguageMode(.v6)]),
+        // For integrators' tests: an in-memory destination that records events.
+        .target(name: "CairnTestKit", dependencies: ["Cairn"], path: "Sources/CairnTestKit",
+                swiftSettings: [.swiftLanguageMode(.v6)]),
+        // A service using the public API, for the end-to-end and cross-process tests.
+        .executableTarget(name: "cairn-service-child", dependencies: ["Cairn"], path: "Tests/ServiceChild"),
+        .testTarget(name: "CairnTests",
+                    dependencies: ["Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
+                                  "cairn-service-child"],
+                    path: "Tests/CairnTests"),
+
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
         .executableTarget(name: "cairn-ring-child", dependencies: ["CCairn"],
                           path: "Tests/RingChild"),
@@ -89,7 +104,8 @@ let package = Package(
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
-                          dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash"],
+                          dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
+                                         "CairnProcessor"],
                           path: "Benchmarks/CairnBenchmarks"),
     ]
 )

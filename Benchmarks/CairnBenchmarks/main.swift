@@ -7,7 +7,9 @@
 //
 // Prints a table (or, with --json, one JSON object) and exits 1 when a figure is over
 // its budget.
+import Cairn
 import CairnCrash
+import CairnProcessor
 import CairnStore
 import CairnUploader
 import CCairn
@@ -617,6 +619,88 @@ func benchSymbolicate(runs: Int) -> Double {
 }
 record("crash_symbolicate_ms", "next start: read and symbolicate one crash report", benchSymbolicate(runs: quick ? 3 : 9),
        "ms", goal: "<= 50")
+
+// MARK: - track() and start()
+
+/// `track()` with 10 properties on the caller's thread, through the whole hot path
+/// (filter, sampling, sanitiser, privacy rules, JSON written into the ring), each call
+/// timed on its own (the clock's cost subtracted). The SDK keeps events on disk (no
+/// upload URL); its background thread drains the ring meanwhile.
+func benchTrack(calls: Int, threads: Int) -> (p50: Double, p99: Double) {
+    guard let cairn = trackSDK else { return (.nan, .nan) }
+    let props: [String: CairnValue] = [
+        "plan": "pro", "seats": 12, "ratio": 0.75, "trial": false, "region": "eu-west-1",
+        "path": "/orders/42", "method": "POST", "status": 201, "duration_ms": 12.5, "retry": false,
+    ]
+    var overhead: [Double] = []
+    for _ in 0..<1000 {
+        let t0 = now()
+        overhead.append(Double(now() - t0))
+    }
+    let clockCost = percentile(overhead, 0.5)
+    let all = Locked<[Double]>([])
+    let barrier = SpinBarrier(threads)
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+        group.enter()
+        Thread {
+            var times = [Double](repeating: 0, count: calls)
+            barrier.wait()
+            for i in 0..<calls {
+                let t0 = now()
+                cairn.track("checkout_completed", properties: props)
+                times[i] = max(0, Double(now() - t0) - clockCost)
+            }
+            all.withLock { $0 += times }
+            group.leave()
+        }.start()
+    }
+    group.wait()
+    let times = all.withLock { $0 }
+    return (percentile(times, 0.5), percentile(times, 0.99))
+}
+
+let trackSDK: Cairn? = {
+    var o = Cairn.Options(appID: "bench", distinctID: "bench-host", release: "bench@1", dataDirectory: scratch + "/sdk")
+    o.ringCapacity = 256 << 20
+    return try? Cairn.start(o)
+}()
+// Warm up (first-touch of ring pages, caches), then measure.
+_ = benchTrack(calls: 20_000, threads: 1)
+let track1 = benchTrack(calls: quick ? 50_000 : 300_000, threads: 1)
+let track2 = benchTrack(calls: quick ? 25_000 : 150_000, threads: 2)
+record("track_ns_p50", "track() with 10 properties, caller's thread, p50", track1.p50, "ns", goal: "<= 1000")
+record("track_ns_p99", "track() with 10 properties, caller's thread, p99", track1.p99, "ns", goal: "<= 5000")
+record("track_2t_ns_p50", "track(), 2 threads at once, p50 per call", track2.p50, "ns")
+_ = trackSDK?.shutdown(timeout: .seconds(10))
+
+/// `Cairn.start` on the caller's thread in fresh processes (`cairn-service-child start`,
+/// built beside this executable), each with its own data directory.
+func benchStart(runs: Int) -> (p50: Double, p99: Double) {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    let child = URL(fileURLWithPath: exe).deletingLastPathComponent().path + "/cairn-service-child"
+    guard FileManager.default.isExecutableFile(atPath: child) else { return (.nan, .nan) }
+    var times: [Double] = []
+    for i in 0..<runs {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: child)
+        p.arguments = ["start"]
+        p.environment = ["CAIRN_APP_ID": "bench", "CAIRN_DISTINCT_ID": "bench-host",
+                         "CAIRN_DATA_DIR": scratch + "/start-\(i)", "PATH": "/usr/bin:/bin"]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        guard (try? p.run()) != nil else { return (.nan, .nan) }
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        if let ms = Double(text.trimmingCharacters(in: .whitespacesAndNewlines)) { times.append(ms) }
+    }
+    return times.count == runs ? (percentile(times, 0.5), percentile(times, 0.99)) : (.nan, .nan)
+}
+let start = benchStart(runs: quick ? 10 : 30)
+record("start_ms_p50", "Cairn.start on the caller's thread, fresh process, p50", start.p50, "ms", goal: "<= 0.5",
+       budget: 20)
+record("start_ms_p99", "Cairn.start on the caller's thread, fresh process, p99", start.p99, "ms", budget: 20)
 
 // MARK: - Output
 

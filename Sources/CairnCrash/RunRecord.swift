@@ -1,3 +1,4 @@
+import CairnStore
 import Foundation
 import Glibc
 
@@ -69,7 +70,7 @@ struct RunRecord {
 enum OOMCounter {
     /// The counter file for this process, or nil when none is readable.
     static func locate(procCgroup: String = "/proc/self/cgroup", root: String = "/sys/fs/cgroup") -> String? {
-        guard let text = try? String(contentsOfFile: procCgroup, encoding: .utf8) else { return nil }
+        guard let text = SmallFile.text(procCgroup) else { return nil }
         var candidates: [String] = []
         var v1: [String] = []
         for line in text.split(separator: "\n") {
@@ -88,7 +89,7 @@ enum OOMCounter {
 
     /// The `oom_kill` value in `file`, or nil.
     static func read(_ file: String) -> UInt64? {
-        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
+        guard let text = SmallFile.text(file) else { return nil }
         for line in text.split(separator: "\n") {
             let parts = line.split(separator: " ")
             if parts.count == 2 && parts[0] == "oom_kill" { return UInt64(parts[1]) }

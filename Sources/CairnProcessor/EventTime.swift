@@ -11,8 +11,14 @@ public final class EventClock: Sendable {
     // minute index (Unix minutes) in the high 44 bits, offset + 2048 in the low 12; 0 = empty.
     private let cache = Atomic<UInt64>(0)
 
+    private let fixedOffset: Int?
+
     /// A clock using the process's time zone (the `TZ` variable or /etc/localtime).
-    public init() {}
+    public init() { fixedOffset = nil }
+
+    /// A clock with a fixed UTC offset in minutes east (for golden tests and for
+    /// services that report in one zone whatever the host says).
+    public init(fixedOffsetMinutes: Int) { fixedOffset = max(-2047, min(2047, fixedOffsetMinutes)) }
 
     /// Unix time now, in milliseconds.
     public static func nowMillis() -> UInt64 {
@@ -23,6 +29,7 @@ public final class EventClock: Sendable {
 
     /// The UTC offset in minutes east at `millis`.
     public func offsetMinutes(at millis: UInt64) -> Int {
+        if let fixedOffset { return fixedOffset }
         let minute = millis / 60_000
         let word = cache.load(ordering: .relaxed)
         if word != 0 && word >> 12 == minute { return Int(word & 0xFFF) - 2048 }

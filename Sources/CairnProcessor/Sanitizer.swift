@@ -53,7 +53,7 @@ public struct RuleCounts: Sendable, Equatable {
 /// The bounds the sanitiser enforces. Lengths are in UTF-8 bytes.
 public struct SanitizerLimits: Sendable, Equatable {
     /// Container nesting, counting the properties object (or the value passed to
-    /// ``Sanitizer/sanitize(_:counts:)-(CairnValue,_)``) as level 1; an object or array at
+    /// `sanitize(_ value:counts:)`) as level 1; an object or array at
     /// a deeper level becomes `null`. Values below 1 act as 1.
     public var maxDepth: Int
     /// Longest key; longer keys are cut on a character boundary (no ellipsis).
@@ -227,7 +227,7 @@ public struct Sanitizer: Sendable {
 }
 
 /// Control-character repair and length limits for strings and keys.
-enum TextRepair {
+private enum TextRepair {
     struct Result {
         var text: String
         var repaired: Bool
@@ -235,11 +235,13 @@ enum TextRepair {
     }
 
     /// Whether `scalar` is replaced by U+FFFD: C0 controls other than tab, LF and CR,
-    /// DEL, C1 controls, and the noncharacters U+FFFE and U+FFFF.
+    /// DEL, C1 controls, the noncharacters U+FFFE and U+FFFF, and U+FEFF. A byte order
+    /// mark is never meaningful inside a value, and decoders that strip it (Foundation's
+    /// JSON parser drops it at the start of a string) would change keys and values.
     static func isForbidden(_ scalar: Unicode.Scalar) -> Bool {
         let v = scalar.value
         if v < 0x20 { return v != 0x09 && v != 0x0A && v != 0x0D }
-        return (v >= 0x7F && v <= 0x9F) || v == 0xFFFE || v == 0xFFFF
+        return (v >= 0x7F && v <= 0x9F) || v == 0xFFFE || v == 0xFFFF || v == 0xFEFF
     }
 
     /// Whether `text` holds a forbidden scalar; reads UTF-8 bytes without decoding.
@@ -259,8 +261,11 @@ enum TextRepair {
                     return true
                 } else if b == 0xC2 {  // U+0080...U+00BF; C1 controls are C2 80...C2 9F
                     if i + 1 < n && bytes[i + 1] <= 0x9F { return true }
-                } else if b == 0xEF {  // U+FFFE, U+FFFF are EF BF BE, EF BF BF
-                    if i + 2 < n && bytes[i + 1] == 0xBF && bytes[i + 2] >= 0xBE { return true }
+                } else if b == 0xEF {  // U+FFFE, U+FFFF are EF BF BE, EF BF BF; U+FEFF is EF BB BF
+                    if i + 2 < n {
+                        let b1 = bytes[i + 1], b2 = bytes[i + 2]
+                        if (b1 == 0xBF && b2 >= 0xBE) || (b1 == 0xBB && b2 == 0xBF) { return true }
+                    }
                 }
                 i &+= 1
             }
@@ -315,10 +320,10 @@ enum TextRepair {
     }
 }
 
-/// Runs `body` on the UTF-8 bytes of `text` without copying them when the string is
-/// native (always on Linux); other strings are copied once.
+/// Runs `body` on the UTF-8 bytes of `text`; native strings (always, on Linux) are not
+/// copied. `String.withUTF8` is inlinable, so this costs no generic dispatch per call.
 @inline(__always)
 func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-    if let result = text.utf8.withContiguousStorageIfAvailable(body) { return result }
-    return Array(text.utf8).withUnsafeBufferPointer(body)
+    var text = text
+    return text.withUTF8(body)
 }

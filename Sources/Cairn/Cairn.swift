@@ -1,0 +1,536 @@
+import CairnCrash
+import CairnProcessor
+import CairnStore
+import CairnUploader
+import Foundation
+import Synchronization
+
+/// How `setUserProperties(_:mode:)` changes the user's properties on the collector.
+public enum UserPropertyMode: String, Sendable, CaseIterable {
+    /// Set the values (type `user_set`).
+    case set
+    /// Set the values only where none is set yet (type `user_setOnce`).
+    case setOnce
+    /// Add the numbers to the current values (type `user_add`); values that are not
+    /// numbers are dropped and counted.
+    case add
+    /// Remove the properties named by the keys; the values are ignored (type
+    /// `user_unset`).
+    case unset
+
+    var eventType: EventType {
+        switch self {
+        case .set: return .userSet
+        case .setOnce: return .userSetOnce
+        case .add: return .userAdd
+        case .unset: return .userUnset
+        }
+    }
+}
+
+/// A typed event: services declare an enum of what can happen and track its cases.
+///
+/// ```swift
+/// enum OrderEvent: CairnEvent {
+///     case placed(total: Double), failed(reason: String)
+///     var name: String { switch self { case .placed: "order_placed"; case .failed: "order_failed" } }
+///     var properties: [String: CairnValue] {
+///         switch self { case .placed(let t): ["total": .double(t)]; case .failed(let r): ["reason": .string(r)] }
+///     }
+///     var isError: Bool { if case .failed = self { true } else { false } }
+/// }
+/// cairn.track(OrderEvent.placed(total: 42))
+/// ```
+public protocol CairnEvent: Sendable {
+    /// The event's name.
+    var name: String { get }
+    /// Its properties (default: none).
+    var properties: [String: CairnValue] { get }
+    /// How much it matters (default: `.sampled`).
+    var tier: Tier { get }
+    /// Whether it reports an error: errors are always kept by sampling and folded by
+    /// deduplication (default: false).
+    var isError: Bool { get }
+}
+
+extension CairnEvent {
+    /// No properties.
+    public var properties: [String: CairnValue] { [:] }
+    /// The sampled tier.
+    public var tier: Tier { .sampled }
+    /// Not an error.
+    public var isError: Bool { false }
+}
+
+/// The Cairn SDK: start it once, early, then track what happens.
+///
+/// ```swift
+/// let cairn = try Cairn.start(.fromEnvironment())
+/// cairn.track("order_placed", properties: ["plan": "pro", "seats": 3])
+/// ```
+///
+/// Tracking calls return in about a microsecond: the event is encoded on the caller's
+/// thread straight into a memory-mapped ring on disk (it survives a crash or
+/// `kill -9` from then on) and one background thread batches, compresses and uploads.
+/// Nothing here blocks on the network, and bad input is counted and dropped, never
+/// thrown at the caller.
+public final class Cairn: @unchecked Sendable {
+    // @unchecked: mutable state lives in `state` (a lock) and atomics.
+
+    /// The started SDK, or nil before `start` (and after `shutdown`).
+    public static var shared: Cairn? { sharedInstance.withLock { $0 } }
+    private static let sharedInstance = Locked<Cairn?>(nil)
+    private static let startedOnce = Locked(false)
+
+    /// The options it started with.
+    public let options: Options
+    /// This process run's session id (UUIDv7).
+    public let sessionID: String
+    /// The processor every event goes through.
+    public let processor: Processor
+    /// When this data directory was first used (Unix ms) and in which time zone.
+    public let install: InstallRecord
+
+    let ring: Ring
+    let crash: CrashCapture
+    let dedup: Deduplicator
+    /// The first event of each open deduplication window, to build its summary from.
+    private let dedupFirst = Locked<[UInt64: Event]>([:])
+    let drops = DropCounters()
+    private let state: Locked<State>
+    private let background: BackgroundWork
+
+    struct State {
+        var identity: Identity
+        var accountSent: Set<String> = []
+        var uploader: Uploader?
+        var store: SnapshotStore?
+        var startError: String?
+        var ready = false
+        var stopped = false
+    }
+
+    /// The task-local span: events tracked inside `withSpan` carry its trace and span ids.
+    @TaskLocal public static var currentSpan: SpanContext?
+
+    private init(options: Options, crash: CrashCapture, ring: Ring, processor: Processor, install: InstallRecord) {
+        self.options = options
+        self.crash = crash
+        sessionID = crash.sessionID
+        self.ring = ring
+        self.processor = processor
+        self.install = install
+        dedup = Deduplicator(options: options.dedup)
+        state = Locked(State(identity: Identity(distinctID: options.distinctID)))
+        background = BackgroundWork()
+    }
+
+    // MARK: Start
+
+    /// Starts the SDK (and sets `Cairn.shared`). On the caller's thread it does only what
+    /// must come before the first crash or event: checks the options, installs the crash
+    /// handler and records this run, reads the install record, collects the common
+    /// properties, opens the event ring. Opening the snapshot store, replaying what is
+    /// stored, reporting previous runs and uploading happen on a background thread.
+    ///
+    /// - Throws: `CairnStartError`: which option is invalid and why; `.alreadyStarted`
+    ///   for a second start (there is one crash handler per process); `.disabled`;
+    ///   `.storage` when the data directory cannot be used.
+    @discardableResult
+    public static func start(_ options: Options) throws(CairnStartError) -> Cairn {
+        if options.disabled { throw .disabled }
+        try options.validate()
+        let first = startedOnce.withLock { s -> Bool in
+            defer { s = true }
+            return !s
+        }
+        guard first else { throw .alreadyStarted }
+        do {
+            let cairn = try startOnce(options)
+            sharedInstance.withLock { $0 = cairn }
+            return cairn
+        } catch {
+            startedOnce.withLock { $0 = false }
+            throw error
+        }
+    }
+
+    private static func startOnce(_ options: Options) throws(CairnStartError) -> Cairn {
+        let dir = options.dataDirectory
+        do {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        } catch {
+            throw .storage("cannot create \(dir): \(error.localizedDescription)")
+        }
+        var attributes = ["distinct_id": options.distinctID, "app_id": options.appID]
+        if let environment = options.environment { attributes["environment"] = environment }
+        let crash: CrashCapture
+        do {
+            crash = try CrashCapture.start(.init(directory: dir + "/crash", release: options.release,
+                                                 attributes: attributes, captureSIGQUIT: options.captureSIGQUIT))
+        } catch .alreadyStarted {
+            throw .alreadyStarted
+        } catch {
+            throw .storage("crash capture: \(error)")
+        }
+        let install = InstallRecord.load(directory: dir, release: options.release)
+        var common = CommonProperties.collect()
+        common.appID = options.appID
+        common.release = options.release
+        common.build = options.build
+        common.environment = options.environment
+        let processor = Processor(options: ProcessorOptions(limits: options.limits, privacy: options.privacy,
+                                                            sampling: options.sampling, filter: options.filter),
+                                  common: common, sdkVersion: cairnVersion)
+        let ring: Ring
+        do {
+            ring = try Ring(path: dir + "/events.ring", options: .init(capacity: options.ringCapacity))
+        } catch {
+            throw .storage("event ring: \(error)")
+        }
+        let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor, install: install)
+        cairn.background.start { [cairn] in cairn.startInBackground() }
+        return cairn
+    }
+
+    /// The background half of `start`: store, uploader, previous runs, install
+    /// properties; then upkeep (deduplication summaries) until shutdown.
+    private func startInBackground() {
+        let dir = options.dataDirectory
+        do {
+            let store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
+            let destinations = options.destinations
+            var tap: (@Sendable ([[UInt8]]) -> Void)?
+            if !destinations.isEmpty {
+                tap = { (records: [[UInt8]]) -> Void in
+                    var events: [FinishedEvent] = []
+                    events.reserveCapacity(records.count)
+                    for r in records { events.append(FinishedEvent(json: r)) }
+                    for d in destinations { d.receive(events) }
+                }
+            }
+            let counters = drops
+            var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
+                                                maxBatchEvents: options.maxBatchEvents,
+                                                maxBatchBytes: options.maxBatchBytes, maxBatchAge: options.maxBatchAge)
+            uploadOptions.debugLogging = options.debugLogging
+            uploadOptions.observer = options.uploadObserver
+            uploadOptions.storeOnly = options.uploadURL == nil
+            uploadOptions.tap = tap
+            uploadOptions.extraDrops = { counters.snapshot() }
+            let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? CurlTransport(),
+                                    options: uploadOptions)
+            state.withLock {
+                $0.store = store
+                $0.uploader = uploader
+            }
+            uploader.start()
+            reportPreviousRuns(uploader)
+            sendInstallProperties(uploader)
+        } catch {
+            state.withLock { $0.startError = "\(error)" }
+            if options.debugLogging { FileHandle.standardError.write(Data("[cairn] start: \(error)\n".utf8)) }
+        }
+        state.withLock { $0.ready = true }
+        background.signal()
+        while !background.waitForStop(timeout: .seconds(1)) {
+            emitDedupSummaries()
+        }
+        emitDedupSummaries()
+    }
+
+    private func reportPreviousRuns(_ uploader: Uploader) {
+        let result = crash.processPreviousRuns { events in
+            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
+            try uploader.sendPrebuilt(body: body, priority: .critical)
+        }
+        if options.debugLogging {
+            for run in result.runs {
+                let note = "[cairn] previous run \(run.sessionID ?? "?") ended: \(run.reason.rawValue)"
+                    + (run.stored ? "" : " (not stored: \(run.error ?? "?"))")
+                FileHandle.standardError.write(Data((note + "\n").utf8))
+            }
+        }
+    }
+
+    /// The fixed user properties of the install, sent once per data directory with
+    /// `user_setOnce`, in a request of their own.
+    private func sendInstallProperties(_ uploader: Uploader) {
+        guard !install.propertiesSent else { return }
+        let event = Event(type: .userSetOnce, name: "user_properties", properties: install.userProperties(clock: processor.clock),
+                          timeMillis: install.timeMillis, identity: currentIdentity(nil), sessionID: sessionID,
+                          tier: .important)
+        let record = processor.record(event)
+        do {
+            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])
+            try uploader.sendPrebuilt(body: body, priority: .important)
+            install.markPropertiesSent(directory: options.dataDirectory)
+        } catch {
+            drops.add("install_properties", 1)
+        }
+    }
+
+    // MARK: Tracking
+
+    /// Tracks an event. `time` defaults to now (for `app_install`, to the install time);
+    /// `identity` overrides the default distinct and account ids for this event only.
+    /// Returns at once; a dropped event (sampled, filtered, ring full) is counted and,
+    /// with debug logging, logged.
+    public func track(_ name: String, properties: [String: CairnValue] = [:], time: Date? = nil,
+                      identity: Identity? = nil) {
+        let millis: UInt64
+        if let time {
+            millis = UInt64(max(0, time.timeIntervalSince1970 * 1000))
+        } else if name == "app_install" {
+            millis = install.timeMillis
+        } else {
+            millis = EventClock.nowMillis()
+        }
+        submit(Event(type: .track, name: name, properties: properties, timeMillis: millis,
+                     identity: currentIdentity(identity), sessionID: sessionID, span: Self.currentSpan))
+    }
+
+    /// Tracks a typed event.
+    public func track(_ event: some CairnEvent, time: Date? = nil, identity: Identity? = nil) {
+        let millis = time.map { UInt64(max(0, $0.timeIntervalSince1970 * 1000)) } ?? EventClock.nowMillis()
+        submit(Event(type: .track, name: event.name, properties: event.properties, timeMillis: millis,
+                     identity: currentIdentity(identity), sessionID: sessionID, span: Self.currentSpan,
+                     tier: event.tier, isError: event.isError))
+    }
+
+    /// Changes the default distinct id of later events.
+    public func identify(distinctID: String) {
+        guard !distinctID.isEmpty else {
+            drops.add("invalid_identity", 1)
+            return
+        }
+        state.withLock { $0.identity.distinctID = distinctID }
+    }
+
+    /// Sets the account of later events and user-property requests (nil clears it).
+    /// The first time an account id is set in this process, it is also sent once as
+    /// the `user_setOnce` property `account_id`.
+    public func setAccountID(_ accountID: String?) {
+        let sendOnce = state.withLock { s -> Identity? in
+            s.identity.accountID = accountID
+            guard let accountID, s.accountSent.insert(accountID).inserted else { return nil }
+            return s.identity
+        }
+        if let identity = sendOnce, let accountID {
+            submit(Event(type: .userSetOnce, name: "user_properties", properties: ["account_id": .string(accountID)],
+                         timeMillis: EventClock.nowMillis(), identity: identity, sessionID: sessionID,
+                         tier: .important))
+        }
+    }
+
+    /// Updates the user's properties on the collector, as `mode` says.
+    public func setUserProperties(_ properties: [String: CairnValue], mode: UserPropertyMode = .set,
+                                  identity: Identity? = nil) {
+        var props = properties
+        switch mode {
+        case .unset:
+            props = Dictionary(uniqueKeysWithValues: properties.keys.map { ($0, CairnValue.null) })
+        case .add:
+            props = properties.filter { _, v in
+                if case .int = v { return true }
+                if case .double(let d) = v, d.isFinite { return true }
+                return false
+            }
+            if props.count < properties.count { drops.add("user_add_not_a_number", properties.count - props.count) }
+        case .set, .setOnce:
+            break
+        }
+        guard !props.isEmpty else { return }
+        submit(Event(type: mode.eventType, name: "user_properties", properties: props,
+                     timeMillis: EventClock.nowMillis(), identity: currentIdentity(identity), sessionID: sessionID,
+                     tier: .important))
+    }
+
+    /// Leaves a breadcrumb: the last ones travel with a crash report.
+    public func breadcrumb(_ message: String, category: String? = nil) {
+        crash.addBreadcrumb(message, category: category)
+    }
+
+    private func currentIdentity(_ override: Identity?) -> Identity {
+        if let override { return override }
+        return state.withLock { $0.identity }
+    }
+
+    /// The hot path: admit, deduplicate, clean, encode into the ring.
+    func submit(_ event: Event) {
+        var event = event
+        if let reason = processor.admit(event) {
+            drops.add(reason.rawValue, 1)
+            return
+        }
+        var fingerprint: UInt64?
+        if event.isError {
+            let message: String? = if case .string(let m)? = event.properties["message"] { m } else { nil }
+            let print = Deduplicator.fingerprint(name: event.name, message: message, extra: [])
+            if dedup.offer(fingerprint: print, nowNanos: DispatchTime.now().uptimeNanoseconds) == .folded {
+                drops.add("deduplicated", 1)
+                return
+            }
+            fingerprint = print
+        }
+        var counts = RuleCounts()
+        // Dynamic properties describe events, not users: user-property requests go as set.
+        let dynamic = event.type == .track ? options.dynamicProperties?() ?? [:] : [:]
+        event.properties = processor.clean(event.properties, dynamic: dynamic, counts: &counts)
+        if !counts.isEmpty { drops.add(counts) }
+        if let fingerprint { remember(event, fingerprint) }
+        write(event)
+    }
+
+    /// Keeps the first event of a window; bounded: past twice the open windows allowed,
+    /// the oldest entries (whose windows are long closed) are forgotten.
+    private func remember(_ event: Event, _ fingerprint: UInt64) {
+        let limit = max(1, options.dedup.maxFingerprints) * 2
+        dedupFirst.withLock { m in
+            m[fingerprint] = event
+            if m.count > limit {
+                for (key, _) in m.sorted(by: { $0.value.timeMillis < $1.value.timeMillis }).prefix(m.count - limit / 2) {
+                    m[key] = nil
+                }
+            }
+        }
+    }
+
+    private func write(_ event: Event) {
+        var needed = processor.estimate(event)
+        for _ in 0..<2 {
+            do {
+                var overflow = 0
+                let done = try ring.withReservation(capacity: needed) { buf -> Int? in
+                    var w = JSONWriter(into: buf)
+                    processor.encode(event, into: &w)
+                    if w.overflowed {
+                        overflow = w.count
+                        return nil
+                    }
+                    return w.count
+                }
+                if done {
+                    if event.tier == .critical { try? ring.sync() }
+                    return
+                }
+                needed = overflow
+            } catch {
+                // The ring counts full and too-big drops itself.
+                if options.debugLogging {
+                    FileHandle.standardError.write(Data("[cairn] event \(event.name) dropped: \(error)\n".utf8))
+                }
+                return
+            }
+        }
+    }
+
+    /// Each closed window with repeats becomes one event: the first event again, with
+    /// `repeat_count` (the repeats folded into it) and `deduplicated: true`.
+    private func emitDedupSummaries() {
+        for closed in dedup.drainClosed(nowNanos: DispatchTime.now().uptimeNanoseconds) {
+            guard var summary = dedupFirst.withLock({ $0.removeValue(forKey: closed.fingerprint) }) else { continue }
+            summary.properties["repeat_count"] = .int(Int64(closed.repeats))
+            summary.properties["deduplicated"] = .bool(true)
+            summary.timeMillis = EventClock.nowMillis()
+            write(summary)
+        }
+    }
+
+    // MARK: Spans
+
+    /// Runs `operation` inside a new span named `name`: events tracked inside carry its
+    /// trace and span ids, and a `span` event with its duration and outcome is tracked
+    /// when it ends. A span inside another span continues its trace.
+    public func withSpan<T>(_ name: String, operation: () throws -> T) rethrows -> T {
+        let span = Self.childSpan()
+        let started = DispatchTime.now().uptimeNanoseconds
+        do {
+            let result = try Self.$currentSpan.withValue(span) { try operation() }
+            endSpan(name, span, started: started, error: nil)
+            return result
+        } catch {
+            endSpan(name, span, started: started, error: error)
+            throw error
+        }
+    }
+
+    /// The async form of `withSpan`.
+    public func withSpan<T>(_ name: String, operation: () async throws -> T) async rethrows -> T {
+        let span = Self.childSpan()
+        let started = DispatchTime.now().uptimeNanoseconds
+        do {
+            let result = try await Self.$currentSpan.withValue(span) { try await operation() }
+            endSpan(name, span, started: started, error: nil)
+            return result
+        } catch {
+            endSpan(name, span, started: started, error: error)
+            throw error
+        }
+    }
+
+    /// A span context under the current span (or a new trace).
+    static func childSpan() -> SpanContext {
+        if let parent = currentSpan {
+            return SpanContext(traceID: parent.traceID, spanID: .random(), parentSpanID: parent.spanID)
+        }
+        return SpanContext(traceID: .random(), spanID: .random())
+    }
+
+    private func endSpan(_ name: String, _ span: SpanContext, started: UInt64, error: (any Error)?) {
+        let ms = Double(DispatchTime.now().uptimeNanoseconds &- started) / 1e6
+        var props: [String: CairnValue] = ["duration_ms": .double(ms), "status": .string(error == nil ? "ok" : "error")]
+        if let error { props["error"] = .string(String(describing: error)) }
+        submit(Event(type: .span, name: name, properties: props, timeMillis: EventClock.nowMillis(),
+                     identity: currentIdentity(nil), sessionID: sessionID, span: span, isError: error != nil))
+    }
+
+    /// The `traceparent` header to send on an outbound request from the current span
+    /// (a new sampled trace outside any span).
+    public static func traceparent() -> String {
+        let span = currentSpan ?? SpanContext(traceID: .random(), spanID: .random())
+        return TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: true).header
+    }
+
+    // MARK: Flush and shutdown
+
+    /// Waits until every event tracked so far is delivered, stored, or dropped for a
+    /// reason that is counted; false when `timeout` passed first.
+    @discardableResult
+    public func flush(timeout: Duration) -> Bool {
+        guard waitUntilReady(timeout: timeout), let uploader = state.withLock({ $0.uploader }) else { return false }
+        return uploader.flush(timeout: timeout)
+    }
+
+    /// Flushes, records a clean end of this run (the next start reports `clean`), and
+    /// stops the background thread. Later calls do nothing; tracking after it is dropped.
+    @discardableResult
+    public func shutdown(timeout: Duration) -> Bool {
+        let first = state.withLock { s -> Bool in
+            defer { s.stopped = true }
+            return !s.stopped
+        }
+        guard first else { return true }
+        let flushed = flush(timeout: timeout)
+        let uploader = state.withLock { $0.uploader }
+        _ = uploader?.shutdown(timeout: timeout)
+        background.stop()
+        try? ring.sync()
+        try? crash.endSession()
+        Self.sharedInstance.withLock { if $0 === self { $0 = nil } }
+        return flushed
+    }
+
+    private func waitUntilReady(timeout: Duration) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while !state.withLock({ $0.ready }) {
+            if ContinuousClock.now >= deadline { return false }
+            background.waitForSignal(timeout: .milliseconds(10))
+        }
+        return true
+    }
+
+    /// Drops by reason since start (sampled, filtered, deduplicated, sanitiser and
+    /// privacy changes, ...), as reported in the `Cairn-Dropped` header.
+    public var dropCounts: [String: Int] { drops.snapshot() }
+}

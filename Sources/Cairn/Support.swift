@@ -1,0 +1,401 @@
+import CairnProcessor
+import CairnStore
+import Foundation
+import Glibc
+
+/// Drops and changes counted by reason, reported with every batch.
+final class DropCounters: Sendable {
+    private let counts = Locked<[String: Int]>([:])
+
+    func add(_ reason: String, _ n: Int) {
+        guard n > 0 else { return }
+        counts.withLock { $0[reason, default: 0] += n }
+    }
+
+    func add(_ c: RuleCounts) {
+        counts.withLock { m in
+            for (reason, n) in [("non_finite", c.droppedNonFinite), ("string_truncated", c.truncatedStrings),
+                                ("key_truncated", c.truncatedKeys), ("key_dropped", c.droppedKeys),
+                                ("too_deep", c.droppedDepth), ("array_truncated", c.truncatedArrays),
+                                ("text_repaired", c.repairedUTF8), ("privacy_redacted", c.redactedKeys),
+                                ("privacy_masked", c.maskedValues)] where n > 0 {
+                m[reason, default: 0] += n
+            }
+        }
+    }
+
+    func snapshot() -> [String: Int] { counts.withLock { $0 } }
+}
+
+/// One background thread with a stop flag and a wake-up condition.
+final class BackgroundWork: @unchecked Sendable {
+    // @unchecked: fields are touched under `mutex` only.
+    private var mutex = pthread_mutex_t()
+    private var cond = pthread_cond_t()
+    private var stopping = false
+    private var signals = 0
+    private var thread: Thread?
+
+    init() {
+        pthread_mutex_init(&mutex, nil)
+        var attr = pthread_condattr_t()
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        pthread_cond_init(&cond, &attr)
+        pthread_condattr_destroy(&attr)
+    }
+
+    deinit {
+        pthread_cond_destroy(&cond)
+        pthread_mutex_destroy(&mutex)
+    }
+
+    func start(_ body: @escaping @Sendable () -> Void) {
+        let t = Thread { body() }
+        t.name = "cairn-start"
+        thread = t
+        t.start()
+    }
+
+    /// Wakes `waitForSignal` callers.
+    func signal() {
+        pthread_mutex_lock(&mutex)
+        signals += 1
+        pthread_cond_broadcast(&cond)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    func waitForSignal(timeout: Duration) {
+        pthread_mutex_lock(&mutex)
+        let seen = signals
+        var deadline = Self.deadline(timeout)
+        while signals == seen && !stopping {
+            if pthread_cond_timedwait(&cond, &mutex, &deadline) == ETIMEDOUT { break }
+        }
+        pthread_mutex_unlock(&mutex)
+    }
+
+    /// Waits up to `timeout`; true once `stop` was called.
+    func waitForStop(timeout: Duration) -> Bool {
+        pthread_mutex_lock(&mutex)
+        var deadline = Self.deadline(timeout)
+        while !stopping {
+            if pthread_cond_timedwait(&cond, &mutex, &deadline) == ETIMEDOUT { break }
+        }
+        let stopped = stopping
+        pthread_mutex_unlock(&mutex)
+        return stopped
+    }
+
+    func stop() {
+        pthread_mutex_lock(&mutex)
+        stopping = true
+        pthread_cond_broadcast(&cond)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    private static func deadline(_ timeout: Duration) -> timespec {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let (s, atto) = timeout.components
+        var nanos = Int(now.tv_nsec) + Int(atto / 1_000_000_000)
+        var secs = Int(now.tv_sec) + Int(s) + nanos / 1_000_000_000
+        nanos %= 1_000_000_000
+        if secs < 0 { secs = 0 }
+        return timespec(tv_sec: secs, tv_nsec: nanos)
+    }
+}
+
+/// The install record of a data directory (docs/FORMATS.md, "Install record"): when it
+/// was first used and in which time zone, kept in `install.json`.
+public final class InstallRecord: Sendable {
+    /// Unix milliseconds of the first start.
+    public let timeMillis: UInt64
+    /// The UTC offset then, minutes east.
+    public let zoneOffsetMinutes: Int
+    /// The IANA time zone then, when known.
+    public let timeZone: String?
+    /// The release of the first start.
+    public let firstRelease: String?
+    /// Whether this start created the record.
+    public let isFirstStart: Bool
+    private let sent: Locked<Bool>
+
+    /// Whether the fixed user properties were already sent.
+    public var propertiesSent: Bool { sent.withLock { $0 } }
+
+    init(timeMillis: UInt64, zoneOffsetMinutes: Int, timeZone: String?, firstRelease: String?, isFirstStart: Bool,
+         propertiesSent: Bool) {
+        self.timeMillis = timeMillis
+        self.zoneOffsetMinutes = zoneOffsetMinutes
+        self.timeZone = timeZone
+        self.firstRelease = firstRelease
+        self.isFirstStart = isFirstStart
+        sent = Locked(propertiesSent)
+    }
+
+    /// Reads `<directory>/install.json`, creating it on the first start. Runs on the
+    /// caller's thread in `start`, so it reads and writes the small file by hand rather
+    /// than through Foundation's JSON (whose first use costs milliseconds).
+    static func load(directory: String, release: String?) -> InstallRecord {
+        let path = directory + "/install.json"
+        if let o = FlatJSON.parse(Self.read(path)), case .number(let t)? = o["install_time_ms"], t >= 0 {
+            var zone = 0, sent = false
+            var tz: String?, first: String?
+            if case .number(let z)? = o["zone_offset"] { zone = Int(z) }
+            if case .bool(let b)? = o["properties_sent"] { sent = b }
+            if case .string(let s)? = o["time_zone"] { tz = s }
+            if case .string(let s)? = o["first_release"] { first = s }
+            return InstallRecord(timeMillis: UInt64(t), zoneOffsetMinutes: zone, timeZone: tz, firstRelease: first,
+                                 isFirstStart: false, propertiesSent: sent)
+        }
+        let now = EventClock.nowMillis()
+        let record = InstallRecord(timeMillis: now, zoneOffsetMinutes: EventClock().offsetMinutes(at: now),
+                                   timeZone: CommonProperties.timeZoneName(), firstRelease: release,
+                                   isFirstStart: true, propertiesSent: false)
+        record.save(directory: directory)
+        return record
+    }
+
+    private static func read(_ path: String) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var out = [UInt8](repeating: 0, count: 4096)
+        let n = out.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        return n > 0 ? Array(out[0..<n]) : []
+    }
+
+    /// Writes the record (a temporary file renamed over the old one).
+    func save(directory: String) {
+        var size = JSONWriter()
+        write(into: &size)
+        var bytes = [UInt8](repeating: 0, count: size.count + 1)
+        bytes.withUnsafeMutableBytes { buf in
+            var w = JSONWriter(into: buf)
+            write(into: &w)
+            w.byte(0x0A)
+        }
+        let path = directory + "/install.json"
+        let tmp = path + ".tmp"
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
+        let ok = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == bytes.count
+        close(fd)
+        if ok { rename(tmp, path) } else { unlink(tmp) }
+    }
+
+    private func write(into w: inout JSONWriter) {
+        w.byte(0x7B)
+        w.key("format")
+        w.int(1)
+        w.byte(0x2C)
+        w.key("install_time_ms")
+        w.uint(timeMillis)
+        w.byte(0x2C)
+        w.key("zone_offset")
+        w.int(Int64(zoneOffsetMinutes))
+        if let timeZone {
+            w.byte(0x2C)
+            w.key("time_zone")
+            w.string(timeZone)
+        }
+        if let firstRelease {
+            w.byte(0x2C)
+            w.key("first_release")
+            w.string(firstRelease)
+        }
+        w.byte(0x2C)
+        w.key("properties_sent")
+        w.bool(propertiesSent)
+        w.byte(0x7D)
+    }
+
+    func markPropertiesSent(directory: String) {
+        sent.withLock { $0 = true }
+        save(directory: directory)
+    }
+
+    /// The fixed user properties of the install: time in UTC and local, zone, first
+    /// release.
+    func userProperties(clock: EventClock) -> [String: CairnValue] {
+        var p: [String: CairnValue] = [
+            "install_time_utc": .string(Self.utcText(timeMillis)),
+            "install_time_local": .string(clock.text(timeMillis)),
+        ]
+        if let timeZone { p["install_time_zone"] = .string(timeZone) }
+        if let firstRelease { p["first_release"] = .string(firstRelease) }
+        return p
+    }
+
+    static func utcText(_ millis: UInt64) -> String {
+        EventClock(fixedOffsetMinutes: 0).text(millis)
+    }
+}
+
+extension CommonProperties {
+    /// Collects what the process and the machine say about themselves: host, OS and
+    /// kernel, architecture, CPUs, cgroup memory limit, container id, process, time zone.
+    /// A few small files read once at start.
+    public static func collect() -> CommonProperties {
+        var p = CommonProperties()
+        var u = utsname()
+        if uname(&u) == 0 {
+            p.kernel = withUnsafeBytes(of: u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            p.arch = withUnsafeBytes(of: u.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            p.hostName = withUnsafeBytes(of: u.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        }
+        if let text = SmallFile.text("/etc/os-release") {
+            for line in text.split(separator: "\n") {
+                let kv = line.split(separator: "=", maxSplits: 1)
+                guard kv.count == 2 else { continue }
+                let value = kv[1].trimmingCharacters(in: CharacterSet(charactersIn: "\"'"))
+                if kv[0] == "NAME" { p.osName = value }
+                if kv[0] == "VERSION_ID" { p.osVersion = value }
+            }
+        }
+        p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        p.pid = getpid()
+        if let comm = SmallFile.text("/proc/self/comm") {
+            p.processName = comm.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let cgroup = (SmallFile.text("/proc/self/cgroup")) ?? ""
+        p.memoryLimit = memoryLimit(cgroup: cgroup)
+        p.containerID = containerID(cgroup: cgroup)
+        p.timeZone = timeZoneName()
+        return p
+    }
+
+    /// The memory limit of this process's cgroup (v2 `memory.max`, v1
+    /// `memory.limit_in_bytes`); nil when unlimited or unknown.
+    static func memoryLimit(cgroup: String) -> UInt64? {
+        var files: [String] = []
+        for line in cgroup.split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count == 3 else { continue }
+            let path = parts[2] == "/" ? "" : String(parts[2])
+            if parts[0] == "0" && parts[1].isEmpty {
+                files += ["/sys/fs/cgroup" + path + "/memory.max", "/sys/fs/cgroup/memory.max"]
+            } else if parts[1].split(separator: ",").contains("memory") {
+                files += ["/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+            }
+        }
+        for file in files {
+            guard let text = SmallFile.text(file) else { continue }
+            let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if value == "max" { return nil }
+            if let n = UInt64(value) { return n >= 1 << 60 ? nil : n }
+        }
+        return nil
+    }
+
+    /// A 64-hex-digit container id in the cgroup path (Docker, containerd, CRI-O).
+    static func containerID(cgroup: String) -> String? {
+        for line in cgroup.split(separator: "\n") {
+            for part in line.split(whereSeparator: { $0 == "/" || $0 == "-" || $0 == "." || $0 == ":" }) {
+                if part.count == 64 && part.allSatisfy({ $0.isHexDigit }) { return String(part) }
+            }
+        }
+        return nil
+    }
+
+    /// The IANA name of the local time zone: `TZ`, else /etc/timezone, else the target
+    /// of /etc/localtime.
+    public static func timeZoneName() -> String? {
+        if let tz = ProcessInfo.processInfo.environment["TZ"], !tz.isEmpty {
+            return tz.hasPrefix(":") ? String(tz.dropFirst()) : tz
+        }
+        if let text = SmallFile.text("/etc/timezone") {
+            let name = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if !name.isEmpty { return name }
+        }
+        if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/etc/localtime"),
+           let range = target.range(of: "zoneinfo/") {
+            return String(target[range.upperBound...])
+        }
+        return nil
+    }
+}
+
+/// A reader for one flat JSON object of strings, numbers and booleans (the install
+/// record): small and without Foundation, for the start path.
+enum FlatJSON {
+    enum Value: Equatable {
+        case string(String)
+        case number(Double)
+        case bool(Bool)
+        case null
+    }
+
+    /// The object's members, or nil when `bytes` is not such an object.
+    static func parse(_ bytes: [UInt8]) -> [String: Value]? {
+        var i = 0
+        func skip() { while i < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[i]) { i += 1 } }
+        func string() -> String? {
+            guard i < bytes.count, bytes[i] == 0x22 else { return nil }
+            i += 1
+            var out: [UInt8] = []
+            while i < bytes.count {
+                let b = bytes[i]
+                i += 1
+                if b == 0x22 { return String(decoding: out, as: UTF8.self) }
+                if b != 0x5C { out.append(b); continue }
+                guard i < bytes.count else { return nil }
+                let e = bytes[i]
+                i += 1
+                switch e {
+                case 0x6E: out.append(0x0A)
+                case 0x72: out.append(0x0D)
+                case 0x74: out.append(0x09)
+                case 0x62: out.append(0x08)
+                case 0x66: out.append(0x0C)
+                case 0x75:
+                    guard i + 4 <= bytes.count, let v = UInt32(String(decoding: bytes[i..<(i + 4)], as: UTF8.self), radix: 16),
+                          let scalar = Unicode.Scalar(v) else { return nil }
+                    out += Array(String(Character(scalar)).utf8)
+                    i += 4
+                default: out.append(e)
+                }
+            }
+            return nil
+        }
+        skip()
+        guard i < bytes.count, bytes[i] == 0x7B else { return nil }
+        i += 1
+        var members: [String: Value] = [:]
+        skip()
+        if i < bytes.count, bytes[i] == 0x7D { return members }
+        while true {
+            skip()
+            guard let key = string() else { return nil }
+            skip()
+            guard i < bytes.count, bytes[i] == 0x3A else { return nil }
+            i += 1
+            skip()
+            guard i < bytes.count else { return nil }
+            switch bytes[i] {
+            case 0x22:
+                guard let s = string() else { return nil }
+                members[key] = .string(s)
+            case 0x74, 0x66, 0x6E:
+                let word = bytes[i] == 0x74 ? "true" : bytes[i] == 0x66 ? "false" : "null"
+                guard bytes.count - i >= word.utf8.count, Array(bytes[i..<(i + word.utf8.count)]) == Array(word.utf8) else {
+                    return nil
+                }
+                i += word.utf8.count
+                members[key] = word == "null" ? .null : .bool(word == "true")
+            default:
+                let start = i
+                while i < bytes.count, "-+.eE0123456789".utf8.contains(bytes[i]) { i += 1 }
+                guard let n = Double(String(decoding: bytes[start..<i], as: UTF8.self)) else { return nil }
+                members[key] = .number(n)
+            }
+            skip()
+            guard i < bytes.count else { return nil }
+            if bytes[i] == 0x2C { i += 1; continue }
+            if bytes[i] == 0x7D { return members }
+            return nil
+        }
+    }
+}

@@ -1,0 +1,155 @@
+import Synchronization
+
+/// The kinds of event (docs/FORMATS.md, "Event").
+public enum EventType: String, Sendable, CaseIterable {
+    /// Something the service tracked.
+    case track
+    /// User properties set.
+    case userSet = "user_set"
+    /// User properties set only if not set before.
+    case userSetOnce = "user_setOnce"
+    /// Numbers added to user properties.
+    case userAdd = "user_add"
+    /// User properties removed.
+    case userUnset = "user_unset"
+    /// A crash of a previous run.
+    case crash
+    /// A session boundary (`session_end`).
+    case session
+    /// A finished span.
+    case span
+    /// The SDK's own health (`sdk_health`).
+    case health
+}
+
+/// Who an event is about.
+public struct Identity: Sendable, Hashable {
+    /// The integrator's id of the user, host or tenant the event is about.
+    public var distinctID: String
+    /// The account, when known.
+    public var accountID: String?
+
+    /// An identity.
+    public init(distinctID: String, accountID: String? = nil) {
+        self.distinctID = distinctID
+        self.accountID = accountID
+    }
+}
+
+/// The trace context an event belongs to.
+public struct SpanContext: Sendable, Hashable {
+    /// The trace.
+    public var traceID: TraceID
+    /// The span (for `span` events, the span itself).
+    public var spanID: SpanID
+    /// The enclosing span, if any.
+    public var parentSpanID: SpanID?
+
+    /// A span context.
+    public init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil) {
+        self.traceID = traceID
+        self.spanID = spanID
+        self.parentSpanID = parentSpanID
+    }
+}
+
+/// One event on its way through the processor: what the call site said, plus what the
+/// SDK filled in (time, identity, session, trace).
+public struct Event: Sendable {
+    /// Its kind.
+    public var type: EventType
+    /// Its name.
+    public var name: String
+    /// The call site's properties.
+    public var properties: [String: CairnValue]
+    /// Unix milliseconds.
+    public var timeMillis: UInt64
+    /// Who it is about.
+    public var identity: Identity
+    /// The process run.
+    public var sessionID: String?
+    /// The span it happened in.
+    public var span: SpanContext?
+    /// How much it matters.
+    public var tier: Tier
+    /// An error event: always kept by sampling, folded by deduplication.
+    public var isError: Bool
+
+    /// An event.
+    public init(type: EventType = .track, name: String, properties: [String: CairnValue] = [:], timeMillis: UInt64,
+                identity: Identity, sessionID: String? = nil, span: SpanContext? = nil, tier: Tier = .sampled,
+                isError: Bool = false) {
+        self.type = type
+        self.name = name
+        self.properties = properties
+        self.timeMillis = timeMillis
+        self.identity = identity
+        self.sessionID = sessionID
+        self.span = span
+        self.tier = tier
+        self.isError = isError
+    }
+}
+
+/// Time-ordered unique event ids (UUIDv7, RFC 9562): 48 bits of Unix milliseconds, then
+/// 74 random bits from a generator seeded once from the system and advanced with one
+/// atomic add per id (no system call, no lock on the hot path).
+public final class EventIDGenerator: Sendable {
+    private let state: Atomic<UInt64>
+
+    /// A generator seeded from the system's random source.
+    public init() {
+        var g = SystemRandomNumberGenerator()
+        state = Atomic(g.next())
+    }
+
+    /// The 16 bytes of a new id for `millis`.
+    public func next(millis: UInt64) -> (UInt64, UInt64) {
+        let s = state.wrappingAdd(0xA076_1D64_78BD_642F, ordering: .relaxed).newValue
+        let r1 = Self.mix(s), r2 = Self.mix(s ^ 0xE703_7ED1_A0B4_28DB)
+        let high = (millis & 0xFFFF_FFFF_FFFF) << 16 | 0x7000 | (r1 & 0x0FFF)
+        let low = (r2 & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+        return (high, low)
+    }
+
+    /// wyhash's mixer: a 128-bit multiply folded to 64 bits.
+    private static func mix(_ x: UInt64) -> UInt64 {
+        let m = x.multipliedFullWidth(by: x ^ 0xE703_7ED1_A0B4_28DB)
+        return m.high ^ m.low
+    }
+
+    /// Writes an id as its 36-character text, quoted.
+    public static func write(_ id: (UInt64, UInt64), into w: inout JSONWriter) {
+        var buf: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &buf) { b in
+            let hex: StaticString = "0123456789abcdef"
+            hex.withUTF8Buffer { h in
+                var i = 0
+                b[i] = 0x22
+                i += 1
+                for n in 0..<32 {
+                    if n == 8 || n == 12 || n == 16 || n == 20 {
+                        b[i] = 0x2D
+                        i += 1
+                    }
+                    let word = n < 16 ? id.0 : id.1
+                    let nibble = (word >> UInt64(60 - 4 * (n % 16))) & 0xF
+                    b[i] = h[Int(nibble)]
+                    i += 1
+                }
+                b[i] = 0x22
+                w.raw(UnsafeRawBufferPointer(rebasing: b[0...i]))
+            }
+        }
+    }
+
+    /// An id as text.
+    public static func text(_ id: (UInt64, UInt64)) -> String {
+        var bytes = [UInt8](repeating: 0, count: 38)
+        bytes.withUnsafeMutableBytes { buf in
+            var w = JSONWriter(into: buf)
+            write(id, into: &w)
+        }
+        return String(decoding: bytes[1..<37], as: UTF8.self)
+    }
+}

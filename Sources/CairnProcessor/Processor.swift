@@ -1,0 +1,294 @@
+/// The common properties of a Linux service, collected once at start and written into
+/// every event's `context` object (docs/FORMATS.md, "Event").
+public struct CommonProperties: Sendable, Equatable {
+    /// The application's id.
+    public var appID: String?
+    /// Its release (for example `orders@1.4.2`).
+    public var release: String?
+    /// Its build.
+    public var build: String?
+    /// `production`, `staging`, ...
+    public var environment: String?
+    /// The host name.
+    public var hostName: String?
+    /// The distribution's name (`/etc/os-release` `NAME`, e.g. `Debian GNU/Linux`).
+    public var osName: String?
+    /// The distribution's version (`VERSION_ID`).
+    public var osVersion: String?
+    /// The kernel release (`uname -r`).
+    public var kernel: String?
+    /// The machine architecture (`x86_64`, `aarch64`).
+    public var arch: String?
+    /// Online CPUs.
+    public var cpuCount: Int?
+    /// The cgroup's memory limit in bytes, when there is one.
+    public var memoryLimit: UInt64?
+    /// The container's id, when the cgroup path names one.
+    public var containerID: String?
+    /// The process's name.
+    public var processName: String?
+    /// The process id.
+    public var pid: Int32?
+    /// The IANA time zone (`Europe/Berlin`), when known.
+    public var timeZone: String?
+
+    /// Empty properties; fill in what is known.
+    public init() {}
+
+    /// The `"context":{...},"sdk":{...}` fragment, encoded once.
+    public func encodedFragment(sdkVersion: String) -> [UInt8] {
+        var size = JSONWriter()
+        write(into: &size, sdkVersion: sdkVersion)
+        var bytes = [UInt8](repeating: 0, count: size.count)
+        bytes.withUnsafeMutableBytes { buf in
+            var w = JSONWriter(into: buf)
+            write(into: &w, sdkVersion: sdkVersion)
+        }
+        return bytes
+    }
+
+    private func write(into w: inout JSONWriter, sdkVersion: String) {
+        var first = true
+        func member(_ key: StaticString, _ write: (inout JSONWriter) -> Void) {
+            if !first { w.byte(0x2C) }
+            first = false
+            w.key(key)
+            write(&w)
+        }
+        func group(_ key: StaticString, _ fields: [(StaticString, String?)]) {
+            let present = fields.filter { $0.1 != nil }
+            guard !present.isEmpty else { return }
+            member(key) { w in
+                w.byte(0x7B)
+                for (i, (k, v)) in present.enumerated() {
+                    if i > 0 { w.byte(0x2C) }
+                    w.key(k)
+                    w.string(v ?? "")
+                }
+                w.byte(0x7D)
+            }
+        }
+        w.key("context")
+        w.byte(0x7B)
+        group("app", [("id", appID), ("release", release), ("build", build), ("environment", environment)])
+        group("host", [("name", hostName)])
+        group("os", [("name", osName), ("version", osVersion), ("kernel", kernel)])
+        if let arch { member("arch") { $0.string(arch) } }
+        if let cpuCount { member("cpu_count") { $0.int(Int64(cpuCount)) } }
+        if let memoryLimit { member("memory_limit") { $0.uint(memoryLimit) } }
+        if let containerID { member("container_id") { $0.string(containerID) } }
+        if processName != nil || pid != nil {
+            member("process") { w in
+                w.byte(0x7B)
+                if let processName {
+                    w.key("name")
+                    w.string(processName)
+                }
+                if let pid {
+                    if processName != nil { w.byte(0x2C) }
+                    w.key("pid")
+                    w.int(Int64(pid))
+                }
+                w.byte(0x7D)
+            }
+        }
+        if let timeZone { member("time_zone") { $0.string(timeZone) } }
+        w.byte(0x7D)
+        w.byte(0x2C)
+        w.key("sdk")
+        w.byte(0x7B)
+        w.key("name")
+        w.ascii("\"cairn-swift\"")
+        w.byte(0x2C)
+        w.key("version")
+        w.string(sdkVersion)
+        w.byte(0x7D)
+    }
+}
+
+/// Options of the processor.
+public struct ProcessorOptions: Sendable, Equatable {
+    /// Limits of the sanitiser.
+    public var limits: SanitizerLimits
+    /// Privacy rules (on by default).
+    public var privacy: PrivacyOptions
+    /// Sampling rates.
+    public var sampling: SamplingOptions
+    /// Allow and deny lists.
+    public var filter: EventFilterOptions
+    /// The property whose string value the path patterns of `filter` match.
+    public var pathProperty: String
+
+    /// Options; every rule at its documented default.
+    public init(limits: SanitizerLimits = .init(), privacy: PrivacyOptions = .init(),
+                sampling: SamplingOptions = .init(), filter: EventFilterOptions = .init(),
+                pathProperty: String = "path") {
+        self.limits = limits
+        self.privacy = privacy
+        self.sampling = sampling
+        self.filter = filter
+        self.pathProperty = pathProperty
+    }
+}
+
+/// Why the processor did not keep an event.
+public enum DropReason: String, Sendable, CaseIterable {
+    /// An allow or deny list refused it.
+    case filtered
+    /// Sampling left it out.
+    case sampled
+}
+
+/// The event processor: values in, bytes out. Decides whether an event is kept
+/// (filter, then sampling), cleans its properties (sanitiser, then privacy rules), and
+/// encodes it as one JSON object (docs/FORMATS.md, "Event"). No files, no threads, no
+/// clock reads except through `EventClock`'s cached time zone offset.
+public final class Processor: Sendable {
+    /// The options it was made with.
+    public let options: ProcessorOptions
+    private let sanitizer: Sanitizer
+    private let masker: PrivacyMasker
+    private let sampler: Sampler
+    private let filter: EventFilter
+    private let common: [UInt8]
+    /// Formats event times.
+    public let clock: EventClock
+    /// Makes event ids.
+    public let ids: EventIDGenerator
+
+    /// A processor writing `common` into every event, with times in `clock`'s zone.
+    public init(options: ProcessorOptions = .init(), common: CommonProperties = .init(),
+                sdkVersion: String = "0.1.0", clock: EventClock = EventClock()) {
+        self.options = options
+        sanitizer = Sanitizer(limits: options.limits)
+        masker = PrivacyMasker(options: options.privacy)
+        sampler = Sampler(options: options.sampling)
+        filter = EventFilter(options: options.filter)
+        self.common = common.encodedFragment(sdkVersion: sdkVersion)
+        self.clock = clock
+        ids = EventIDGenerator()
+    }
+
+    /// Whether to keep `event`: nil to keep it, else why not. `day` is the UTC day
+    /// number the sampling decision is stable for (days since 1970-01-01).
+    public func admit(_ event: Event) -> DropReason? {
+        var path: String?
+        if case .string(let p)? = event.properties[options.pathProperty] { path = p }
+        if !filter.allows(name: event.name, path: path) { return .filtered }
+        if event.tier != .critical
+            && !sampler.keep(distinctID: event.identity.distinctID, eventName: event.name, tier: event.tier,
+                             isError: event.isError, day: Int64(event.timeMillis / 86_400_000)) {
+            return .sampled
+        }
+        return nil
+    }
+
+    /// The properties to encode: `dynamic` fills keys the call site did not set, then the
+    /// privacy rules run (on whole strings, so no cut can leave half a card number), then
+    /// the sanitiser (so the limits hold for what is written); what they change is added
+    /// to `counts`.
+    public func clean(_ properties: [String: CairnValue], dynamic: [String: CairnValue] = [:],
+                      counts: inout RuleCounts) -> [String: CairnValue] {
+        var merged = properties
+        for (k, v) in dynamic where merged[k] == nil { merged[k] = v }
+        let masked = options.privacy.enabled ? masker.apply(merged, counts: &counts) : merged
+        return sanitizer.sanitize(masked, counts: &counts)
+    }
+
+    /// A size that is enough for `event` unless its strings need escaping (then
+    /// `encode` overflows and the caller retries with the exact size it reports).
+    public func estimate(_ event: Event) -> Int {
+        var n = 160 + common.count + event.name.utf8.count + event.identity.distinctID.utf8.count
+            + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
+            + (event.span == nil ? 0 : 110)
+        for (k, v) in event.properties { n += k.utf8.count + 4 + Self.estimate(v) }
+        return n
+    }
+
+    private static func estimate(_ v: CairnValue) -> Int {
+        switch v {
+        case .null, .bool: return 5
+        case .int: return 20
+        case .double: return 26
+        case .string(let s): return s.utf8.count + 2
+        case .array(let items): return items.reduce(2) { $0 + estimate($1) + 1 }
+        case .object(let m): return m.reduce(2) { $0 + $1.key.utf8.count + 4 + estimate($1.value) }
+        }
+    }
+
+    /// Encodes `event` (properties already cleaned) with a new id; returns the id.
+    @discardableResult
+    public func encode(_ event: Event, into w: inout JSONWriter) -> (UInt64, UInt64) {
+        let id = ids.next(millis: event.timeMillis)
+        encode(event, id: id, into: &w)
+        return id
+    }
+
+    /// Encodes `event` with the given id.
+    public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
+        w.byte(0x7B)
+        w.key("event_id")
+        EventIDGenerator.write(id, into: &w)
+        w.byte(0x2C)
+        w.key("type")
+        w.byte(0x22)
+        var type = event.type.rawValue
+        type.withUTF8 { w.raw(UnsafeRawBufferPointer($0)) }
+        w.byte(0x22)
+        w.byte(0x2C)
+        w.key("name")
+        w.string(event.name)
+        w.byte(0x2C)
+        w.key("time")
+        let offset = clock.write(event.timeMillis, into: &w)
+        w.byte(0x2C)
+        w.key("zone_offset")
+        w.int(Int64(offset))
+        w.byte(0x2C)
+        w.key("distinct_id")
+        w.string(event.identity.distinctID)
+        if let account = event.identity.accountID {
+            w.byte(0x2C)
+            w.key("account_id")
+            w.string(account)
+        }
+        if let session = event.sessionID {
+            w.byte(0x2C)
+            w.key("session_id")
+            w.string(session)
+        }
+        if let span = event.span {
+            w.byte(0x2C)
+            w.key("trace_id")
+            w.string(span.traceID.description)
+            w.byte(0x2C)
+            w.key("span_id")
+            w.string(span.spanID.description)
+            if let parent = span.parentSpanID {
+                w.byte(0x2C)
+                w.key("parent_span_id")
+                w.string(parent.description)
+            }
+        }
+        w.byte(0x2C)
+        w.key("properties")
+        w.object(event.properties)
+        w.byte(0x2C)
+        common.withUnsafeBytes { w.raw($0) }
+        w.byte(0x7D)
+    }
+
+    /// The whole record for `event` as bytes (for tests and cold paths; the hot path
+    /// encodes into the ring's reservation).
+    public func record(_ event: Event, id: (UInt64, UInt64)? = nil) -> [UInt8] {
+        let id = id ?? ids.next(millis: event.timeMillis)
+        var size = JSONWriter()
+        encode(event, id: id, into: &size)
+        var bytes = [UInt8](repeating: 0, count: size.count)
+        bytes.withUnsafeMutableBytes { buf in
+            var w = JSONWriter(into: buf)
+            encode(event, id: id, into: &w)
+        }
+        return bytes
+    }
+}

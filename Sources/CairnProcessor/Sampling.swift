@@ -1,0 +1,283 @@
+// Tiers and sampling: decided on the caller's thread inside `track()`, so a decision hashes
+// a few short strings in place and allocates nothing. The hash and the decision rule are
+// specified in docs/FORMATS.md, "Sampling, filtering and deduplication", so that every SDK
+// variant keeps exactly the same events.
+
+/// How much an event matters; decides sampling, storage and what goes first under overload.
+///
+/// Ordered by importance: `critical < important < sampled < debug`, so sorting puts what
+/// matters most first.
+public enum Tier: String, Sendable, CaseIterable, Comparable {
+    /// Must not be lost: crashes, session ends, billing. Never sampled.
+    case critical
+    /// Kept unless the service is configured otherwise.
+    case important
+    /// High-volume events; the tier ``SamplingOptions/rate`` applies to.
+    case sampled
+    /// Diagnostics; the first to go.
+    case debug
+
+    private var rank: Int {
+        switch self {
+        case .critical: 0
+        case .important: 1
+        case .sampled: 2
+        case .debug: 3
+        }
+    }
+
+    /// `true` when `lhs` is more important than `rhs`.
+    public static func < (lhs: Tier, rhs: Tier) -> Bool { lhs.rank < rhs.rank }
+}
+
+/// A stable 64-bit hash, identical in every process and every SDK variant.
+///
+/// FNV-1a, 64 bits (offset basis `0xcbf29ce484222325`, prime `0x100000001b3`), over the
+/// UTF-8 bytes of the parts with one `0x1F` byte (unit separator) between consecutive
+/// parts, none before the first or after the last; then MurmurHash3's 64-bit finalizer
+/// (`fmix64`):
+///
+/// ```swift
+/// StableHash.hash64("user-1", "checkout", "20000")
+/// // fmix64(FNV-1a of "user-1" 0x1F "checkout" 0x1F "20000")
+/// ```
+///
+/// The finalizer is there because sampling compares the hash with a threshold, which
+/// reads its high bits, and FNV-1a alone barely changes them when only the last bytes
+/// differ (the day of one user's event). It is a bijection, so it adds no collisions.
+///
+/// A part that itself contains `0x1F` hashes like two parts; callers that must tell those
+/// apart do not put `0x1F` in their parts.
+public enum StableHash {
+    /// The hash of `parts`, joined with `0x1F`.
+    public static func hash64(_ parts: String...) -> UInt64 {
+        hash64(parts: parts)
+    }
+
+    /// The hash of `parts`, joined with `0x1F`; an empty list hashes no bytes
+    /// (`fmix64` of the offset basis).
+    public static func hash64(parts: [String]) -> UInt64 {
+        var hasher = Hasher()
+        for (index, part) in parts.enumerated() {
+            if index > 0 { hasher.separator() }
+            hasher.feed(part)
+        }
+        return hasher.finalized
+    }
+
+    /// FNV-1a fed incrementally, so callers hash their parts without joining them.
+    struct Hasher {
+        static let offsetBasis: UInt64 = 0xcbf2_9ce4_8422_2325
+        static let prime: UInt64 = 0x100_0000_01b3
+        static let separatorByte: UInt8 = 0x1F
+
+        /// The FNV-1a state: the bytes fed so far.
+        private(set) var state: UInt64 = offsetBasis
+
+        /// The hash of the bytes fed so far: the FNV-1a state through `fmix64`.
+        var finalized: UInt64 {
+            var k = state
+            k ^= k >> 33
+            k &*= 0xff51_afd7_ed55_8ccd
+            k ^= k >> 33
+            k &*= 0xc4ce_b9fe_1a85_ec53
+            k ^= k >> 33
+            return k
+        }
+
+        @inline(__always)
+        mutating func feed(_ byte: UInt8) {
+            state = (state ^ UInt64(byte)) &* Self.prime
+        }
+
+        @inline(__always)
+        mutating func feed(_ text: String) {
+            // Works on a local copy of the state: a closure that mutates `self` is not
+            // optimised into a plain loop.
+            var h = state
+            let done: Void? = text.utf8.withContiguousStorageIfAvailable { bytes in
+                for byte in bytes { h = (h ^ UInt64(byte)) &* Self.prime }
+            }
+            if done == nil {
+                for byte in text.utf8 { h = (h ^ UInt64(byte)) &* Self.prime }
+            }
+            state = h
+        }
+
+        @inline(__always)
+        mutating func separator() {
+            feed(Self.separatorByte)
+        }
+
+        /// Feeds the decimal text of `number` (`String(number)`: ASCII digits, most
+        /// significant first, a leading `-` when negative, no leading zeros).
+        mutating func feedDecimal(_ number: Int64) {
+            if number < 0 { feed(UInt8(ascii: "-")) }
+            var magnitude = number.magnitude
+            // Digits least significant first, into a stack buffer (Int64 has at most 19).
+            var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+            let count = withUnsafeMutableBytes(of: &digits) { buffer in
+                var count = 0
+                repeat {
+                    buffer[count] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                    magnitude /= 10
+                    count += 1
+                } while magnitude > 0
+                return count
+            }
+            var h = state
+            withUnsafeBytes(of: &digits) { buffer in
+                for index in stride(from: count - 1, through: 0, by: -1) {
+                    h = (h ^ UInt64(buffer[index])) &* Self.prime
+                }
+            }
+            state = h
+        }
+    }
+}
+
+/// Sampling rates. Every rate is clamped to `0...1`; NaN counts as 1.
+///
+/// The rate that applies to an event is, in order:
+/// 1. 1 for ``Tier/critical`` events, whatever is configured (critical is never sampled);
+/// 2. `eventRates[name]` when the event's name has an entry;
+/// 3. for ``Tier/sampled`` events, the lower of ``rate`` and `tierRates[.sampled]`;
+/// 4. otherwise `tierRates[tier]`, or 1 when the tier has no entry.
+///
+/// Events flagged as errors are kept whatever their rate while ``keepErrors`` is set.
+public struct SamplingOptions: Sendable, Equatable {
+    /// The rate of the ``Tier/sampled`` tier; server configuration usually sets this one.
+    public var rate: Double
+    /// Rates by tier; the entry for ``Tier/critical`` is ignored (forced to 1).
+    public var tierRates: [Tier: Double]
+    /// Rates by event name; they win over the tier's rate (but not over critical or errors).
+    public var eventRates: [String: Double]
+    /// Events flagged as errors are always kept.
+    public var keepErrors: Bool
+
+    /// Options that keep everything unless told otherwise.
+    public init(
+        rate: Double = 1.0,
+        tierRates: [Tier: Double] = [.critical: 1, .important: 1, .sampled: 1, .debug: 1],
+        eventRates: [String: Double] = [:],
+        keepErrors: Bool = true
+    ) {
+        self.rate = rate
+        self.tierRates = tierRates
+        self.eventRates = eventRates
+        self.keepErrors = keepErrors
+    }
+}
+
+/// Decides which events to keep, deterministically: the same distinct id, event name and
+/// day always give the same answer, in every process and SDK variant, so a user's events
+/// are kept or dropped together for a whole UTC day.
+///
+/// ```swift
+/// let sampler = Sampler(options: SamplingOptions(rate: 0.1))
+/// if sampler.keep(distinctID: "user-1", eventName: "page_view", tier: .sampled,
+///                 isError: false, day: 20_454) { … }
+/// ```
+public struct Sampler: Sendable {
+    /// A rate turned into the comparison the decision makes.
+    private struct Threshold: Sendable {
+        let rate: Double
+        /// Keep when the hash is below this (unused when `keepAll`).
+        let limit: UInt64
+        let keepAll: Bool
+
+        init(_ configured: Double) {
+            rate = configured.isNaN ? 1 : min(max(configured, 0), 1)
+            keepAll = rate >= 1
+            // rate < 1 here, so rate * 2^64 < 2^64 and the conversion cannot trap.
+            limit = keepAll ? .max : UInt64(rate * 18_446_744_073_709_551_616.0)
+        }
+    }
+
+    /// Rates by event name. A few names (the common case) are compared one by one, which
+    /// is several times faster than hashing the name for a dictionary lookup.
+    private enum EventThresholds: Sendable {
+        case few([(name: String, threshold: Threshold)])
+        case many([String: Threshold])
+
+        static let fewLimit = 8
+
+        init(_ rates: [String: Double]) {
+            if rates.count <= Self.fewLimit {
+                self = .few(rates.map { ($0.key, Threshold($0.value)) })
+            } else {
+                self = .many(rates.mapValues(Threshold.init))
+            }
+        }
+
+        @inline(__always)
+        func threshold(for name: String) -> Threshold? {
+            switch self {
+            case .few(let entries):
+                for entry in entries where entry.name == name { return entry.threshold }
+                return nil
+            case .many(let table):
+                return table[name]
+            }
+        }
+    }
+
+    private let tierThresholds: [Threshold]
+    private let eventThresholds: EventThresholds
+    private let keepErrors: Bool
+
+    /// A sampler for `options`; rates are clamped and converted once, here.
+    public init(options: SamplingOptions) {
+        tierThresholds = Tier.allCases.map { tier in
+            switch tier {
+            case .critical: Threshold(1)
+            case .sampled: Threshold(min(Threshold(options.rate).rate, Threshold(options.tierRates[.sampled] ?? 1).rate))
+            default: Threshold(options.tierRates[tier] ?? 1)
+            }
+        }
+        eventThresholds = EventThresholds(options.eventRates)
+        keepErrors = options.keepErrors
+    }
+
+    /// Keep or drop: deterministic for (distinctID, eventName, day). `day` = days since
+    /// the Unix epoch in UTC (passed in; the sampler does not read the clock).
+    ///
+    /// Keeps when the event is critical, or an error while `keepErrors` is set, or when
+    /// `StableHash.hash64(distinctID, eventName, String(day)) < UInt64(rate × 2^64)`
+    /// (rate 1 keeps everything, rate 0 nothing).
+    public func keep(distinctID: String, eventName: String, tier: Tier, isError: Bool, day: Int64) -> Bool {
+        if tier == .critical || (isError && keepErrors) { return true }
+        let threshold = self.threshold(eventName: eventName, tier: tier)
+        if threshold.keepAll { return true }
+        if threshold.limit == 0 { return false }
+        var hasher = StableHash.Hasher()
+        hasher.feed(distinctID)
+        hasher.separator()
+        hasher.feed(eventName)
+        hasher.separator()
+        hasher.feedDecimal(day)
+        return hasher.finalized < threshold.limit
+    }
+
+    /// The rate that applies to events of this name and tier (for reporting), after
+    /// clamping; errors kept by `keepErrors` are not reflected.
+    public func rate(eventName: String, tier: Tier) -> Double {
+        threshold(eventName: eventName, tier: tier).rate
+    }
+
+    @inline(__always)
+    private func threshold(eventName: String, tier: Tier) -> Threshold {
+        if tier != .critical, let byName = eventThresholds.threshold(for: eventName) { return byName }
+        return tierThresholds[tierIndex(tier)]
+    }
+
+    @inline(__always)
+    private func tierIndex(_ tier: Tier) -> Int {
+        switch tier {
+        case .critical: 0
+        case .important: 1
+        case .sampled: 2
+        case .debug: 3
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import CairnProcessor
+import Foundation
+import Testing
+
+/// Golden JSON for every event type the processor writes (docs/FORMATS.md, "Event"),
+/// byte for byte: a fixed id, time, zone and common properties.
+@Suite struct EventGoldenTests {
+    static let common: CommonProperties = {
+        var c = CommonProperties()
+        c.appID = "orders"
+        c.release = "orders@1.4.2"
+        c.environment = "production"
+        c.hostName = "web-1"
+        c.osName = "Debian GNU/Linux"
+        c.osVersion = "12"
+        c.kernel = "6.1.0-13-amd64"
+        c.arch = "x86_64"
+        c.cpuCount = 2
+        c.memoryLimit = 536_870_912
+        c.processName = "orders"
+        c.pid = 4242
+        c.timeZone = "Europe/Berlin"
+        return c
+    }()
+    static let processor = Processor(common: common, sdkVersion: "0.1.0", clock: EventClock(fixedOffsetMinutes: 60))
+    static let id: (UInt64, UInt64) = (0x0193_8A2B_C000_7123, 0x8456_7890_ABCD_EF01)
+    static let millis: UInt64 = 1_796_237_584_512 // 2026-12-02T18:53:04.512Z
+    static let context = #""context":{"app":{"id":"orders","release":"orders@1.4.2","environment":"production"},"#
+        + #""host":{"name":"web-1"},"os":{"name":"Debian GNU/Linux","version":"12","kernel":"6.1.0-13-amd64"},"#
+        + #""arch":"x86_64","cpu_count":2,"memory_limit":536870912,"process":{"name":"orders","pid":4242},"#
+        + #""time_zone":"Europe/Berlin"},"sdk":{"name":"cairn-swift","version":"0.1.0"}"#
+    static let head = #"{"event_id":"01938a2b-c000-7123-8456-7890abcdef01","#
+
+    static func golden(_ type: String, _ name: String, _ rest: String, _ props: String) -> String {
+        head + #""type":"\#(type)","name":"\#(name)","time":"2026-12-02T19:53:04.512+01:00","zone_offset":60,"#
+            + rest + #""properties":\#(props),"# + context + "}"
+    }
+
+    static func record(_ type: EventType, _ name: String, _ props: [String: CairnValue], span: SpanContext? = nil,
+                       account: String? = nil) -> String {
+        let e = Event(type: type, name: name, properties: props, timeMillis: millis,
+                      identity: Identity(distinctID: "host-7", accountID: account), sessionID: "s-1", span: span)
+        return String(decoding: processor.record(e, id: id), as: UTF8.self)
+    }
+
+    static let ids = #""distinct_id":"host-7","session_id":"s-1","#
+
+    @Test func track() {
+        #expect(Self.record(.track, "order_placed", ["total": 42.5])
+                == Self.golden("track", "order_placed", Self.ids, #"{"total":42.5}"#))
+    }
+
+    @Test func trackInASpanWithAnAccount() throws {
+        let span = SpanContext(traceID: try #require(TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")),
+                               spanID: try #require(SpanID(hex: "00f067aa0ba902b7")))
+        #expect(Self.record(.track, "charge", ["ok": true], span: span, account: "acct-9")
+                == Self.golden("track", "charge", #""distinct_id":"host-7","account_id":"acct-9","session_id":"s-1","#
+                               + #""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","span_id":"00f067aa0ba902b7","#,
+                               #"{"ok":true}"#))
+    }
+
+    @Test(arguments: [(EventType.userSet, #"{"plan":"pro"}"#, ["plan": CairnValue.string("pro")]),
+                      (.userSetOnce, #"{"first_release":"orders@1.0.0"}"#, ["first_release": "orders@1.0.0"]),
+                      (.userAdd, #"{"logins":1}"#, ["logins": 1]),
+                      (.userUnset, #"{"old_flag":null}"#, ["old_flag": nil])])
+    func userProperties(type: EventType, json: String, props: [String: CairnValue]) {
+        #expect(Self.record(type, "user_properties", props) == Self.golden(type.rawValue, "user_properties", Self.ids, json))
+    }
+
+    @Test func span() throws {
+        let span = SpanContext(traceID: try #require(TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")),
+                               spanID: try #require(SpanID(hex: "b7ad6b7169203331")),
+                               parentSpanID: SpanID(value: 0x00f0_67aa_0ba9_02b7))
+        #expect(Self.record(.span, "checkout", ["status": "ok"], span: span)
+                == Self.golden("span", "checkout", Self.ids + #""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","#
+                               + #""span_id":"b7ad6b7169203331","parent_span_id":"00f067aa0ba902b7","#,
+                               #"{"status":"ok"}"#))
+    }
+
+    @Test func health() {
+        #expect(Self.record(.health, "sdk_health", ["ring_fill": 0.25])
+                == Self.golden("health", "sdk_health", Self.ids, #"{"ring_fill":0.25}"#))
+    }
+
+    /// Many properties (whose order is not significant) and hostile text: valid JSON that
+    /// says the same.
+    @Test func manyPropertiesParseBack() throws {
+        let props: [String: CairnValue] = ["a": 1, "b": "x\"y\\z\n\u{01}", "c": [1, 2], "d": ["e": nil], "é😀": -0.5]
+        let text = Self.record(.track, "many", props)
+        let o = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        let p = try #require(o["properties"] as? [String: Any])
+        #expect(p["a"] as? Int == 1 && p["b"] as? String == "x\"y\\z\n\u{01}" && p["c"] as? [Int] == [1, 2])
+        #expect((p["d"] as? [String: Any])?["e"] is NSNull && p["é😀"] as? Double == -0.5)
+    }
+}

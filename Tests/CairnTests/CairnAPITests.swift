@@ -1,0 +1,229 @@
+import Cairn
+import CairnProcessor
+import CairnTestKit
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// The public API in this test process: one SDK started once (there is one per
+/// process), sending to the real test collector over TCP and recording every finished
+/// event with `RecordingDestination`. Each test uses its own event names.
+enum Live {
+    static let dataDirectory = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+        + "/cairn-api-\(getpid())-\(UUID().uuidString.prefix(8))"
+    static let recorder = RecordingDestination()
+    nonisolated(unsafe) static let collector: CollectorProcess? = try? CollectorProcess()
+
+    static let cairn: Cairn? = {
+        guard let collector else { return nil }
+        var o = Cairn.Options(appID: "orders", distinctID: "host-7", release: "orders@1.4.2", build: "812",
+                              environment: "test", uploadURL: collector.baseURL + "/v1/batch",
+                              apiKey: "test-key", dataDirectory: dataDirectory)
+        o.maxBatchAge = .milliseconds(50)
+        o.destinations = [recorder]
+        o.sampling = SamplingOptions(eventRates: ["never_kept": 0])
+        o.filter = EventFilterOptions(denyNames: ["denied_*"])
+        o.dynamicProperties = { ["build_flavour": "test", "plan": "dynamic"] }
+        return try? Cairn.start(o)
+    }()
+
+    /// The recorded events named `name`, parsed, once `count` of them arrived.
+    static func events(_ name: String, count: Int, timeout: Duration = .seconds(20)) -> [[String: Any]] {
+        let deadline = ContinuousClock.now + timeout
+        var found: [[String: Any]] = []
+        while ContinuousClock.now < deadline {
+            _ = cairn?.flush(timeout: .seconds(5))
+            found = recorder.events.compactMap(\.object).filter { $0["name"] as? String == name }
+            if found.count >= count { break }
+            usleep(10_000)
+        }
+        return found
+    }
+
+    static func props(_ e: [String: Any]) -> [String: Any] { e["properties"] as? [String: Any] ?? [:] }
+}
+
+@Suite(.serialized) struct CairnAPITests {
+    @Test func startedAndASecondStartIsAnError() throws {
+        let cairn = try #require(Live.cairn, "the SDK started")
+        #expect(Cairn.shared === cairn)
+        #expect(throws: CairnStartError.alreadyStarted) {
+            try Cairn.start(Cairn.Options(appID: "x", distinctID: "y", dataDirectory: Live.dataDirectory + "/2"))
+        }
+    }
+
+    @Test func trackedEventHasTheSchema() throws {
+        let cairn = try #require(Live.cairn)
+        cairn.track("order_placed", properties: ["plan": "pro", "seats": 3, "ratio": 0.5, "trial": false,
+                                                 "tags": ["a", "b"]])
+        let e = try #require(Live.events("order_placed", count: 1).first)
+        let id = try #require(e["event_id"] as? String)
+        #expect(id.count == 36 && Array(id)[14] == "7", "UUIDv7: \(id)")
+        #expect(e["type"] as? String == "track" && e["distinct_id"] as? String == "host-7")
+        #expect(e["session_id"] as? String == cairn.sessionID && e["account_id"] == nil)
+        let parser = ISO8601DateFormatter()
+        parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let time = try #require((e["time"] as? String).flatMap { parser.date(from: $0) })
+        #expect(abs(time.timeIntervalSinceNow) < 60)
+        #expect(e["zone_offset"] is Int)
+        let p = Live.props(e)
+        #expect(p["plan"] as? String == "pro" && p["seats"] as? Int == 3 && p["ratio"] as? Double == 0.5)
+        #expect(p["trial"] as? Bool == false && p["tags"] as? [String] == ["a", "b"])
+        #expect(p["build_flavour"] as? String == "test", "dynamic properties fill in")
+        let context = try #require(e["context"] as? [String: Any])
+        let app = context["app"] as? [String: Any]
+        #expect(app?["id"] as? String == "orders" && app?["release"] as? String == "orders@1.4.2")
+        #expect(app?["build"] as? String == "812" && app?["environment"] as? String == "test")
+        #expect((context["process"] as? [String: Any])?["pid"] as? Int == Int(getpid()))
+        #expect(context["cpu_count"] as? Int ?? 0 >= 1 && context["arch"] is String)
+        #expect((e["sdk"] as? [String: Any])?["name"] as? String == "cairn-swift")
+    }
+
+    @Test func callSitePropertiesWinOverDynamicOnes() throws {
+        let cairn = try #require(Live.cairn)
+        cairn.track("plan_changed", properties: ["plan": "enterprise"])
+        let p = Live.props(try #require(Live.events("plan_changed", count: 1).first))
+        #expect(p["plan"] as? String == "enterprise" && p["build_flavour"] as? String == "test")
+    }
+
+    @Test func perCallIdentityOverridesForThatEventOnly() throws {
+        let cairn = try #require(Live.cairn)
+        cairn.track("acting_for_tenant", identity: Identity(distinctID: "tenant-42", accountID: "acct-9"))
+        cairn.track("acting_for_self")
+        let a = try #require(Live.events("acting_for_tenant", count: 1).first)
+        let b = try #require(Live.events("acting_for_self", count: 1).first)
+        #expect(a["distinct_id"] as? String == "tenant-42" && a["account_id"] as? String == "acct-9")
+        #expect(b["distinct_id"] as? String == "host-7")
+    }
+
+    @Test func privacyRulesApplyOnTheWay() throws {
+        let cairn = try #require(Live.cairn)
+        cairn.track("signup", properties: ["password": "hunter2", "email": "jane.doe@example.com", "note": "ok"])
+        let p = Live.props(try #require(Live.events("signup", count: 1).first))
+        #expect(p["password"] as? String != "hunter2")
+        #expect((p["email"] as? String)?.contains("jane.doe") == false)
+        #expect(p["note"] as? String == "ok")
+        #expect((cairn.dropCounts["privacy_redacted"] ?? 0) >= 1)
+    }
+
+    @Test func samplingAndFilteringDropAndCount() throws {
+        let cairn = try #require(Live.cairn)
+        let before = cairn.dropCounts
+        for _ in 0..<5 { cairn.track("never_kept") }
+        cairn.track("denied_event")
+        cairn.track("kept_marker")
+        _ = Live.events("kept_marker", count: 1)
+        #expect(Live.recorder.events(named: "never_kept").isEmpty && Live.recorder.events(named: "denied_event").isEmpty)
+        #expect((cairn.dropCounts["sampled"] ?? 0) - (before["sampled"] ?? 0) == 5)
+        #expect((cairn.dropCounts["filtered"] ?? 0) - (before["filtered"] ?? 0) == 1)
+    }
+
+    @Test func userPropertiesUseTheirMode() throws {
+        let cairn = try #require(Live.cairn)
+        cairn.setUserProperties(["plan": "pro"], mode: .set)
+        cairn.setUserProperties(["first_seen": "2026-12-02"], mode: .setOnce)
+        cairn.setUserProperties(["logins": 1, "name": "not a number"], mode: .add)
+        cairn.setUserProperties(["old_flag": true], mode: .unset)
+        let all = Live.events("user_properties", count: 4)
+        func of(_ type: String) -> [String: Any]? {
+            all.last { $0["type"] as? String == type && !(Live.props($0).keys.contains("account_id")) }.map(Live.props)
+        }
+        #expect(of("user_set")?["plan"] as? String == "pro")
+        #expect(of("user_setOnce")?["first_seen"] as? String == "2026-12-02")
+        #expect(of("user_add").map { $0.count == 1 && $0["logins"] as? Int == 1 } == true)
+        #expect(of("user_unset")?["old_flag"] is NSNull)
+    }
+
+    /// Runs last among the identity tests: it changes the default account.
+    @Test func accountIDFlowsIntoLaterEventsAndIsSentOnce() throws {
+        let cairn = try #require(Live.cairn)
+        cairn.setAccountID("acct-1")
+        cairn.setAccountID("acct-1")
+        cairn.track("after_account")
+        cairn.setUserProperties(["seat": "a"], mode: .set)
+        let e = try #require(Live.events("after_account", count: 1).first)
+        #expect(e["account_id"] as? String == "acct-1")
+        let all = Live.events("user_properties", count: 1)
+        let once = all.filter { $0["type"] as? String == "user_setOnce" && Live.props($0)["account_id"] != nil }
+        #expect(once.count == 1 && Live.props(once[0])["account_id"] as? String == "acct-1")
+        let set = all.last { $0["type"] as? String == "user_set" && Live.props($0)["seat"] != nil }
+        #expect(set?["account_id"] as? String == "acct-1", "user-property requests carry it too")
+        cairn.setAccountID(nil)
+    }
+
+    @Test func spansLinkEventsAndNest() throws {
+        let cairn = try #require(Live.cairn)
+        var header = ""
+        cairn.withSpan("checkout") {
+            cairn.track("inside_span")
+            cairn.withSpan("charge_card") {
+                header = Cairn.traceparent()
+                cairn.track("inside_child_span")
+            }
+        }
+        cairn.track("outside_span")
+        let inner = try #require(Live.events("inside_span", count: 1).first)
+        let child = try #require(Live.events("inside_child_span", count: 1).first)
+        let outer = try #require(Live.events("checkout", count: 1).first)
+        let charge = try #require(Live.events("charge_card", count: 1).first)
+        let outside = try #require(Live.events("outside_span", count: 1).first)
+        let trace = try #require(inner["trace_id"] as? String)
+        #expect(trace.count == 32 && child["trace_id"] as? String == trace && outside["trace_id"] == nil)
+        #expect(outer["type"] as? String == "span" && outer["span_id"] as? String == inner["span_id"] as? String)
+        #expect(charge["parent_span_id"] as? String == outer["span_id"] as? String)
+        #expect(Live.props(outer)["status"] as? String == "ok" && Live.props(outer)["duration_ms"] is Double)
+        let parsed = try #require(TraceParent(header: header))
+        #expect(parsed.traceID.description == trace && parsed.parentID.description == charge["span_id"] as? String)
+    }
+
+    /// Eight threads track while a ninth changes the default identity: every event
+    /// carries values that were set, whole (run under ThreadSanitizer too).
+    @Test func trackingWhileIdentityChanges() throws {
+        let cairn = try #require(Live.cairn)
+        let group = DispatchGroup()
+        for t in 0..<8 {
+            DispatchQueue.global().async(group: group) {
+                for i in 0..<200 { cairn.track("concurrent", properties: ["t": .int(Int64(t)), "i": .int(Int64(i))]) }
+            }
+        }
+        DispatchQueue.global().async(group: group) {
+            for k in 0..<200 {
+                cairn.identify(distinctID: "user-\(k)-" + String(repeating: "x", count: k % 50))
+                cairn.setAccountID("acct-\(k)")
+            }
+        }
+        group.wait()
+        cairn.identify(distinctID: "host-7")
+        cairn.setAccountID(nil)
+        let events = Live.events("concurrent", count: 1600)
+        #expect(events.count == 1600)
+        for e in events {
+            let d = e["distinct_id"] as? String ?? ""
+            let ok = d == "host-7" || (d.hasPrefix("user-") && {
+                let parts = d.split(separator: "-", omittingEmptySubsequences: false)
+                guard parts.count == 3, let k = Int(parts[1]) else { return false }
+                return parts[2] == String(repeating: "x", count: k % 50)
+            }())
+            #expect(ok, "whole distinct id: \(d)")
+            if let a = e["account_id"] as? String { #expect(a.hasPrefix("acct-") && Int(a.dropFirst(5)) != nil) }
+        }
+    }
+
+    /// The end-to-end path: 10k events tracked, flushed, and all received by the
+    /// collector over TCP with the schema, each event id once.
+    @Test func tenThousandEventsReachTheCollector() throws {
+        let cairn = try #require(Live.cairn)
+        let collector = try #require(Live.collector)
+        for i in 0..<10_000 { cairn.track("bulk", properties: ["i": .int(Int64(i))]) }
+        #expect(cairn.flush(timeout: .seconds(60)))
+        let received = try collector.events().compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.record.utf8))) as? [String: Any]
+        }.filter { $0["name"] as? String == "bulk" }
+        #expect(received.count == 10_000)
+        #expect(Set(received.compactMap { $0["event_id"] as? String }).count == 10_000)
+        #expect(Set(received.compactMap { Live.props($0)["i"] as? Int }) == Set(0..<10_000))
+        #expect(received.allSatisfy { $0["type"] as? String == "track" && $0["context"] != nil && $0["time"] is String })
+        let attempts = try collector.requests()
+        #expect(attempts.allSatisfy { $0.headerValues("Authorization") == ["Bearer test-key"] })
+    }
+}

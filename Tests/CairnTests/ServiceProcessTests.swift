@@ -1,0 +1,152 @@
+import Cairn
+import CairnProcessor
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// The public API in real service processes (`cairn-service-child`), configured from
+/// the environment the way services are: sampling agrees across processes, the install
+/// time survives into later processes, and without an upload URL events stay on disk.
+@Suite(.serialized) struct ServiceProcessTests {
+    static let products: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    final class DataDir {
+        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
+            + "/cairn-svc-\(getpid())-\(UUID().uuidString.prefix(8))"
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static func child(_ args: [String], env: [String: String]) throws -> (status: Int32, out: [String], err: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: products + "/cairn-service-child")
+        p.arguments = args
+        p.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 }
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self).split(separator: "\n").map(String.init),
+                String(decoding: e, as: UTF8.self))
+    }
+
+    static func objects(_ lines: [String]) -> [[String: Any]] {
+        lines.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+    }
+
+    @Test func samplingDecisionsAgreeAcrossProcesses() throws {
+        let a = try Self.child(["sample", "5000"], env: [:])
+        let b = try Self.child(["sample", "5000"], env: [:])
+        #expect(a.status == 0 && b.status == 0)
+        let bits = try #require(a.out.first)
+        #expect(bits.count == 5000 && b.out.first == bits, "two processes, the same decisions")
+        let sampler = Sampler(options: SamplingOptions(rate: 0.3))
+        let here = (0..<5000).map {
+            sampler.keep(distinctID: "user-\($0)", eventName: "page_view", tier: .sampled, isError: false, day: 20_000)
+                ? "1" : "0"
+        }.joined()
+        #expect(here == bits, "and this process agrees")
+        let kept = Double(bits.filter { $0 == "1" }.count) / 5000
+        #expect(abs(kept - 0.3) < 0.03, "rate 0.3 keeps \(kept)")
+    }
+
+    /// The first start records the install; `app_install` tracked without a time uses
+    /// that time, in that process and in a later one; the fixed install properties go
+    /// once, in their own `user_setOnce` request whose start log shows them.
+    @Test func installTimeSurvivesIntoLaterProcesses() throws {
+        let collector = try CollectorProcess()
+        let dir = DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_TEST_STDOUT": "1", "CAIRN_DEBUG": "1",
+                   "CAIRN_RELEASE": "orders@1.0.0", "CAIRN_BATCH_AGE_MS": "50"]
+        let first = try Self.child(["install"], env: env)
+        #expect(first.status == 0, "\(first.err)")
+        let record = try #require(FileManager.default.contents(atPath: dir.path + "/install.json"))
+        let installMillis = try #require(((try JSONSerialization.jsonObject(with: record)) as? [String: Any])?["install_time_ms"] as? Int)
+        usleep(20_000)
+        var env2 = env
+        env2["CAIRN_RELEASE"] = "orders@1.1.0"
+        let second = try Self.child(["install"], env: env2)
+        #expect(second.status == 0, "\(second.err)")
+        let parser = ISO8601DateFormatter()
+        parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        for run in [first, second] {
+            let install = try #require(Self.objects(run.out).first { $0["name"] as? String == "app_install" })
+            let time = try #require((install["time"] as? String).flatMap { parser.date(from: $0) })
+            #expect(Int((time.timeIntervalSince1970 * 1000).rounded()) == installMillis)
+        }
+        // The fixed properties: one user_setOnce, from the first process only.
+        let received = try collector.events().compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.record.utf8))) as? [String: Any]
+        }
+        let once = received.filter { $0["type"] as? String == "user_setOnce" }
+        #expect(once.count == 1)
+        let props = once.first?["properties"] as? [String: Any] ?? [:]
+        #expect(props["first_release"] as? String == "orders@1.0.0" && props["install_time_utc"] is String)
+        #expect(props["install_time_local"] is String)
+        #expect(first.err.contains("upload start") && first.err.contains("install_time_utc"),
+                "the start log shows the fixed fields as its params")
+        #expect(!second.err.contains("install_time_utc"))
+    }
+
+    /// No upload URL: nothing is sent, events wait in the snapshot store (read back
+    /// with Python's lmdb and zstandard).
+    @Test func withoutAnUploadURLEventsStayOnDisk() throws {
+        let dir = DataDir()
+        let r = try Self.child(["run", "25"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                   "CAIRN_BATCH_AGE_MS": "50"])
+        #expect(r.status == 0, "\(r.err)")
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", root + "/Tests/Tools/read_store.py", dir.path + "/store", "--records"]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
+        let records = Self.objects(String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init))
+            .flatMap { ($0["records"] as? [[String: Any]]) ?? [] }
+        let events = records.filter { $0["name"] as? String == "child_event" }
+        #expect(events.count == 25)
+        #expect(Set(events.compactMap { ($0["properties"] as? [String: Any])?["i"] as? Int }) == Set(0..<25))
+    }
+
+    @Test func badEnvironmentSaysWhichOptionAndWhy() throws {
+        let r = try Self.child(["run", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_SAMPLE_RATE": "lots"])
+        #expect(r.status == 1 && r.err.contains("sampling.rate"), "\(r.err)")
+        let off = try Self.child(["run", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DISABLED": "1"])
+        #expect(off.status == 1 && off.err.contains("disabled"))
+    }
+
+    @Test func optionsValidation() {
+        func reason(_ env: [String: String]) -> String? {
+            do {
+                try Cairn.Options.fromEnvironment(env).validate()
+                return nil
+            } catch {
+                if case .invalidOption(let name, _) = error { return name }
+                return "\(error)"
+            }
+        }
+        let base = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "h"]
+        #expect(reason(base) == nil)
+        #expect(reason([:].merging(["CAIRN_DISTINCT_ID": "h"]) { $1 }) == "appID")
+        #expect(reason(base.merging(["CAIRN_UPLOAD_URL": "ftp://x"]) { $1 }) == "uploadURL")
+        #expect(reason(base.merging(["CAIRN_SAMPLE_RATE": "1.5"]) { $1 }) == "sampling.rate")
+        #expect(reason(base.merging(["CAIRN_BATCH_EVENTS": "0"]) { $1 }) == "maxBatchEvents")
+        #expect(reason(base.merging(["CAIRN_BATCH_AGE_MS": "x"]) { $1 }) == "maxBatchAge")
+        let o = Cairn.Options.fromEnvironment(base.merging(["CAIRN_DEBUG": "true", "CAIRN_PRIVACY": "off",
+                                                            "CAIRN_SAMPLE_RATE": "0.25"]) { $1 })
+        #expect(o.debugLogging && !o.privacy.enabled && o.sampling.rate == 0.25 && o.distinctID == "h")
+    }
+}

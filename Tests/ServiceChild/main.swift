@@ -1,0 +1,50 @@
+// cairn-service-child: a service using the public Cairn API, configured from CAIRN_*
+// variables, for the end-to-end and cross-process tests.
+//
+// Usage: cairn-service-child <mode> [<n>]
+//   run <n>       start, track n events named "child_event", flush, shut down
+//   install       start, track "app_install" without a time, flush, shut down
+//   sample <n>    print sampling decisions (0/1) for user-0 ... user-(n-1) at rate 0.3
+//   start         print the milliseconds `Cairn.start` took on this thread, shut down
+// CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event).
+import Cairn
+import CairnProcessor
+import Foundation
+
+let args = CommandLine.arguments
+guard args.count >= 2 else { exit(2) }
+let mode = args[1]
+let n = args.count > 2 ? Int(args[2]) ?? 0 : 0
+
+if mode == "sample" {
+    let sampler = Sampler(options: SamplingOptions(rate: 0.3))
+    let bits = (0..<n).map { i in
+        sampler.keep(distinctID: "user-\(i)", eventName: "page_view", tier: .sampled, isError: false, day: 20_000)
+            ? "1" : "0"
+    }
+    print(bits.joined())
+    exit(0)
+}
+
+var options = Cairn.Options.fromEnvironment()
+if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.destinations = [StdoutDestination()] }
+let cairn: Cairn
+let startedAt = DispatchTime.now().uptimeNanoseconds
+do {
+    cairn = try Cairn.start(options)
+} catch {
+    FileHandle.standardError.write(Data("start: \(error)\n".utf8))
+    exit(1)
+}
+switch mode {
+case "run":
+    for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
+case "install":
+    cairn.track("app_install")
+case "start":
+    print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
+default:
+    exit(2)
+}
+let ok = cairn.shutdown(timeout: .seconds(20))
+exit(ok ? 0 : 3)
