@@ -4,6 +4,7 @@
 #   make test    deps, build, fuzz smoke, sanitizer runs, then every test
 #   make bench   run the benchmarks (release build); fails when over budget
 #   make fuzz    fuzz the C core's parsers for longer (FUZZ_LONG_SECONDS, default 600)
+#   make demo    a service crashes, restarts and reports it, against a local collector
 
 SWIFT ?= swift
 CLANG ?= clang
@@ -28,7 +29,7 @@ FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
-.PHONY: all deps build test test-swift sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
+.PHONY: all deps build demo test test-swift sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
 all: build
 
@@ -97,6 +98,10 @@ bench: deps
 	$(SWIFT) build -c release --product cairn-swift-crash-child
 	$(SWIFT) build -c release --product cairn-service-child
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
+
+demo: deps
+	$(SWIFT) build --product orders-service
+	./Examples/demo.sh
 
 bench-quick:
 	$(MAKE) bench BENCH_ARGS=--quick

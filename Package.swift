@@ -102,6 +102,9 @@ let package = Package(
                     dependencies: ["CairnUploader", "CairnStore", "CairnTestSupport", "cairn-upload-child"],
                     path: "Tests/CairnUploaderTests"),
 
+        // The demo service of `make demo` (Examples/demo.sh).
+        .executableTarget(name: "orders-service", dependencies: ["Cairn"], path: "Examples/OrdersService"),
+
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
                           dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
