@@ -145,8 +145,11 @@ public final class SnapshotStore: @unchecked Sendable {
     private let meta: MDB_dbi
     private let state: Locked<State>
     /// Held for every transaction: resizing the map needs no transaction active in
-    /// the process, and counters stay consistent with what was committed.
-    private let serial = Locked(())
+    /// the process, and counters stay consistent with what was committed. (It guards an
+    /// unused Int, not `()`: ThreadSanitizer places the exclusivity access of a
+    /// zero-sized value on the object's header, which other threads read to retain it,
+    /// and reported that as a race.)
+    private let serial = Locked(0)
     private let setAside: Bool
 
     /// The directory holding the environment.
