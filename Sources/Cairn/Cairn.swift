@@ -351,9 +351,20 @@ public final class Cairn: @unchecked Sendable {
         crash.addBreadcrumb(message, category: category)
     }
 
-    private func currentIdentity(_ override: Identity?) -> Identity {
+    func currentIdentity(_ override: Identity?) -> Identity {
         if let override { return override }
         return state.withLock { $0.identity }
+    }
+
+    /// Ring fill above which events of a tier are shed, lowest tier first, so that a
+    /// burst cannot crowd out what matters: Debug above half full, Sampled above 80 %.
+    /// Important and Critical events are refused only by a full ring. Always counted.
+    static func shedThreshold(_ tier: Tier) -> Double? {
+        switch tier {
+        case .debug: return 0.5
+        case .sampled: return 0.8
+        case .important, .critical: return nil
+        }
     }
 
     /// The hot path: admit, deduplicate, clean, encode into the ring.
@@ -362,6 +373,13 @@ public final class Cairn: @unchecked Sendable {
         if let reason = processor.admit(event) {
             drops.add(reason.rawValue, 1)
             return
+        }
+        if let threshold = Self.shedThreshold(event.tier) {
+            let stats = ring.stats()
+            if Double(stats.used) > Double(stats.capacity) * threshold {
+                drops.add("overload_\(event.tier.rawValue)", 1)
+                return
+            }
         }
         var fingerprint: UInt64?
         if event.isError {

@@ -169,6 +169,11 @@ public final class Processor: Sendable {
         ids = EventIDGenerator()
     }
 
+    /// `url` with the values of sensitive query parameters masked (when privacy is on).
+    public func maskURL(_ url: String) -> String {
+        options.privacy.enabled ? masker.maskURL(url) : url
+    }
+
     /// Whether to keep `event`: nil to keep it, else why not. `day` is the UTC day
     /// number the sampling decision is stable for (days since 1970-01-01).
     public func admit(_ event: Event) -> DropReason? {

@@ -176,6 +176,33 @@ enum Live {
         #expect(parsed.traceID.description == trace && parsed.parentID.description == charge["span_id"] as? String)
     }
 
+    /// An outbound call: its span event has the masked URL, status and outcome, and the
+    /// traceparent handed to the request names that span; failures are kept as errors.
+    @Test func outboundCallsAreRecordedAsSpans() throws {
+        let cairn = try #require(Live.cairn)
+        var sent = ""
+        let value = cairn.withOutbound(method: "post", url: "https://pay.example/v1/charge?token=s3cr3t&amount=5") { tp in
+            sent = tp
+            return ("paid", status: 201)
+        }
+        #expect(value == "paid")
+        struct Down: Error {}
+        #expect(throws: Down.self) {
+            try cairn.withOutbound(method: "GET", url: "https://stock.example/v1/items") { _ -> (Int, status: Int?) in
+                throw Down()
+            }
+        }
+        let calls = Live.events("http.client", count: 2)
+        let ok = try #require(calls.first { Live.props($0)["status"] as? Int == 201 })
+        let p = Live.props(ok)
+        #expect(p["method"] as? String == "POST" && p["outcome"] as? String == "ok")
+        #expect((p["url"] as? String)?.contains("s3cr3t") == false && (p["url"] as? String)?.contains("amount=5") == true)
+        let parsed = try #require(TraceParent(header: sent))
+        #expect(parsed.parentID.description == ok["span_id"] as? String && ok["type"] as? String == "span")
+        let failed = try #require(calls.first { Live.props($0)["outcome"] as? String == "error" })
+        #expect(Live.props(failed)["error"] is String && Live.props(failed)["status"] == nil)
+    }
+
     /// Eight threads track while a ninth changes the default identity: every event
     /// carries values that were set, whole (run under ThreadSanitizer too).
     @Test func trackingWhileIdentityChanges() throws {

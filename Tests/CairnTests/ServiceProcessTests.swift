@@ -121,6 +121,21 @@ import Testing
         #expect(Set(events.compactMap { ($0["properties"] as? [String: Any])?["i"] as? Int }) == Set(0..<25))
     }
 
+    /// The collector stalls, so the ring fills: Debug events are shed first (counted),
+    /// Important ones still get in until the ring itself is full.
+    @Test func overloadShedsTheLowestTierFirst() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["stall": 30])
+        let dir = DataDir()
+        let r = try Self.child(["burst", "8000"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                       "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"])
+        #expect(r.status == 0, "\(r.err)")
+        let drops = try #require(Self.objects(r.out).first)
+        #expect((drops["overload_debug"] as? Int ?? 0) > 1000, "\(drops)")
+        #expect(drops["overload_important"] == nil && drops["overload_sampled"] == nil)
+        collector.stop()
+    }
+
     @Test func badEnvironmentSaysWhichOptionAndWhy() throws {
         let r = try Self.child(["run", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_SAMPLE_RATE": "lots"])
         #expect(r.status == 1 && r.err.contains("sampling.rate"), "\(r.err)")

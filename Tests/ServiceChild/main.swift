@@ -6,6 +6,8 @@
 //   install       start, track "app_install" without a time, flush, shut down
 //   sample <n>    print sampling decisions (0/1) for user-0 ... user-(n-1) at rate 0.3
 //   start         print the milliseconds `Cairn.start` took on this thread, shut down
+//   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
+//                 can; print the drop counts as JSON; exit without flushing
 // CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event).
 import Cairn
 import CairnProcessor
@@ -41,6 +43,17 @@ case "run":
     for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
 case "install":
     cairn.track("app_install")
+case "burst":
+    struct Tiered: CairnEvent {
+        var name: String
+        var tier: Tier
+        var properties: [String: CairnValue] { ["padding": .string(String(repeating: "x", count: 400))] }
+    }
+    for _ in 0..<n { cairn.track(Tiered(name: "debug_detail", tier: .debug)) }
+    for _ in 0..<n { cairn.track(Tiered(name: "important_fact", tier: .important)) }
+    let drops = cairn.dropCounts.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }
+    print("{" + drops.joined(separator: ",") + "}")
+    exit(0)
 case "start":
     print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
 default:

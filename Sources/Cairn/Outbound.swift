@@ -1,0 +1,66 @@
+import CairnProcessor
+import Foundation
+
+extension Cairn {
+    /// A call the service makes to another service: its span, and the `traceparent`
+    /// header to send with it so the callee continues the trace.
+    public struct OutboundCall: Sendable {
+        /// The call's span (a child of the current span, or a new trace).
+        public let span: SpanContext
+        /// The W3C `traceparent` header value for the request.
+        public var traceparent: String {
+            TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: true).header
+        }
+        let started: UInt64
+    }
+
+    /// Calls at least this slow are always kept, whatever the sampling rate.
+    public static let slowOutboundCall: Duration = .seconds(1)
+
+    /// Begins an outbound call: inject `traceparent` into the request, then end it with
+    /// `endOutbound`.
+    public func beginOutbound() -> OutboundCall {
+        OutboundCall(span: Self.childSpan(), started: DispatchTime.now().uptimeNanoseconds)
+    }
+
+    /// Records an outbound HTTP call as a `span` event named `http.client`: method, URL
+    /// (sensitive query values masked), status, duration and error. Errors (an error,
+    /// or a status of 500 and above) and slow calls are always kept (Important tier);
+    /// the rest are sampled like other events.
+    public func endOutbound(_ call: OutboundCall, method: String, url: String, status: Int?,
+                            error: (any Error)? = nil) {
+        let nanos = DispatchTime.now().uptimeNanoseconds &- call.started
+        var props: [String: CairnValue] = [
+            "method": .string(method.uppercased()), "url": .string(processor.maskURL(url)),
+            "duration_ms": .double(Double(nanos) / 1e6),
+        ]
+        if let status { props["status"] = .int(Int64(status)) }
+        if let error { props["error"] = .string(String(describing: error)) }
+        let failed = error != nil || (status ?? 0) >= 500
+        let slow = nanos >= UInt64(Self.slowOutboundCall.components.seconds) * 1_000_000_000
+        props["outcome"] = .string(failed ? "error" : "ok")
+        // What deduplication folds by: the same endpoint failing the same way.
+        let endpoint = String(props["url"].flatMap { if case .string(let u) = $0 { u } else { nil } }?
+            .split(separator: "?", maxSplits: 1).first ?? "")
+        props["message"] = .string("\(method.uppercased()) \(endpoint) " + (status.map(String.init) ?? "failed"))
+        submit(Event(type: .span, name: "http.client", properties: props, timeMillis: EventClock.nowMillis(),
+                     identity: currentIdentity(nil), sessionID: sessionID, span: call.span,
+                     tier: failed || slow ? .important : .sampled, isError: failed))
+    }
+
+    /// Runs an outbound call: `body` gets the `traceparent` to send and returns its
+    /// result and the HTTP status; the call is recorded as with `endOutbound` (a thrown
+    /// error is recorded, then rethrown).
+    public func withOutbound<T>(method: String, url: String,
+                                _ body: (_ traceparent: String) throws -> (T, status: Int?)) rethrows -> T {
+        let call = beginOutbound()
+        do {
+            let (value, status) = try body(call.traceparent)
+            endOutbound(call, method: method, url: url, status: status)
+            return value
+        } catch {
+            endOutbound(call, method: method, url: url, status: nil, error: error)
+            throw error
+        }
+    }
+}
