@@ -620,6 +620,33 @@ func benchSymbolicate(runs: Int) -> Double {
 record("crash_symbolicate_ms", "next start: read and symbolicate one crash report", benchSymbolicate(runs: quick ? 3 : 9),
        "ms", goal: "<= 50")
 
+// MARK: - Idle cost
+
+/// CPU time the process uses per second while a started SDK has nothing to do (its
+/// background threads must sleep, not poll).
+func benchIdleCPU(seconds: Double) -> Double {
+    guard let cairn = benchSDK else { return .nan }
+    cairn.track("warm_up")
+    _ = cairn.flush(timeout: .seconds(5))
+    func cpuMillis() -> Double {
+        var u = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &u)
+        return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000
+            + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000
+    }
+    let before = cpuMillis()
+    usleep(UInt32(seconds * 1_000_000))
+    return (cpuMillis() - before) / seconds
+}
+/// The SDK of the idle and track() figures (one per process: it owns the crash handler).
+let benchSDK: Cairn? = {
+    var o = Cairn.Options(appID: "bench", distinctID: "bench-host", release: "bench@1", dataDirectory: scratch + "/sdk")
+    o.ringCapacity = 256 << 20
+    return try? Cairn.start(o)
+}()
+record("idle_cpu_ms_per_s", "CPU used by an idle started SDK, per second", benchIdleCPU(seconds: quick ? 1 : 3),
+       "ms/s", goal: "<= 1", budget: 20)
+
 // MARK: - track() and start()
 
 /// `track()` with 10 properties on the caller's thread, through the whole hot path
@@ -627,7 +654,7 @@ record("crash_symbolicate_ms", "next start: read and symbolicate one crash repor
 /// timed on its own (the clock's cost subtracted). The SDK keeps events on disk (no
 /// upload URL); its background thread drains the ring meanwhile.
 func benchTrack(calls: Int, threads: Int) -> (p50: Double, p99: Double) {
-    guard let cairn = trackSDK else { return (.nan, .nan) }
+    guard let cairn = benchSDK else { return (.nan, .nan) }
     let props: [String: CairnValue] = [
         "plan": "pro", "seats": 12, "ratio": 0.75, "trial": false, "region": "eu-west-1",
         "path": "/orders/42", "method": "POST", "status": 201, "duration_ms": 12.5, "retry": false,
@@ -660,11 +687,6 @@ func benchTrack(calls: Int, threads: Int) -> (p50: Double, p99: Double) {
     return (percentile(times, 0.5), percentile(times, 0.99))
 }
 
-let trackSDK: Cairn? = {
-    var o = Cairn.Options(appID: "bench", distinctID: "bench-host", release: "bench@1", dataDirectory: scratch + "/sdk")
-    o.ringCapacity = 256 << 20
-    return try? Cairn.start(o)
-}()
 // Warm up (first-touch of ring pages, caches), then measure.
 _ = benchTrack(calls: 20_000, threads: 1)
 let track1 = benchTrack(calls: quick ? 50_000 : 300_000, threads: 1)
@@ -672,7 +694,7 @@ let track2 = benchTrack(calls: quick ? 25_000 : 150_000, threads: 2)
 record("track_ns_p50", "track() with 10 properties, caller's thread, p50", track1.p50, "ns", goal: "<= 1000")
 record("track_ns_p99", "track() with 10 properties, caller's thread, p99", track1.p99, "ns", goal: "<= 5000")
 record("track_2t_ns_p50", "track(), 2 threads at once, p50 per call", track2.p50, "ns")
-_ = trackSDK?.shutdown(timeout: .seconds(10))
+_ = benchSDK?.shutdown(timeout: .seconds(10))
 
 /// `Cairn.start` on the caller's thread in fresh processes (`cairn-service-child start`,
 /// built beside this executable), each with its own data directory.

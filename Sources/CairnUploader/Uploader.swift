@@ -477,8 +477,9 @@ public final class Uploader: @unchecked Sendable {
         // Stored requests wait for a replay, except in store-only mode, where they stay.
         let idle = pending == nil && (options.storeOnly
             || ((try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true))
+        // No signal here: it would wake this very worker, which would find nothing to do,
+        // mark itself idle and signal again: a busy loop. `flush` polls `idle`.
         state.withLock { $0.idle = idle }
-        if idle { signal() }
     }
 
     /// Everything appended is delivered or stored (asked from any thread: the ring's
