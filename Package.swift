@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "CairnProcessor", targets: ["CairnProcessor"]),
         .library(name: "Cairn", targets: ["Cairn"]),
         .library(name: "CairnTestKit", targets: ["CairnTestKit"]),
+        .executable(name: "cairn", targets: ["cairn"]),
         .library(name: "CCairn", targets: ["CCairn"]),
     ],
     targets: [
@@ -80,7 +81,7 @@ let package = Package(
         .executableTarget(name: "cairn-service-child", dependencies: ["Cairn"], path: "Tests/ServiceChild"),
         .testTarget(name: "CairnTests",
                     dependencies: ["Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
-                                  "cairn-service-child"],
+                                  "cairn-service-child", "cairn", "cairn-crash-child"],
                     path: "Tests/CairnTests"),
 
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
@@ -101,6 +102,9 @@ let package = Package(
         .testTarget(name: "CairnUploaderTests",
                     dependencies: ["CairnUploader", "CairnStore", "CairnTestSupport", "cairn-upload-child"],
                     path: "Tests/CairnUploaderTests"),
+
+        // The `cairn` command: stored events, status, crash reports.
+        .executableTarget(name: "cairn", dependencies: ["CairnCrash", "CairnStore"], path: "Sources/CairnCLI"),
 
         // The demo service of `make demo` (Examples/demo.sh).
         .executableTarget(name: "orders-service", dependencies: ["Cairn"], path: "Examples/OrdersService"),

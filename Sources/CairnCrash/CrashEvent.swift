@@ -165,3 +165,11 @@ enum CrashEvent {
         return object[key] as? String
     }
 }
+
+/// The `crash` event (docs/FORMATS.md, "Crash and session-end events") of a raw crash
+/// report, symbolicated from the files on this machine: for tools such as
+/// `cairn report`. A report that cannot be read gives an event marked partial.
+public func crashEventJSON(reportBytes: [UInt8]) -> [UInt8] {
+    CrashEvent.crash(report: CrashReport(bytes: reportBytes), rawBytes: reportBytes, start: nil,
+                     symbolizer: Symbolizer(), fallbackMillis: nowMillis()).json.bytes
+}

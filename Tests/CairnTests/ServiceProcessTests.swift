@@ -136,6 +136,55 @@ import Testing
         collector.stop()
     }
 
+    static func cli(_ args: [String]) throws -> (status: Int32, out: [String], err: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: products + "/cairn")
+        p.arguments = args
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self).split(separator: "\n").map(String.init),
+                String(decoding: e, as: UTF8.self))
+    }
+
+    /// The `cairn` command reads an embedded SDK's store, says what waits on disk, and
+    /// turns a crash report into a symbolicated event.
+    @Test func cliReadsStoredEventsStatusAndReports() throws {
+        let dir = DataDir()
+        let r = try Self.child(["run", "12"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                   "CAIRN_BATCH_AGE_MS": "50"])
+        #expect(r.status == 0, "\(r.err)")
+        let events = try Self.cli(["events", dir.path])
+        #expect(events.status == 0 && events.err.contains("cairn: \(events.out.count) events"), "\(events.err)")
+        let names = Self.objects(events.out).compactMap { $0["name"] as? String }
+        #expect(names.filter { $0 == "child_event" }.count == 12)
+        let status = try Self.cli(["status", dir.path])
+        #expect(status.status == 0 && status.out.contains { $0.hasPrefix("stored requests: ") })
+        #expect(status.out.contains("crash reports waiting: 0"))
+        // A real crash report, from the C crash child.
+        try FileManager.default.createDirectory(atPath: dir.path + "/crash", withIntermediateDirectories: true)
+        let crash = Process()
+        crash.executableURL = URL(fileURLWithPath: Self.products + "/cairn-crash-child")
+        crash.arguments = [dir.path + "/crash", "segv"]
+        crash.standardOutput = FileHandle.nullDevice
+        crash.standardError = FileHandle.nullDevice
+        try crash.run()
+        crash.waitUntilExit()
+        let report = dir.path + "/crash/crash-\(crash.processIdentifier).report"
+        let status2 = try Self.cli(["status", dir.path])
+        #expect(status2.out.contains("crash reports waiting: 1"), "\(status2.out)")
+        let event = try #require(Self.objects(try Self.cli(["report", report]).out).first)
+        let props = event["properties"] as? [String: Any] ?? [:]
+        #expect(event["type"] as? String == "crash" && props["signal"] as? String == "SIGSEGV")
+        #expect((props["frames"] as? [[String: Any]])?.first?["symbol"] as? String == "crash_here")
+        let missing = try Self.cli(["events", dir.path + "/nowhere"])
+        #expect(missing.status == 1 && missing.err.contains("no snapshot store"))
+    }
+
     @Test func badEnvironmentSaysWhichOptionAndWhy() throws {
         let r = try Self.child(["run", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_SAMPLE_RATE": "lots"])
         #expect(r.status == 1 && r.err.contains("sampling.rate"), "\(r.err)")
