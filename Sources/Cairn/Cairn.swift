@@ -157,11 +157,8 @@ public final class Cairn: @unchecked Sendable {
 
     private static func startOnce(_ options: Options) throws(CairnStartError) -> Cairn {
         let dir = options.dataDirectory
-        do {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        } catch {
-            throw .storage("cannot create \(dir): \(error.localizedDescription)")
-        }
+        let made = SmallFile.makeDirectories(dir)
+        if made != 0 { throw .storage("cannot create \(dir): \(String(cString: strerror(made)))") }
         var attributes = ["distinct_id": options.distinctID, "app_id": options.appID]
         if let environment = options.environment { attributes["environment"] = environment }
         let crash: CrashCapture

@@ -34,7 +34,6 @@ final class BackgroundWork: @unchecked Sendable {
     private var cond = pthread_cond_t()
     private var stopping = false
     private var signals = 0
-    private var thread: Thread?
 
     init() {
         pthread_mutex_init(&mutex, nil)
@@ -50,11 +49,30 @@ final class BackgroundWork: @unchecked Sendable {
         pthread_mutex_destroy(&mutex)
     }
 
+    /// Runs `body` on a new detached thread (a plain pthread: a Foundation `Thread`
+    /// costs far more to create on the start path).
     func start(_ body: @escaping @Sendable () -> Void) {
-        let t = Thread { body() }
-        t.name = "cairn-start"
-        thread = t
-        t.start()
+        final class Box: @unchecked Sendable {
+            let body: @Sendable () -> Void
+            init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+        }
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+        var tid = pthread_t()
+        let rc = pthread_create(&tid, &attr, { arg in
+            guard let arg else { return nil }
+            let box = Unmanaged<Box>.fromOpaque(arg).takeRetainedValue()
+            box.body()
+            return nil
+        }, box)
+        pthread_attr_destroy(&attr)
+        if rc != 0 {
+            // pthread_create refused (thread limits): Foundation's Thread tries again.
+            let body = Unmanaged<Box>.fromOpaque(box).takeRetainedValue().body
+            Thread { body() }.start()
+        }
     }
 
     /// Wakes `waitForSignal` callers.
@@ -303,14 +321,14 @@ extension CommonProperties {
     /// The IANA name of the local time zone: `TZ`, else /etc/timezone, else the target
     /// of /etc/localtime.
     public static func timeZoneName() -> String? {
-        if let tz = ProcessInfo.processInfo.environment["TZ"], !tz.isEmpty {
+        if let raw = getenv("TZ"), case let tz = String(cString: raw), !tz.isEmpty {
             return tz.hasPrefix(":") ? String(tz.dropFirst()) : tz
         }
         if let text = SmallFile.text("/etc/timezone") {
             let name = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if !name.isEmpty { return name }
         }
-        if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/etc/localtime"),
+        if let target = SmallFile.linkTarget("/etc/localtime"),
            let range = target.range(of: "zoneinfo/") {
             return String(target[range.upperBound...])
         }

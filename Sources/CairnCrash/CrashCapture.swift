@@ -168,14 +168,11 @@ public final class CrashCapture: @unchecked Sendable {
 
     private static func startOnce(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
         let dir = options.directory
-        do {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        } catch {
-            throw .io("create \(dir)", (error as NSError).code == 0 ? EIO : Int32((error as NSError).code))
-        }
+        let made = SmallFile.makeDirectories(dir)
+        if made != 0 { throw .io("create \(dir)", made) }
         var claimed: [LockedFile] = []
         var live: Set<String> = []
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        for name in SmallFile.names(in: dir)
         where name.hasPrefix("run-") && (name.hasSuffix(".json") || name.hasSuffix(".json.tmp")) {
             if let file = LockedFile.claim(dir + "/" + name) {
                 claimed.append(file)
@@ -251,7 +248,7 @@ public final class CrashCapture: @unchecked Sendable {
         let dir = options.directory
         let now = nowMillis()
         var units: [(record: RunRecord, file: LockedFile?, id: String?, report: String?)] = []
-        var reports = Set(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
+        var reports = Set(SmallFile.names(in: dir)
             .filter { $0.hasPrefix("crash-") && $0.hasSuffix(".report") })
         for file in claimed {
             let record = RunRecord(bytes: file.contents())

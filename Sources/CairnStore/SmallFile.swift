@@ -24,3 +24,41 @@ package enum SmallFile {
         bytes(path, limit: limit).map { String(decoding: $0, as: UTF8.self) }
     }
 }
+
+extension SmallFile {
+    /// Creates `path` and its missing parents (mode 0755); errno of the first failure,
+    /// or 0.
+    package static func makeDirectories(_ path: String) -> Int32 {
+        var st = stat()
+        if stat(path, &st) == 0 { return (st.st_mode & S_IFMT) == S_IFDIR ? 0 : ENOTDIR }
+        let parent = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        if !parent.isEmpty && parent != path {
+            let rc = makeDirectories(parent)
+            if rc != 0 { return rc }
+        }
+        if mkdir(path, 0o755) != 0 && errno != EEXIST { return errno }
+        return 0
+    }
+
+    /// The names in a directory (without `.` and `..`); empty when it cannot be read.
+    package static func names(in directory: String) -> [String] {
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        var out: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { out.append(name) }
+        }
+        return out
+    }
+
+    /// The target of a symbolic link, or nil.
+    package static func linkTarget(_ path: String) -> String? {
+        var buf = [CChar](repeating: 0, count: 4096)
+        let n = readlink(path, &buf, buf.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

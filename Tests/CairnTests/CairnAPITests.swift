@@ -20,6 +20,9 @@ enum Live {
                               environment: "test", uploadURL: collector.baseURL + "/v1/batch",
                               apiKey: "test-key", dataDirectory: dataDirectory)
         o.maxBatchAge = .milliseconds(50)
+        // Room for the 10k-event burst below without shedding (a 4 MiB ring sheds the
+        // Sampled tier above 80 % full, which a burst at full speed reaches).
+        o.ringCapacity = 32 << 20
         o.destinations = [recorder]
         o.sampling = SamplingOptions(eventRates: ["never_kept": 0])
         o.filter = EventFilterOptions(denyNames: ["denied_*"])
@@ -243,6 +246,7 @@ enum Live {
         let collector = try #require(Live.collector)
         for i in 0..<10_000 { cairn.track("bulk", properties: ["i": .int(Int64(i))]) }
         #expect(cairn.flush(timeout: .seconds(60)))
+        #expect(cairn.dropCounts["overload_sampled"] == nil, "nothing shed: \(cairn.dropCounts)")
         let received = try collector.events().compactMap {
             (try? JSONSerialization.jsonObject(with: Data($0.record.utf8))) as? [String: Any]
         }.filter { $0["name"] as? String == "bulk" }
