@@ -21,9 +21,12 @@ import Testing
         deinit { try? FileManager.default.removeItem(atPath: path) }
     }
 
-    static func child(_ args: [String], env: [String: String]) throws -> (status: Int32, out: [String], err: String) {
+    /// Runs a built product with `args`; the environment is this process's without
+    /// `CAIRN_*`, plus `env`.
+    static func run(_ product: String, _ args: [String],
+                    env: [String: String] = [:]) throws -> (status: Int32, out: [String], err: String) {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: products + "/cairn-service-child")
+        p.executableURL = URL(fileURLWithPath: products + "/" + product)
         p.arguments = args
         p.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 }
         let out = Pipe(), err = Pipe()
@@ -35,6 +38,10 @@ import Testing
         p.waitUntilExit()
         return (p.terminationStatus, String(decoding: o, as: UTF8.self).split(separator: "\n").map(String.init),
                 String(decoding: e, as: UTF8.self))
+    }
+
+    static func child(_ args: [String], env: [String: String]) throws -> (status: Int32, out: [String], err: String) {
+        try run("cairn-service-child", args, env: env)
     }
 
     static func objects(_ lines: [String]) -> [[String: Any]] {
@@ -137,18 +144,7 @@ import Testing
     }
 
     static func cli(_ args: [String]) throws -> (status: Int32, out: [String], err: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: products + "/cairn")
-        p.arguments = args
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self).split(separator: "\n").map(String.init),
-                String(decoding: e, as: UTF8.self))
+        try run("cairn", args)
     }
 
     /// The `cairn` command reads an embedded SDK's store, says what waits on disk, and
