@@ -287,18 +287,7 @@ extension CommonProperties {
     /// The memory limit of this process's cgroup (v2 `memory.max`, v1
     /// `memory.limit_in_bytes`); nil when unlimited or unknown.
     static func memoryLimit(cgroup: String) -> UInt64? {
-        var files: [String] = []
-        for line in cgroup.split(separator: "\n") {
-            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count == 3 else { continue }
-            let path = parts[2] == "/" ? "" : String(parts[2])
-            if parts[0] == "0" && parts[1].isEmpty {
-                files += ["/sys/fs/cgroup" + path + "/memory.max", "/sys/fs/cgroup/memory.max"]
-            } else if parts[1].split(separator: ",").contains("memory") {
-                files += ["/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes",
-                          "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-            }
-        }
+        let files = MemoryCgroup(procCgroup: cgroup).files(v2: "memory.max", v1: "memory.limit_in_bytes")
         for file in files {
             guard let text = SmallFile.text(file) else { continue }
             let value = text.trimmingCharacters(in: .whitespacesAndNewlines)

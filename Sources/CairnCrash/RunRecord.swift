@@ -69,22 +69,8 @@ struct RunRecord {
 /// `memory.events` or v1's `memory.oom_control`, both with an `oom_kill <n>` line.
 enum OOMCounter {
     /// The counter file for this process, or nil when none is readable.
-    static func locate(procCgroup: String = "/proc/self/cgroup", root: String = "/sys/fs/cgroup") -> String? {
-        guard let text = SmallFile.text(procCgroup) else { return nil }
-        var candidates: [String] = []
-        var v1: [String] = []
-        for line in text.split(separator: "\n") {
-            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count == 3 else { continue }
-            let path = parts[2] == "/" ? "" : String(parts[2])
-            if parts[0] == "0" && parts[1].isEmpty {
-                // v2; inside a cgroup namespace or a container the mount is the cgroup itself.
-                candidates += [root + path + "/memory.events", root + "/memory.events"]
-            } else if parts[1].split(separator: ",").contains("memory") {
-                v1 += [root + "/memory" + path + "/memory.oom_control", root + "/memory/memory.oom_control"]
-            }
-        }
-        return (candidates + v1).first { read($0) != nil }
+    static func locate() -> String? {
+        MemoryCgroup.current().files(v2: "memory.events", v1: "memory.oom_control").first { read($0) != nil }
     }
 
     /// The `oom_kill` value in `file`, or nil.

@@ -270,15 +270,8 @@ import Testing
     /// A memory cgroup with a small limit that this process may create (root, cgroup v1
     /// or v2 with the memory controller); nil where the machine does not allow it.
     static func makeMemoryCgroup() -> (dir: String, procs: String)? {
-        let text = (try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? ""
-        var bases: [String] = []
-        for line in text.split(separator: "\n") {
-            let parts = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count == 3 else { continue }
-            let path = parts[2] == "/" ? "" : String(parts[2])
-            if parts[0] == "0" && parts[1].isEmpty { bases.append("/sys/fs/cgroup" + path) }
-            if parts[1].split(separator: ",").contains("memory") { bases.append("/sys/fs/cgroup/memory" + path) }
-        }
+        let cgroup = MemoryCgroup.current()
+        let bases = [cgroup.v2.first, cgroup.v1.first].compactMap { $0 }
         for base in bases {
             let dir = base + "/cairn-oom-test-\(getpid())-\(UUID().uuidString.prefix(6))"
             guard mkdir(dir, 0o755) == 0 else { continue }
