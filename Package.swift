@@ -67,7 +67,8 @@ let package = Package(
         // A Swift service that starts crash capture and then crashes or ends as told.
         .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
         .testTarget(name: "CairnCrashTests",
-                    dependencies: ["CairnCrash", "CairnStore", "CCairn", "cairn-crash-child", "cairn-swift-crash-child",
+                    dependencies: ["CairnCrash", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
+                                  "cairn-swift-crash-child",
                                   "cairn-run-child"],
                     path: "Tests/CairnCrashTests"),
 
@@ -89,9 +90,10 @@ let package = Package(
                           path: "Tests/RingChild"),
 
         .testTarget(name: "CCairnTests",
-                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "cairn-ring-child", "cairn-crash-child", "cairn-swift-crash-child"],
+                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "CairnTestSupport", "cairn-ring-child",
+                                  "cairn-crash-child", "cairn-swift-crash-child"],
                     path: "Tests/CCairnTests"),
-        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB"],
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB", "CairnTestSupport"],
                     path: "Tests/CairnStoreTests"),
         // A child process for the uploader's kill tests: tracks and uploads until killed.
         .executableTarget(name: "cairn-upload-child", dependencies: ["CairnUploader", "CairnStore"],

@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CCairn
 import Foundation
 import Testing
@@ -20,7 +21,7 @@ import Testing
                       launcher: [String] = []) throws -> (Outcome, TempDir) {
         let dir = TempDir()
         let p = Process()
-        let childPath = productsDir + "/" + child
+        let childPath = productsDirectory + "/" + child
         if let tool = launcher.first {
             p.executableURL = URL(fileURLWithPath: tool)
             p.arguments = Array(launcher.dropFirst()) + [childPath, dir.path, mode]

@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CCairn
 import Foundation
 import Testing
@@ -41,7 +42,7 @@ import Testing
     @Test func sigkillAtRandomMomentsLosesNothingInventsNothing() throws {
         let dir = TempDir()
         let ringPath = dir.file("events.ring")
-        let child = productsDir + "/cairn-ring-child"
+        let child = productsDirectory + "/cairn-ring-child"
         #expect(FileManager.default.isExecutableFile(atPath: child), "build the cairn-ring-child product first")
         var rng = SplitMix(seed: UInt64(Date().timeIntervalSince1970 * 1000))
         var totalRecovered = 0, totalTorn = 0, totalAppended = 0

@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CCairn
 import Foundation
 import Testing
@@ -302,7 +303,7 @@ import Testing
         _ = try CRing(path)
         records.remove(at: 5)
 
-        let result = try run(["python3", repoRoot + "/Tests/Tools/read_ring.py", path])
+        let result = try run(["python3", repoRoot.path + "/Tests/Tools/read_ring.py", path])
         #expect(result.status == 0, "\(String(decoding: result.stderr, as: UTF8.self))")
         let lines = String(decoding: result.stdout, as: UTF8.self).split(separator: "\n").map(String.init)
         #expect(lines == records.map { String(decoding: $0, as: UTF8.self) })

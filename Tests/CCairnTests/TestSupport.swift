@@ -87,22 +87,6 @@ struct SplitMix: RandomNumberGenerator {
     }
 }
 
-/// The repository root, found from this file's path.
-let repoRoot: String = {
-    var url = URL(fileURLWithPath: #filePath)
-    for _ in 0..<3 { url.deleteLastPathComponent() }
-    return url.path
-}()
-
-/// The directory holding the package's built products (next to the test bundle).
-let productsDir: String = {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-    // On Linux the test binary is <products>/<Package>PackageTests.xctest.
-    if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
-    return url.path
-}()
-
 /// Runs a command to completion, returning its exit status and standard output.
 func run(_ argv: [String], stdin: Data? = nil) throws -> (status: Int32, stdout: Data, stderr: Data) {
     let p = Process()

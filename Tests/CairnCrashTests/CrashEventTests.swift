@@ -1,4 +1,5 @@
 @testable import CairnCrash
+import CairnTestSupport
 import Foundation
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
     static let report: [UInt8] = {
         let dir = PreviousRunTests.Dirs()
         try? FileManager.default.createDirectory(atPath: dir.crash, withIntermediateDirectories: true)
-        let ended = try? PreviousRunTests.run([PreviousRunTests.products + "/cairn-crash-child", dir.crash, "segv"])
+        let ended = try? PreviousRunTests.run([productsDirectory + "/cairn-crash-child", dir.crash, "segv"])
         guard ended?.signaled == true, let name = dir.files().first(where: { $0.hasSuffix(".report") }) else { return [] }
         return Array(FileManager.default.contents(atPath: dir.crash + "/" + name) ?? Data())
     }()

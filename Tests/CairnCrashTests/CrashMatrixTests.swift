@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CairnCrash
 import Foundation
 import Testing
@@ -63,7 +64,7 @@ import Testing
     func crashBecomesASymbolicatedEvent(_ c: Case) throws {
         let dirs = PreviousRunTests.Dirs()
         try FileManager.default.createDirectory(atPath: dirs.crash, withIntermediateDirectories: true)
-        let ended = try PreviousRunTests.run([PreviousRunTests.products + "/" + c.child, dirs.crash, c.mode],
+        let ended = try PreviousRunTests.run([productsDirectory + "/" + c.child, dirs.crash, c.mode],
                                              signal: c.sendSignal, prefix: c.prefix)
         if c.prefix.isEmpty {
             #expect(ended.signaled && ended.status == c.signal, "\(c): died of \(ended.status)")

@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CairnStore
 import Foundation
 import Testing
@@ -25,19 +26,6 @@ import Testing
         var stderr: String
         var session: String { lines.first { $0.hasPrefix("SESSION ") }.map { String($0.dropFirst(8)) } ?? "" }
     }
-
-    static let products: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
-        return url.path
-    }()
-
-    static let repoRoot: String = {
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        return url.path
-    }()
 
     /// Runs `argv` (the first element a path), optionally sending `signal` once it
     /// prints READY; a process still running after 60 s fails the test.
@@ -75,14 +63,14 @@ import Testing
 
     static func service(_ dirs: Dirs, _ mode: String, signal: Int32? = nil, prefix: [String] = [],
                         environment: [String: String] = [:]) throws -> Ended {
-        try run([products + "/cairn-run-child", dirs.crash, mode], environment: environment, signal: signal,
+        try run([productsDirectory + "/cairn-run-child", dirs.crash, mode], environment: environment, signal: signal,
                 prefix: prefix)
     }
 
     /// The next start: previous runs as parsed JSON objects, and the summary line.
     static func nextStart(_ dirs: Dirs, failing: Bool = false,
                           environment: [String: String] = [:]) throws -> (runs: [[String: Any]], summary: [String: Any]) {
-        let ended = try run([products + "/cairn-run-child", dirs.crash, failing ? "next-fail" : "next", dirs.data],
+        let ended = try run([productsDirectory + "/cairn-run-child", dirs.crash, failing ? "next-fail" : "next", dirs.data],
                             environment: environment)
         #expect(ended.status == 0 && !ended.signaled, "next start: \(ended.stderr)")
         let objects = ended.lines.compactMap {
@@ -93,7 +81,7 @@ import Testing
 
     /// The snapshot store's records, read with Python's lmdb and zstandard modules.
     static func storedRecords(_ dirs: Dirs) throws -> [(priority: Int, records: [[String: Any]])] {
-        let r = try run(["/usr/bin/env", "python3", repoRoot + "/Tests/Tools/read_store.py", dirs.data + "/store",
+        let r = try run(["/usr/bin/env", "python3", repoRoot.path + "/Tests/Tools/read_store.py", dirs.data + "/store",
                          "--records"])
         #expect(r.status == 0, "read_store.py: \(r.stderr)")
         return r.lines.compactMap { line in
@@ -111,7 +99,7 @@ import Testing
     }
 
     static func lineOf(_ needle: String, in file: String) -> Int? {
-        let text = (try? String(contentsOfFile: repoRoot + "/" + file, encoding: .utf8)) ?? ""
+        let text = (try? String(contentsOfFile: repoRoot.path + "/" + file, encoding: .utf8)) ?? ""
         return text.split(separator: "\n", omittingEmptySubsequences: false).firstIndex { $0.contains(needle) }.map { $0 + 1 }
     }
 
@@ -199,7 +187,7 @@ import Testing
     @Test func orphanReportBecomesACrashEvent() throws {
         let dirs = Dirs()
         try FileManager.default.createDirectory(atPath: dirs.crash, withIntermediateDirectories: true)
-        let c = try Self.run([Self.products + "/cairn-crash-child", dirs.crash, "fpe"])
+        let c = try Self.run([productsDirectory + "/cairn-crash-child", dirs.crash, "fpe"])
         #expect(c.signaled && c.status == SIGFPE)
         let run = try #require(try Self.nextStart(dirs).runs.first { $0["reason"] as? String == "crashed" })
         let events = Self.events(run)
@@ -234,7 +222,7 @@ import Testing
     @Test func liveRunsAreLeftAlone() throws {
         let dirs = Dirs()
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.products + "/cairn-run-child")
+        p.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-run-child")
         p.arguments = [dirs.crash, "wait"]
         let out = Pipe()
         p.standardOutput = out
@@ -303,7 +291,7 @@ import Testing
         let dirs = Dirs()
         let cg = try #require(Self.makeMemoryCgroup())
         defer { rmdir(cg.dir) }
-        let child = Self.products + "/cairn-run-child"
+        let child = productsDirectory + "/cairn-run-child"
         let first = try Self.run(["/bin/sh", "-c", "echo $$ > \"$0\" && exec \"$1\" \"$2\" oom", cg.procs, child,
                                   dirs.crash])
         #expect(first.signaled && first.status == SIGKILL, "killed by the OOM killer: \(first.stderr)")

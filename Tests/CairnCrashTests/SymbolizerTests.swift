@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CairnCrash
 import Foundation
 import Testing
@@ -29,15 +30,6 @@ import Glibc
 // MARK: Fixtures
 
 private enum Fixture {
-    /// The directory holding the package's built products (next to the test bundle).
-    static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-            ?? CommandLine.arguments[0]
-        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
-        return url.path
-    }()
-
     static var crashChild: String { productsDirectory + "/cairn-crash-child" }
 
     /// Runs a tool and returns its standard output; throws when it fails.

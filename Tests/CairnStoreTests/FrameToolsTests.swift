@@ -1,14 +1,12 @@
 // Batches written by Cairn must be readable by tools that are not ours: the zstd CLI
 // and Python's `zstandard` (docs/FORMATS.md). These tests fail, never skip, when a
 // tool is missing: `make deps` installs them.
+import CairnTestSupport
 import CairnStore
 import Foundation
 import Testing
 
 /// The repository root, found from this file's path (Tests/CairnStoreTests/<file>).
-private let repoRoot = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
 /// A fresh temporary directory, removed by the caller.
 private func makeTempDirectory() throws -> URL {
     let url = FileManager.default.temporaryDirectory

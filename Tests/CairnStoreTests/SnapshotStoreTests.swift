@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CairnStore
 import CLMDB
 import Foundation
@@ -7,12 +8,6 @@ import Testing
 /// counts, map growth, set-aside of unreadable environments, a full disk, and readers
 /// that are not ours (`mdb_dump`, Python's `lmdb`).
 @Suite struct SnapshotStoreTests {
-
-    static let repoRoot: String = {
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        return url.path
-    }()
 
     static func request(_ n: Int, bodySize: Int = 1000) -> UploadRequest {
         var body = [UInt8](repeating: 0, count: bodySize)
@@ -207,7 +202,7 @@ import Testing
         #expect(dump.status == 0, "mdb_dump: \(dump.err)")
         #expect(dump.out.contains("HEADER=END") && dump.out.contains("DATA=END"))
 
-        let py = try Self.run(["python3", Self.repoRoot + "/Tests/Tools/read_store.py", dir.store])
+        let py = try Self.run(["python3", repoRoot.path + "/Tests/Tools/read_store.py", dir.store])
         #expect(py.status == 0, "read_store.py: \(py.err)")
         let rows = py.out.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
@@ -225,7 +220,7 @@ import Testing
         #expect(FileManager.default.createFile(atPath: first, contents: Data(requests[0].body)))
         let sha = try Self.run(["sha256sum", first])
         #expect(sha.out.hasPrefix(rows.first?["body_sha256"] as? String ?? "missing"))
-        let meta = try Self.run(["python3", Self.repoRoot + "/Tests/Tools/read_store.py", dir.store, "--meta"])
+        let meta = try Self.run(["python3", repoRoot.path + "/Tests/Tools/read_store.py", dir.store, "--meta"])
         #expect(meta.out.contains(Array("Europe/Paris".utf8).map { String(format: "%02x", $0) }.joined()))
     }
 }

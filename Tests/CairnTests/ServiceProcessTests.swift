@@ -8,13 +8,6 @@ import Testing
 /// the environment the way services are: sampling agrees across processes, the install
 /// time survives into later processes, and without an upload URL events stay on disk.
 @Suite(.serialized) struct ServiceProcessTests {
-    static let products: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
-        return url.path
-    }()
-
     final class DataDir {
         let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
             + "/cairn-svc-\(getpid())-\(UUID().uuidString.prefix(8))"
@@ -26,7 +19,7 @@ import Testing
     static func run(_ product: String, _ args: [String],
                     env: [String: String] = [:]) throws -> (status: Int32, out: [String], err: String) {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: products + "/" + product)
+        p.executableURL = URL(fileURLWithPath: productsDirectory + "/" + product)
         p.arguments = args
         p.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 }
         let out = Pipe(), err = Pipe()
@@ -110,11 +103,9 @@ import Testing
         let r = try Self.child(["run", "25"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                    "CAIRN_BATCH_AGE_MS": "50"])
         #expect(r.status == 0, "\(r.err)")
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().path
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", root + "/Tests/Tools/read_store.py", dir.path + "/store", "--records"]
+        p.arguments = ["python3", repoRoot.path + "/Tests/Tools/read_store.py", dir.path + "/store", "--records"]
         let out = Pipe()
         p.standardOutput = out
         try p.run()
@@ -164,7 +155,7 @@ import Testing
         // A real crash report, from the C crash child.
         try FileManager.default.createDirectory(atPath: dir.path + "/crash", withIntermediateDirectories: true)
         let crash = Process()
-        crash.executableURL = URL(fileURLWithPath: Self.products + "/cairn-crash-child")
+        crash.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-crash-child")
         crash.arguments = [dir.path + "/crash", "segv"]
         crash.standardOutput = FileHandle.nullDevice
         crash.standardError = FileHandle.nullDevice

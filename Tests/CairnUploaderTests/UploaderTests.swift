@@ -235,14 +235,6 @@ import Testing
     }
 }
 
-/// The directory of the package's built products (beside the test bundle).
-let productsDirectory: String = {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-    if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
-    return url.path
-}()
-
 /// The uploader's hooks for the public API: store-only mode (no upload URL), the tap
 /// feeding other destinations, and drops counted elsewhere riding in `Cairn-Dropped`.
 @Suite(.serialized) struct UploaderHookTests {

@@ -13,6 +13,16 @@ import Glibc
 public let repoRoot = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
+/// The directory of the package's built products (beside the test bundle: on Linux the
+/// test binary is <products>/<Package>PackageTests.xctest), where the child processes
+/// the tests run are.
+public let productsDirectory: String = {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+    if url.lastPathComponent.hasSuffix(".xctest") { url.deleteLastPathComponent() }
+    return url.path
+}()
+
 public enum CollectorError: Error, CustomStringConvertible {
     case startFailed(String)
     case control(String)
