@@ -62,7 +62,8 @@ let package = Package(
 
         // Crash capture around the C handler: run records, session end reasons, and the
         // next start's symbolicated crash events.
-        .target(name: "CairnCrash", dependencies: ["CCairn", "CairnStore", "CZstd"], path: "Sources/CairnCrash",
+        .target(name: "CairnCrash", dependencies: ["CCairn", "CairnStore", "CairnProcessor", "CZstd"],
+                path: "Sources/CairnCrash",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
         // A Swift service that starts crash capture and then crashes or ends as told.
         .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),

@@ -1,4 +1,4 @@
-import Glibc
+import CairnProcessor
 
 /// A JSON value, written in the order it was built (objects keep their key order), so
 /// events are stable byte for byte and easy to compare in tests.
@@ -107,21 +107,11 @@ func hexString(_ bytes: some Sequence<UInt8>) -> String {
 /// `0x`-prefixed lowercase hexadecimal of an address.
 func hexAddress(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
 
-/// A UUIDv7 (RFC 9562) as lowercase text: 48 bits of Unix milliseconds, then 74 bits
-/// from `random` (or the system generator), so ids sort by time.
+/// A UUIDv7 (RFC 9562) as lowercase text: the processor's event ids, with their random
+/// bits from `random` when given (ids derived from a report), else from the system.
 func uuidV7(millis: UInt64, random: (UInt64, UInt64)? = nil) -> String {
-    var g = SystemRandomNumberGenerator()
-    let (r1, r2) = random ?? (g.next(), g.next())
-    var b = [UInt8](repeating: 0, count: 16)
-    for i in 0..<6 { b[i] = UInt8(truncatingIfNeeded: millis >> (40 - 8 * UInt64(i))) }
-    for i in 6..<8 { b[i] = UInt8(truncatingIfNeeded: r1 >> (8 * UInt64(i))) }
-    for i in 8..<16 { b[i] = UInt8(truncatingIfNeeded: r2 >> (8 * UInt64(i - 8))) }
-    b[6] = 0x70 | (b[6] & 0x0F)
-    b[8] = 0x80 | (b[8] & 0x3F)
-    let h = hexString(b)
-    let c = Array(h)
-    return String(c[0..<8]) + "-" + String(c[8..<12]) + "-" + String(c[12..<16]) + "-"
-        + String(c[16..<20]) + "-" + String(c[20..<32])
+    EventIDGenerator.text(random.map { EventIDGenerator.id(millis: millis, random: $0) }
+        ?? EventIDGenerator().next(millis: millis))
 }
 
 /// FNV-1a, 64 bits: a stable hash (the same in every process) for derived ids.
@@ -134,27 +124,14 @@ func fnv1a(_ bytes: some Sequence<UInt8>, seed: UInt64 = 0xcbf2_9ce4_8422_2325) 
     return h
 }
 
+/// Formats times in the host's zone, as every other event does.
+private let eventClock = EventClock()
+
 /// The time `millis` (Unix ms) as RFC 3339 with milliseconds and the local offset, and
 /// that offset in minutes east of UTC.
 func rfc3339(millis: UInt64) -> (text: String, offsetMinutes: Int) {
-    var seconds = time_t(millis / 1000)
-    var t = tm()
-    localtime_r(&seconds, &t)
-    let offset = Int(t.tm_gmtoff) / 60
-    func pad(_ v: Int, _ n: Int) -> String {
-        let s = String(v)
-        return String(repeating: "0", count: max(0, n - s.count)) + s
-    }
-    let sign = offset < 0 ? "-" : "+"
-    let text = "\(pad(Int(t.tm_year) + 1900, 4))-\(pad(Int(t.tm_mon) + 1, 2))-\(pad(Int(t.tm_mday), 2))"
-        + "T\(pad(Int(t.tm_hour), 2)):\(pad(Int(t.tm_min), 2)):\(pad(Int(t.tm_sec), 2)).\(pad(Int(millis % 1000), 3))"
-        + "\(sign)\(pad(abs(offset) / 60, 2)):\(pad(abs(offset) % 60, 2))"
-    return (text, offset)
+    (eventClock.text(millis), eventClock.offsetMinutes(at: millis))
 }
 
 /// Unix time in milliseconds.
-func nowMillis() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
-}
+func nowMillis() -> UInt64 { EventClock.nowMillis() }

@@ -106,9 +106,15 @@ public final class EventIDGenerator: Sendable {
     /// The 16 bytes of a new id for `millis`.
     public func next(millis: UInt64) -> (UInt64, UInt64) {
         let s = state.wrappingAdd(0xA076_1D64_78BD_642F, ordering: .relaxed).newValue
-        let r1 = Self.mix(s), r2 = Self.mix(s ^ 0xE703_7ED1_A0B4_28DB)
-        let high = (millis & 0xFFFF_FFFF_FFFF) << 16 | 0x7000 | (r1 & 0x0FFF)
-        let low = (r2 & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+        return Self.id(millis: millis, random: (Self.mix(s), Self.mix(s ^ 0xE703_7ED1_A0B4_28DB)))
+    }
+
+    /// The id for `millis` with its 74 random bits taken from `random` (the version and
+    /// variant bits replace the rest): for ids that must come out the same every time,
+    /// such as those derived from a crash report.
+    public static func id(millis: UInt64, random: (UInt64, UInt64)) -> (UInt64, UInt64) {
+        let high = (millis & 0xFFFF_FFFF_FFFF) << 16 | 0x7000 | (random.0 & 0x0FFF)
+        let low = (random.1 & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
         return (high, low)
     }
 
