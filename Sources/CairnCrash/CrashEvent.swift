@@ -1,3 +1,4 @@
+import CairnProcessor
 import CairnStore
 import Foundation
 
@@ -143,19 +144,19 @@ enum CrashEvent {
     /// is not JSON.
     static func jsonValue(_ bytes: [UInt8]) -> JSONValue? {
         guard let any = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else { return nil }
-        return convert(any)
+        return convert(CairnValue(sanitizing: any))
     }
 
-    private static func convert(_ any: Any) -> JSONValue {
-        switch any {
-        case let d as [String: Any]: return .object(d.keys.sorted().map { ($0, convert(d[$0] as Any)) })
-        case let a as [Any]: return .array(a.map(convert))
-        case let s as String: return .string(s)
-        case let n as NSNumber:
-            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }
-            if let i = Int64(exactly: n.doubleValue), "\(n)" == "\(i)" { return .int(i) }
-            return .double(n.doubleValue)
-        default: return .null
+    /// The processor's value as an ordered JSON value (object keys sorted).
+    private static func convert(_ value: CairnValue) -> JSONValue {
+        switch value {
+        case .null: return .null
+        case .bool(let b): return .bool(b)
+        case .int(let i): return .int(i)
+        case .double(let d): return .double(d)
+        case .string(let s): return .string(s)
+        case .array(let items): return .array(items.map(convert))
+        case .object(let m): return .object(m.keys.sorted().map { ($0, convert(m[$0] ?? .null)) })
         }
     }
 
