@@ -388,13 +388,20 @@ public final class Cairn: @unchecked Sendable {
             }
             fingerprint = print
         }
-        var counts = RuleCounts()
         // Dynamic properties describe events, not users: user-property requests go as set.
-        let dynamic = event.type == .track ? options.dynamicProperties?() ?? [:] : [:]
-        event.properties = processor.clean(event.properties, dynamic: dynamic, counts: &counts)
+        if event.type == .track, let dynamic = options.dynamicProperties?(), !dynamic.isEmpty {
+            for (k, v) in dynamic where event.properties[k] == nil { event.properties[k] = v }
+        }
+        // The common case, nothing for the rules to change, is checked while encoding.
+        if write(event, cleaned: false) {
+            if let fingerprint { remember(event, fingerprint) }
+            return
+        }
+        var counts = RuleCounts()
+        event.properties = processor.clean(event.properties, counts: &counts)
         if !counts.isEmpty { drops.add(counts) }
         if let fingerprint { remember(event, fingerprint) }
-        write(event)
+        write(event, cleaned: true)
     }
 
     /// Keeps the first event of a window; bounded: past twice the open windows allowed,
@@ -411,23 +418,34 @@ public final class Cairn: @unchecked Sendable {
         }
     }
 
-    private func write(_ event: Event) {
+    /// Encodes `event` into the ring. Properties not `cleaned` yet are encoded only if no
+    /// rule would change them; returns false when one would (nothing is written), true
+    /// once the event is written or dropped (a full ring counts its own drops).
+    @discardableResult
+    private func write(_ event: Event, cleaned: Bool) -> Bool {
         var needed = processor.estimate(event)
         for _ in 0..<2 {
             do {
                 var overflow = 0
+                var unclean = false
                 let done = try ring.withReservation(capacity: needed) { buf -> Int? in
                     var w = JSONWriter(into: buf)
-                    processor.encode(event, into: &w)
+                    if cleaned {
+                        processor.encode(event, into: &w)
+                    } else if processor.encodeIfClean(event, into: &w) == nil {
+                        unclean = true
+                        return nil
+                    }
                     if w.overflowed {
                         overflow = w.count
                         return nil
                     }
                     return w.count
                 }
+                if unclean { return false }
                 if done {
                     if event.tier == .critical { try? ring.sync() }
-                    return
+                    return true
                 }
                 needed = overflow
             } catch {
@@ -435,9 +453,10 @@ public final class Cairn: @unchecked Sendable {
                 if options.debugLogging {
                     FileHandle.standardError.write(Data("[cairn] event \(event.name) dropped: \(error)\n".utf8))
                 }
-                return
+                return true
             }
         }
+        return true
     }
 
     /// Each closed window with repeats becomes one event: the first event again, with
@@ -448,7 +467,7 @@ public final class Cairn: @unchecked Sendable {
             summary.properties["repeat_count"] = .int(Int64(closed.repeats))
             summary.properties["deduplicated"] = .bool(true)
             summary.timeMillis = EventClock.nowMillis()
-            write(summary)
+            write(summary, cleaned: true)
         }
     }
 

@@ -170,6 +170,10 @@ extension Cairn {
             for (name, rate) in sampling.eventRates where !(rate >= 0 && rate <= 1) {
                 throw bad("sampling.eventRates[\(name)]", "\(rate) is not between 0 and 1")
             }
+            if privacy.sensitiveKeyBytes > PrivacyOptions.maxSensitiveKeyBytes {
+                throw bad("privacy.sensitiveKeys", "hold \(privacy.sensitiveKeyBytes) bytes; at most "
+                          + "\(PrivacyOptions.maxSensitiveKeyBytes) are accepted")
+            }
             if !(1...10_000).contains(maxBatchEvents) {
                 throw bad("maxBatchEvents", "\(maxBatchEvents) is outside 1 ... 10000 (CAIRN_BATCH_EVENTS)")
             }

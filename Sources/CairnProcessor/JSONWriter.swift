@@ -142,6 +142,30 @@ public struct JSONWriter {
             ascii(".0")
             return
         }
+        // Up to three decimals, as most measured values have: the decimal m / 1000 that
+        // reads back as `value` is then its shortest form, the one `description` gives
+        // (two such decimals differ by 0.001, far more than the spacing of doubles
+        // below 1e9), so it is written without formatting through a String.
+        let magnitude = abs(value)
+        if magnitude >= 0.001 && magnitude < 1e9 {
+            let scaled = (magnitude * 1000).rounded()
+            if scaled / 1000 == magnitude {
+                let m = UInt64(scaled)
+                if value < 0 { byte(UInt8(ascii: "-")) }
+                uint(m / 1000)
+                byte(UInt8(ascii: "."))
+                var fraction = m % 1000
+                var digits = 3
+                while digits > 1 && fraction % 10 == 0 {
+                    fraction /= 10
+                    digits -= 1
+                }
+                if digits == 3 { byte(UInt8(truncatingIfNeeded: fraction / 100) + 0x30) }
+                if digits >= 2 { byte(UInt8(truncatingIfNeeded: fraction / 10 % 10) + 0x30) }
+                byte(UInt8(truncatingIfNeeded: fraction % 10) + 0x30)
+                return
+            }
+        }
         var text = value.description
         text.withUTF8 { raw(UnsafeRawBufferPointer($0)) }
     }

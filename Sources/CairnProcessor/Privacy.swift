@@ -24,6 +24,15 @@ public struct PrivacyOptions: Sendable, Equatable {
         "accesskey", "privatekey", "credential", "session", "ssn", "creditcard", "cardnumber", "cvv",
     ]
 
+    /// The longest ``sensitiveKeys`` list `Cairn.start` accepts, in normalised bytes summed
+    /// over the entries: they are compiled into one automaton whose size grows with it.
+    public static let maxSensitiveKeyBytes = 2048
+
+    /// The normalised length of ``sensitiveKeys`` summed (see ``maxSensitiveKeyBytes``).
+    public var sensitiveKeyBytes: Int {
+        sensitiveKeys.reduce(0) { $0 + $1.utf8.count { normalise($0) != nil } }
+    }
+
     /// When false, nothing is redacted or masked: every entry point returns its input.
     public var enabled: Bool
     /// Substrings that make a key sensitive (its value is redacted). Matching is ASCII
@@ -189,23 +198,46 @@ public struct PrivacyMasker: Sendable {
 
     private func maskText(_ text: String, kinds: MaskKinds) -> String? {
         withUTF8Bytes(text) { bytes -> String? in
-            let seen = Triggers(bytes)
+            let run = Triggers(bytes).detectors(kinds)
+            guard !run.isEmpty else { return nil }
             var found = Matches()
-            if kinds.contains(.urls) {
-                if seen.at && seen.scheme { findURLPasswords(bytes, into: &found) }
-                if seen.query && seen.equals { findQueryValues(bytes, into: &found) }
-            }
-            if kinds.contains(.tokens) {
-                if seen.bearer { findBearerTokens(bytes, into: &found) }
-                if seen.jwt { findJWTs(bytes, into: &found) }
-            }
-            if kinds.contains(.emails) && seen.at { findEmails(bytes, into: &found) }
-            if kinds.contains(.cards) && seen.digits >= 13 { findCards(bytes, into: &found) }
-            if kinds.contains(.phones) && (seen.digits >= 10 || (seen.plus && seen.digits >= 8)) {
-                findPhones(bytes, into: &found)
-            }
+            if run.contains(.urlPasswords) { findURLPasswords(bytes, into: &found) }
+            if run.contains(.queryValues) { findQueryValues(bytes, into: &found) }
+            if run.contains(.bearerTokens) { findBearerTokens(bytes, into: &found) }
+            if run.contains(.jwts) { findJWTs(bytes, into: &found) }
+            if run.contains(.emails) { findEmails(bytes, into: &found) }
+            if run.contains(.cards) { findCards(bytes, into: &found) }
+            if run.contains(.phones) { findPhones(bytes, into: &found) }
             return found.isEmpty ? nil : found.render(bytes)
         }
+    }
+
+    // MARK: - The processor's single-pass check
+
+    /// How the value of `key` is treated, for the processor's single-pass encoder, which
+    /// must agree with ``apply(_:counts:)`` exactly: `.off` when no privacy rule applies
+    /// below this key (privacy disabled, or a `.keep` rule), `.mask(kinds)` when strings
+    /// below it are masked with `kinds`, and nil when its value would be redacted.
+    /// `inherited` is what applied to the enclosing object.
+    func scope(forKey key: UnsafeBufferPointer<UInt8>, inherited: PrivacyScope) -> PrivacyScope? {
+        guard case .mask(let kinds) = inherited else { return .off }
+        if let rule = rules.action(for: key) {
+            switch rule {
+            case .keep: return .off
+            case .redact: return nil
+            case .mask: return .mask(.all)
+            }
+        }
+        return patterns.matches(key) ? nil : .mask(kinds)
+    }
+
+    /// What applies to the properties object itself.
+    var rootScope: PrivacyScope { options.enabled ? .mask(kinds) : .off }
+
+    /// Whether masking `text` with `kinds` would leave it unchanged because none of the
+    /// detectors has its trigger in it.
+    func leavesUnchanged(_ text: UnsafeBufferPointer<UInt8>, kinds: MaskKinds) -> Bool {
+        kinds.isEmpty || Triggers(text).detectors(kinds).isEmpty
     }
 
     private func findQueryValues(_ b: UnsafeBufferPointer<UInt8>, into found: inout Matches) {
@@ -561,7 +593,16 @@ public struct PrivacyMasker: Sendable {
 
 // MARK: - Matching support
 
-private struct MaskKinds: OptionSet, Sendable {
+/// What the privacy rules do below a key (see ``PrivacyMasker/scope(forKey:inherited:)``).
+enum PrivacyScope {
+    /// Nothing: no key or value below it is looked at.
+    case off
+    /// Keys are checked and strings masked with these kinds.
+    case mask(MaskKinds)
+}
+
+/// The kinds of personal data and credentials masked in strings.
+struct MaskKinds: OptionSet, Sendable {
     let rawValue: UInt8
     static let emails = MaskKinds(rawValue: 1)
     static let phones = MaskKinds(rawValue: 2)
@@ -571,11 +612,40 @@ private struct MaskKinds: OptionSet, Sendable {
     static let all: MaskKinds = [.emails, .phones, .cards, .tokens, .urls]
 }
 
+/// The detectors of ``PrivacyMasker``, each a search for one kind of match.
+struct Detectors: OptionSet {
+    let rawValue: UInt8
+    static let urlPasswords = Detectors(rawValue: 1)
+    static let queryValues = Detectors(rawValue: 2)
+    static let bearerTokens = Detectors(rawValue: 4)
+    static let jwts = Detectors(rawValue: 8)
+    static let emails = Detectors(rawValue: 16)
+    static let cards = Detectors(rawValue: 32)
+    static let phones = Detectors(rawValue: 64)
+}
+
 /// What one pass over a string saw; each detector runs only when its trigger was seen.
-private struct Triggers {
+struct Triggers {
     var at = false, query = false, equals = false, plus = false, scheme = false
     var bearer = false, jwt = false
     var digits = 0
+
+    /// The detectors of `kinds` whose triggers were seen: the only ones that can match.
+    func detectors(_ kinds: MaskKinds) -> Detectors {
+        var run: Detectors = []
+        if kinds.contains(.urls) {
+            if at && scheme { run.insert(.urlPasswords) }
+            if query && equals { run.insert(.queryValues) }
+        }
+        if kinds.contains(.tokens) {
+            if bearer { run.insert(.bearerTokens) }
+            if jwt { run.insert(.jwts) }
+        }
+        if kinds.contains(.emails) && at { run.insert(.emails) }
+        if kinds.contains(.cards) && digits >= 13 { run.insert(.cards) }
+        if kinds.contains(.phones) && (digits >= 10 || (plus && digits >= 8)) { run.insert(.phones) }
+        return run
+    }
 
     init(_ b: UnsafeBufferPointer<UInt8>) {
         let n = b.count
@@ -660,62 +730,96 @@ private struct Matches {
     }
 }
 
-/// The sensitive-key substrings, normalised (ASCII lowercase, without '-', '_', ' ') and
-/// indexed by first byte, matched against keys without normalising a copy of them.
+/// The sensitive-key substrings, normalised (ASCII lowercase, without '-', '_', ' '),
+/// compiled into one deterministic automaton (Aho–Corasick with its failure links
+/// folded into the table), so a key is checked against every pattern in one pass over
+/// its bytes, one table read per byte, without normalising a copy of it.
+///
+/// Size: one `UInt32` per (state, column), where states are at most the patterns' total
+/// length plus one and columns the distinct bytes in them plus one: about 12 KiB for
+/// the default list, 2 MiB at most for the longest list the options accept
+/// (``PrivacyOptions/maxSensitiveKeyBytes``).
 private struct KeyPatterns: Sendable {
-    private var bytes: [UInt8] = []
-    private var ranges: [Range<Int>] = []
-    /// `ranges[firstByteStart[c]..<firstByteStart[c + 1]]` start with byte c.
-    private var firstByteStart = [Int](repeating: 0, count: 257)
-    /// Bit c set when a pattern starts with byte c (c < 128), so most key bytes are
-    /// rejected without touching the arrays.
-    private var firstLow: UInt64 = 0, firstHigh: UInt64 = 0
-    private var anyNonASCIIFirst = false
+    /// The column of each byte: 1... for the bytes that occur in some pattern (an ASCII
+    /// capital shares its lowercase letter's), 0 for every other byte, `skip` for the
+    /// bytes that normalising removes.
+    private var column = [UInt8](repeating: 0, count: 256)
+    private var columns = 1
+    /// `table[state * columns + column]`: the next state, with `accept` set when a
+    /// pattern ends there. Empty when there are no patterns.
+    private var table: [UInt32] = []
+    private static let skip: UInt8 = 0xFF
+    private static let accept: UInt32 = 1 << 31
 
     init(_ keys: [String]) {
-        var normalised = keys.map { key in key.utf8.compactMap(normalise) }.filter { !$0.isEmpty }
-        normalised.sort { ($0[0], $0.count) < ($1[0], $1.count) }
-        for pattern in normalised {
-            ranges.append(bytes.count..<(bytes.count + pattern.count))
-            bytes.append(contentsOf: pattern)
+        let patterns = keys.map { key in key.utf8.compactMap(normalise) }.filter { !$0.isEmpty }
+        guard !patterns.isEmpty else { return }
+        for c in [Byte.dash, Byte.underscore, Byte.space] { column[Int(c)] = Self.skip }
+        for c in Set(patterns.joined()).sorted() {
+            column[Int(c)] = UInt8(columns)  // at most 227 distinct normalised bytes
+            columns += 1
         }
-        var counts = [Int](repeating: 0, count: 256)
-        for pattern in normalised {
-            let c = pattern[0]
-            counts[Int(c)] += 1
-            if c < 64 { firstLow |= 1 << UInt64(c) } else if c < 128 { firstHigh |= 1 << UInt64(c - 64) } else { anyNonASCIIFirst = true }
+        for c in UInt8(ascii: "A")...UInt8(ascii: "Z") { column[Int(c)] = column[Int(lowercaseASCII(c))] }
+        // The trie: goto[state][column] (-1: none), and which states end a pattern.
+        var goto: [[Int32]] = [[Int32](repeating: -1, count: columns)]
+        var ends = [false]
+        for pattern in patterns {
+            var state = 0
+            for c in pattern {
+                let col = Int(column[Int(c)])
+                if goto[state][col] < 0 {
+                    goto[state][col] = Int32(goto.count)
+                    goto.append([Int32](repeating: -1, count: columns))
+                    ends.append(false)
+                }
+                state = Int(goto[state][col])
+            }
+            ends[state] = true
         }
-        for c in 0..<256 { firstByteStart[c + 1] = firstByteStart[c] + counts[c] }
+        // Breadth first, so a state's failure state is complete before the state itself.
+        var next = [Int32](repeating: 0, count: goto.count * columns)
+        var fail = [Int](repeating: 0, count: goto.count)
+        var queue: [Int] = []
+        for col in 0..<columns where goto[0][col] > 0 {
+            next[col] = goto[0][col]
+            queue.append(Int(goto[0][col]))
+        }
+        var head = 0
+        while head < queue.count {
+            let state = queue[head]
+            head += 1
+            ends[state] = ends[state] || ends[fail[state]]
+            for col in 0..<columns {
+                let via = Int(next[fail[state] * columns + col])
+                if goto[state][col] >= 0 {
+                    let child = Int(goto[state][col])
+                    fail[child] = via
+                    next[state * columns + col] = Int32(child)
+                    queue.append(child)
+                } else {
+                    next[state * columns + col] = Int32(via)
+                }
+            }
+        }
+        table = next.map { n in UInt32(n) | (ends[Int(n)] ? Self.accept : 0) }
     }
 
     /// Whether the normalised key contains one of the patterns.
     func matches(_ key: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard !ranges.isEmpty else { return false }
-        let n = key.count
-        for i in 0..<n {
-            guard let c = normalise(key[i]) else { continue }
-            let possible = c < 64 ? firstLow >> UInt64(c) & 1 != 0
-                : c < 128 ? firstHigh >> UInt64(c - 64) & 1 != 0 : anyNonASCIIFirst
-            guard possible else { continue }
-            let lo = firstByteStart[Int(c)], hi = firstByteStart[Int(c) + 1]
-            guard lo < hi else { continue }
-            for p in lo..<hi where matches(ranges[p], in: key, from: i) { return true }
+        guard !table.isEmpty else { return false }
+        return column.withUnsafeBufferPointer { column in
+            table.withUnsafeBufferPointer { table in
+                var state = 0
+                for b in key {
+                    let col = column[Int(b)]
+                    if col == Self.skip { continue }
+                    let n = table[state &* columns &+ Int(col)]
+                    if n & Self.accept != 0 { return true }
+                    state = Int(n)
+                }
+                return false
+            }
         }
-        return false
-    }
-
-    private func matches(_ pattern: Range<Int>, in key: UnsafeBufferPointer<UInt8>, from start: Int) -> Bool {
-        var j = start
-        var k = pattern.lowerBound
-        while k < pattern.upperBound {
-            guard j < key.count else { return false }
-            let c = key[j]
-            j += 1
-            guard let folded = normalise(c) else { continue }
-            if folded != bytes[k] { return false }
-            k += 1
-        }
-        return true
     }
 
     private static let extraQueryNames: [[UInt8]] = ["code", "sig", "signature", "key", "accesstoken",

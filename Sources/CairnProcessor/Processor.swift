@@ -231,6 +231,83 @@ public final class Processor: Sendable {
 
     /// Encodes `event` with the given id.
     public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
+        writeHead(event, id: id, into: &w)
+        w.object(event.properties)
+        writeTail(into: &w)
+    }
+
+    /// The single-pass hot path: encodes `event` straight from the call site's
+    /// properties (plus a new id) when neither the privacy rules nor the sanitiser would
+    /// change any of them, checking each key and value as it is written. The bytes are
+    /// then exactly those of `clean` followed by `encode`. Returns nil when some rule
+    /// applies (the writer's content is then meaningless): the caller runs `clean` and
+    /// `encode` instead.
+    public func encodeIfClean(_ event: Event, into w: inout JSONWriter) -> (UInt64, UInt64)? {
+        let id = ids.next(millis: event.timeMillis)
+        return encodeIfClean(event, id: id, into: &w) ? id : nil
+    }
+
+    /// `encodeIfClean` with the given id; false when some rule applies.
+    public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
+        writeHead(event, id: id, into: &w)
+        guard writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
+        writeTail(into: &w)
+        return true
+    }
+
+    /// Writes `object` as `w.object` would, unless a rule of `clean` would change it.
+    /// Mirrors `Sanitizer.cleanObject` and `PrivacyMasker.applyObject` check for check.
+    private func writeChecked(_ object: [String: CairnValue], level: Int, privacy: PrivacyScope,
+                              into w: inout JSONWriter) -> Bool {
+        guard object.count <= sanitizer.maxProperties else { return false }
+        w.byte(0x7B)
+        var first = true
+        for (key, value) in object {
+            if !first { w.byte(0x2C) }
+            first = false
+            let scope = withUTF8Bytes(key) { k -> PrivacyScope? in
+                guard sanitizer.leavesUnchanged(key: k) else { return nil }
+                w.string(utf8: k)
+                w.byte(0x3A)
+                return masker.scope(forKey: k, inherited: privacy)
+            }
+            guard let scope, writeChecked(value, level: level + 1, privacy: scope, into: &w) else { return false }
+        }
+        w.byte(0x7D)
+        return true
+    }
+
+    private func writeChecked(_ value: CairnValue, level: Int, privacy: PrivacyScope,
+                              into w: inout JSONWriter) -> Bool {
+        switch value {
+        case .null, .bool, .int:
+            w.value(value)
+        case .double(let d):
+            guard d.isFinite else { return false }
+            w.double(d)
+        case .string(let s):
+            return withUTF8Bytes(s) { b in
+                guard sanitizer.leavesUnchanged(string: b) else { return false }
+                if case .mask(let kinds) = privacy, !masker.leavesUnchanged(b, kinds: kinds) { return false }
+                w.string(utf8: b)
+                return true
+            }
+        case .array(let items):
+            guard level <= sanitizer.maxDepth, items.count <= sanitizer.maxArrayLength else { return false }
+            w.byte(0x5B)
+            for (i, item) in items.enumerated() {
+                if i > 0 { w.byte(0x2C) }
+                guard writeChecked(item, level: level + 1, privacy: privacy, into: &w) else { return false }
+            }
+            w.byte(0x5D)
+        case .object(let members):
+            guard level <= sanitizer.maxDepth else { return false }
+            return writeChecked(members, level: level, privacy: privacy, into: &w)
+        }
+        return true
+    }
+
+    private func writeHead(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
         w.byte(0x7B)
         w.key("event_id")
         EventIDGenerator.write(id, into: &w)
@@ -277,7 +354,9 @@ public final class Processor: Sendable {
         }
         w.byte(0x2C)
         w.key("properties")
-        w.object(event.properties)
+    }
+
+    private func writeTail(into w: inout JSONWriter) {
         w.byte(0x2C)
         common.withUnsafeBytes { w.raw($0) }
         w.byte(0x7D)

@@ -93,11 +93,11 @@ public struct SanitizerLimits: Sendable, Equatable {
 public struct Sanitizer: Sendable {
     /// The limits this sanitiser enforces.
     public let limits: SanitizerLimits
-    private let maxDepth: Int
-    private let maxKeyLength: Int
-    private let maxStringLength: Int
-    private let maxProperties: Int
-    private let maxArrayLength: Int
+    let maxDepth: Int
+    let maxKeyLength: Int
+    let maxStringLength: Int
+    let maxProperties: Int
+    let maxArrayLength: Int
 
     /// A sanitiser enforcing `limits`.
     public init(limits: SanitizerLimits = .init()) {
@@ -178,8 +178,17 @@ public struct Sanitizer: Sendable {
     }
 
     private func isCleanKey(_ key: String) -> Bool {
-        let n = key.utf8.count
-        return n > 0 && n <= maxKeyLength && !TextRepair.needsRepair(key)
+        withUTF8Bytes(key, leavesUnchanged(key:))
+    }
+
+    /// Whether the sanitiser keeps this key as it is (the processor's single-pass check).
+    func leavesUnchanged(key: UnsafeBufferPointer<UInt8>) -> Bool {
+        key.count > 0 && key.count <= maxKeyLength && !TextRepair.needsRepair(key)
+    }
+
+    /// Whether the sanitiser keeps this string value as it is.
+    func leavesUnchanged(string: UnsafeBufferPointer<UInt8>) -> Bool {
+        string.count <= maxStringLength && !TextRepair.needsRepair(string)
     }
 
     private struct Entry {
@@ -246,31 +255,34 @@ private enum TextRepair {
 
     /// Whether `text` holds a forbidden scalar; reads UTF-8 bytes without decoding.
     static func needsRepair(_ text: String) -> Bool {
-        withUTF8Bytes(text) { bytes in
-            let n = bytes.count
-            var i = 0
-            while i < n {
-                let b = bytes[i]
-                if b &- 0x20 < 0x5F {  // printable ASCII, the common case
-                    i &+= 1
-                    continue
-                }
-                if b < 0x20 {
-                    if b != 0x09 && b != 0x0A && b != 0x0D { return true }
-                } else if b == 0x7F {
-                    return true
-                } else if b == 0xC2 {  // U+0080...U+00BF; C1 controls are C2 80...C2 9F
-                    if i + 1 < n && bytes[i + 1] <= 0x9F { return true }
-                } else if b == 0xEF {  // U+FFFE, U+FFFF are EF BF BE, EF BF BF; U+FEFF is EF BB BF
-                    if i + 2 < n {
-                        let b1 = bytes[i + 1], b2 = bytes[i + 2]
-                        if (b1 == 0xBF && b2 >= 0xBE) || (b1 == 0xBB && b2 == 0xBF) { return true }
-                    }
-                }
+        withUTF8Bytes(text, needsRepair(_:))
+    }
+
+    /// Whether these UTF-8 bytes hold a forbidden scalar.
+    static func needsRepair(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let n = bytes.count
+        var i = 0
+        while i < n {
+            let b = bytes[i]
+            if b &- 0x20 < 0x5F {  // printable ASCII, the common case
                 i &+= 1
+                continue
             }
-            return false
+            if b < 0x20 {
+                if b != 0x09 && b != 0x0A && b != 0x0D { return true }
+            } else if b == 0x7F {
+                return true
+            } else if b == 0xC2 {  // U+0080...U+00BF; C1 controls are C2 80...C2 9F
+                if i + 1 < n && bytes[i + 1] <= 0x9F { return true }
+            } else if b == 0xEF {  // U+FFFE, U+FFFF are EF BF BE, EF BF BF; U+FEFF is EF BB BF
+                if i + 2 < n {
+                    let b1 = bytes[i + 1], b2 = bytes[i + 2]
+                    if (b1 == 0xBF && b2 >= 0xBE) || (b1 == 0xBB && b2 == 0xBF) { return true }
+                }
+            }
+            i &+= 1
         }
+        return false
     }
 
     /// `text` repaired and cut to `limit` bytes, or nil when it is already fine.

@@ -103,6 +103,24 @@ import Testing
         #expect(String(decoding: Self.encode(.int(.min)), as: UTF8.self) == "-9223372036854775808")
     }
 
+    /// Doubles are written as Swift's `description` writes them (the shortest text that
+    /// reads back as the same double), whether or not they take the short-decimal path.
+    @Test func doublesAreWrittenAsTheirShortestText() {
+        var g = Generator(state: 11)
+        var values: [Double] = [0.001, 0.0009999, 0.75, 12.5, -12.5, 0.1, 0.2, 0.3, 0.30000000000000004,
+                                999_999_999.999, 1e9 - 0.5, 1e9 + 0.5, 0.005, 0.05, 0.010, 123.456, -0.001]
+        for _ in 0..<20_000 {
+            let m = Int64(g.next() % 2_000_000_000_000) - 1_000_000_000_000
+            values.append(Double(m) / 1000)                  // up to three decimals
+            values.append(Double(m) / 997)                   // rarely short
+            values.append(Double(bitPattern: g.next() << 11 ^ g.next()))  // anything
+        }
+        for d in values where d.isFinite && d != d.rounded(.towardZero) {
+            let text = String(decoding: Self.encode(.double(d)), as: UTF8.self)
+            #expect(text == d.description, "\(d)")
+        }
+    }
+
     @Test func eventClockTextIsTheSameInstant() throws {
         let clock = EventClock()
         let parser = ISO8601DateFormatter()
