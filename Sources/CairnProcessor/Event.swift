@@ -128,24 +128,30 @@ public final class EventIDGenerator: Sendable {
     public static func write(_ id: (UInt64, UInt64), into w: inout JSONWriter) {
         var buf: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &buf) { b in
-            let hex: StaticString = "0123456789abcdef"
-            hex.withUTF8Buffer { h in
-                var i = 0
-                b[i] = 0x22
-                i += 1
-                for n in 0..<32 {
-                    if n == 8 || n == 12 || n == 16 || n == 20 {
-                        b[i] = 0x2D
-                        i += 1
-                    }
-                    let word = n < 16 ? id.0 : id.1
-                    let nibble = (word >> UInt64(60 - 4 * (n % 16))) & 0xF
-                    b[i] = h[Int(nibble)]
-                    i += 1
-                }
-                b[i] = 0x22
-                w.raw(UnsafeRawBufferPointer(rebasing: b[0...i]))
+            @inline(__always) func digit(_ v: UInt64) -> UInt8 {
+                let n = UInt8(truncatingIfNeeded: v & 0xF)
+                return n < 10 ? n &+ 0x30 : n &+ 0x57
             }
+            b[0] = 0x22
+            var i = 1
+            for n in 0..<16 {  // 8-4-4 of the first word, dashes after the 8th and 12th digit
+                if n == 8 || n == 12 {
+                    b[i] = 0x2D
+                    i &+= 1
+                }
+                b[i] = digit(id.0 >> UInt64(60 - 4 * n))
+                i &+= 1
+            }
+            for n in 0..<16 {  // -4-12 of the second
+                if n == 0 || n == 4 {
+                    b[i] = 0x2D
+                    i &+= 1
+                }
+                b[i] = digit(id.1 >> UInt64(60 - 4 * n))
+                i &+= 1
+            }
+            b[i] = 0x22
+            w.raw(UnsafeRawBufferPointer(rebasing: b[0...i]))
         }
     }
 

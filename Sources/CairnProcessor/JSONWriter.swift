@@ -61,6 +61,16 @@ public struct JSONWriter {
 
     /// Appends a JSON string from UTF-8 bytes (assumed valid, as Swift strings are).
     public mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
+        // The common case: it fits and nothing needs escaping, so it is copied whole.
+        let n = utf8.count
+        if let base, let src = utf8.baseAddress, count &+ n &+ 2 <= capacity, !Self.needsEscape(src, n) {
+            let dst = base + count
+            dst[0] = 0x22
+            (dst + 1).update(from: src, count: n)
+            dst[n &+ 1] = 0x22
+            count &+= n &+ 2
+            return
+        }
         byte(0x22)
         var start = 0
         var i = 0
@@ -90,6 +100,30 @@ public struct JSONWriter {
         }
         if i > start { raw(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8)[start..<i])) }
         byte(0x22)
+    }
+
+    /// Whether any of the `n` bytes at `p` is a quote, a backslash or a control
+    /// character, eight bytes at a time with the classic word tests, each exact for the
+    /// word as a whole: `(v - 0x01..) & ~v & 0x80..` is nonzero iff some byte of `v` is
+    /// zero, `(x - 0x20..) & ~x & 0x80..` iff some byte of `x` is below 0x20.
+    @inline(__always)
+    static func needsEscape(_ p: UnsafePointer<UInt8>, _ n: Int) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        var i = 0
+        while i &+ 8 <= n {
+            let x = UnsafeRawPointer(p + i).loadUnaligned(as: UInt64.self)
+            let quote = x ^ (ones &* 0x22), backslash = x ^ (ones &* 0x5C)
+            let control = (x &- ones &* 0x20) & ~x
+            let quotes = (quote &- ones) & ~quote, backslashes = (backslash &- ones) & ~backslash
+            if (control | quotes | backslashes) & highs != 0 { return true }
+            i &+= 8
+        }
+        while i < n {
+            let b = p[i]
+            if b < 0x20 || b == 0x22 || b == 0x5C { return true }
+            i &+= 1
+        }
+        return false
     }
 
     /// Appends `"key":`.

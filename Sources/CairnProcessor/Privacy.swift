@@ -745,8 +745,8 @@ private struct KeyPatterns: Sendable {
     /// bytes that normalising removes.
     private var column = [UInt8](repeating: 0, count: 256)
     private var columns = 1
-    /// `table[state * columns + column]`: the next state, with `accept` set when a
-    /// pattern ends there. Empty when there are no patterns.
+    /// `table[state * columns + column]`: the next state's row (`state * columns`), with
+    /// `accept` set when a pattern ends there. Empty when there are no patterns.
     private var table: [UInt32] = []
     private static let skip: UInt8 = 0xFF
     private static let accept: UInt32 = 1 << 31
@@ -801,7 +801,8 @@ private struct KeyPatterns: Sendable {
                 }
             }
         }
-        table = next.map { n in UInt32(n) | (ends[Int(n)] ? Self.accept : 0) }
+        // Entries hold the next state's row offset, so a step is one add and one load.
+        table = next.map { n in UInt32(Int(n) * columns) | (ends[Int(n)] ? Self.accept : 0) }
     }
 
     /// Whether the normalised key contains one of the patterns.
@@ -809,13 +810,13 @@ private struct KeyPatterns: Sendable {
         guard !table.isEmpty else { return false }
         return column.withUnsafeBufferPointer { column in
             table.withUnsafeBufferPointer { table in
-                var state = 0
+                var row = 0
                 for b in key {
                     let col = column[Int(b)]
                     if col == Self.skip { continue }
-                    let n = table[state &* columns &+ Int(col)]
+                    let n = table[row &+ Int(col)]
                     if n & Self.accept != 0 { return true }
-                    state = Int(n)
+                    row = Int(n)
                 }
                 return false
             }
