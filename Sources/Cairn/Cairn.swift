@@ -365,7 +365,7 @@ public final class Cairn: @unchecked Sendable {
     }
 
     /// The hot path: admit, deduplicate, clean, encode into the ring.
-    func submit(_ event: Event) {
+    func submit(_ event: consuming Event) {
         var event = event
         if let reason = processor.admit(event) {
             drops.add(reason.rawValue, 1)

@@ -54,9 +54,13 @@ public struct EventFilter: Sendable {
         denyPaths = options.denyPaths.map { GlobPattern($0, separatorAware: true) }
     }
 
+    /// Whether any path pattern is set (else the path need not be looked up).
+    public var filtersPaths: Bool { !allowPaths.isEmpty || !denyPaths.isEmpty }
+
     /// `true` when the event passes: its name is not denied and is allowed (or the allow
     /// list is empty), and, when it has a path, the same holds for the path. An event
     /// without a path is not subject to the path lists.
+
     public func allows(name: String, path: String?) -> Bool {
         guard Self.passes(name, allow: allowNames, deny: denyNames) else { return false }
         guard let path else { return true }

@@ -36,9 +36,29 @@ public struct JSONWriter {
     /// Appends bytes that are already JSON (a pre-encoded fragment).
     public mutating func raw(_ bytes: UnsafeRawBufferPointer) {
         if let base, count + bytes.count <= capacity, let src = bytes.baseAddress {
-            (base + count).update(from: src.assumingMemoryBound(to: UInt8.self), count: bytes.count)
+            Self.copy(base + count, src, bytes.count)
         }
         count += bytes.count
+    }
+
+    /// Copies `n` bytes; most pieces of an event are a few bytes long, which overlapping
+    /// word moves copy faster than a call to `memmove`.
+    @inline(__always)
+    static func copy(_ dst: UnsafeMutablePointer<UInt8>, _ src: UnsafeRawPointer, _ n: Int) {
+        let d = UnsafeMutableRawPointer(dst)
+        if n > 16 {
+            d.copyMemory(from: src, byteCount: n)
+        } else if n >= 8 {
+            d.storeBytes(of: src.loadUnaligned(as: UInt64.self), as: UInt64.self)
+            (d + (n - 8)).storeBytes(of: (src + (n - 8)).loadUnaligned(as: UInt64.self), as: UInt64.self)
+        } else if n >= 4 {
+            d.storeBytes(of: src.loadUnaligned(as: UInt32.self), as: UInt32.self)
+            (d + (n - 4)).storeBytes(of: (src + (n - 4)).loadUnaligned(as: UInt32.self), as: UInt32.self)
+        } else if n > 0 {
+            dst[0] = src.load(as: UInt8.self)
+            dst[n >> 1] = src.load(fromByteOffset: n >> 1, as: UInt8.self)
+            dst[n - 1] = src.load(fromByteOffset: n - 1, as: UInt8.self)
+        }
     }
 
     /// Appends bytes that are already JSON.
@@ -66,7 +86,7 @@ public struct JSONWriter {
         if let base, let src = utf8.baseAddress, count &+ n &+ 2 <= capacity, !Self.needsEscape(src, n) {
             let dst = base + count
             dst[0] = 0x22
-            (dst + 1).update(from: src, count: n)
+            Self.copy(dst + 1, src, n)
             dst[n &+ 1] = 0x22
             count &+= n &+ 2
             return

@@ -178,7 +178,7 @@ public final class Processor: Sendable {
     /// number the sampling decision is stable for (days since 1970-01-01).
     public func admit(_ event: Event) -> DropReason? {
         var path: String?
-        if case .string(let p)? = event.properties[options.pathProperty] { path = p }
+        if filter.filtersPaths, case .string(let p)? = event.properties[options.pathProperty] { path = p }
         if !filter.allows(name: event.name, path: path) { return .filtered }
         if event.tier != .critical
             && !sampler.keep(distinctID: event.identity.distinctID, eventName: event.name, tier: event.tier,

@@ -262,6 +262,17 @@ private enum TextRepair {
     static func needsRepair(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         let n = bytes.count
         var i = 0
+        // Whole words of printable ASCII first: no byte below 0x20 (the high bit of
+        // x - 0x20.. set where x's is clear) and none above 0x7E (x + 0x01.. cannot
+        // carry between bytes below 0x80, and x's own high bit catches the rest).
+        if let p = bytes.baseAddress {
+            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+            while i &+ 8 <= n {
+                let x = UnsafeRawPointer(p + i).loadUnaligned(as: UInt64.self)
+                if (((x &- ones &* 0x20) & ~x) | (x &+ ones) | x) & highs != 0 { break }
+                i &+= 8
+            }
+        }
         while i < n {
             let b = bytes[i]
             if b &- 0x20 < 0x5F {  // printable ASCII, the common case
