@@ -95,7 +95,13 @@ public final class Cairn: @unchecked Sendable {
     let crash: CrashCapture
     let dedup: Deduplicator
     /// The first event of each open deduplication window, to build its summary from.
-    private let dedupFirst = Locked<[UInt64: Event]>([:])
+    private let dedupFirst = Locked(FirstEvents())
+
+    /// A dictionary in a plain struct: `Locked<[UInt64: Event]>` would make the runtime
+    /// look up `UInt64: Hashable` while `start` runs; a non-generic wrapper does not.
+    struct FirstEvents {
+        var byFingerprint: [UInt64: Event] = [:]
+    }
     let drops = DropCounters()
     private let state: Locked<State>
     private let background: BackgroundWork
@@ -408,13 +414,12 @@ public final class Cairn: @unchecked Sendable {
     /// the oldest entries (whose windows are long closed) are forgotten.
     private func remember(_ event: Event, _ fingerprint: UInt64) {
         let limit = max(1, options.dedup.maxFingerprints) * 2
-        dedupFirst.withLock { m in
-            m[fingerprint] = event
-            if m.count > limit {
-                for (key, _) in m.sorted(by: { $0.value.timeMillis < $1.value.timeMillis }).prefix(m.count - limit / 2) {
-                    m[key] = nil
-                }
-            }
+        dedupFirst.withLock { first in
+            first.byFingerprint[fingerprint] = event
+            let count = first.byFingerprint.count
+            guard count > limit else { return }
+            let oldest = first.byFingerprint.sorted { $0.value.timeMillis < $1.value.timeMillis }.prefix(count - limit / 2)
+            for (key, _) in oldest { first.byFingerprint[key] = nil }
         }
     }
 
@@ -463,7 +468,7 @@ public final class Cairn: @unchecked Sendable {
     /// `repeat_count` (the repeats folded into it) and `deduplicated: true`.
     private func emitDedupSummaries() {
         for closed in dedup.drainClosed(nowNanos: DispatchTime.now().uptimeNanoseconds) {
-            guard var summary = dedupFirst.withLock({ $0.removeValue(forKey: closed.fingerprint) }) else { continue }
+            guard var summary = dedupFirst.withLock({ $0.byFingerprint.removeValue(forKey: closed.fingerprint) }) else { continue }
             summary.properties["repeat_count"] = .int(Int64(closed.repeats))
             summary.properties["deduplicated"] = .bool(true)
             summary.timeMillis = EventClock.nowMillis()

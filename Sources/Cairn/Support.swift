@@ -5,11 +5,17 @@ import Glibc
 
 /// Drops and changes counted by reason, reported with every batch.
 final class DropCounters: Sendable {
-    private let counts = Locked<[String: Int]>([:])
+    /// In a plain struct, so that creating the counters at start needs no runtime
+    /// lookup of `String: Hashable` (as `Locked<[String: Int]>` would).
+    private struct Counts {
+        var byReason: [String: Int] = [:]
+    }
+
+    private let counts = Locked(Counts())
 
     func add(_ reason: String, _ n: Int) {
         guard n > 0 else { return }
-        counts.withLock { $0[reason, default: 0] += n }
+        counts.withLock { $0.byReason[reason, default: 0] += n }
     }
 
     func add(_ c: RuleCounts) {
@@ -19,12 +25,12 @@ final class DropCounters: Sendable {
                                 ("too_deep", c.droppedDepth), ("array_truncated", c.truncatedArrays),
                                 ("text_repaired", c.repairedUTF8), ("privacy_redacted", c.redactedKeys),
                                 ("privacy_masked", c.maskedValues)] where n > 0 {
-                m[reason, default: 0] += n
+                m.byReason[reason, default: 0] += n
             }
         }
     }
 
-    func snapshot() -> [String: Int] { counts.withLock { $0 } }
+    func snapshot() -> [String: Int] { counts.withLock { $0.byReason } }
 }
 
 /// One background thread with a stop flag and a wake-up condition.
@@ -263,21 +269,19 @@ extension CommonProperties {
             p.arch = withUnsafeBytes(of: u.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             p.hostName = withUnsafeBytes(of: u.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         }
-        if let text = SmallFile.text("/etc/os-release") {
-            for line in text.split(separator: "\n") {
-                let kv = line.split(separator: "=", maxSplits: 1)
-                guard kv.count == 2 else { continue }
-                let value = kv[1].trimmingCharacters(in: CharacterSet(charactersIn: "\"'"))
-                if kv[0] == "NAME" { p.osName = value }
-                if kv[0] == "VERSION_ID" { p.osVersion = value }
+        if let text = SmallFile.bytes("/etc/os-release", limit: 16 << 10) {
+            forEachLine(text) { line in
+                guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { return }
+                let key = line[..<eq]
+                let value = trimmed(line[(eq + 1)...], also: [UInt8(ascii: "\""), UInt8(ascii: "'")])
+                if key.elementsEqual("NAME".utf8) { p.osName = value }
+                if key.elementsEqual("VERSION_ID".utf8) { p.osVersion = value }
             }
         }
         p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         p.pid = getpid()
-        if let comm = SmallFile.text("/proc/self/comm") {
-            p.processName = comm.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        let cgroup = (SmallFile.text("/proc/self/cgroup")) ?? ""
+        if let comm = SmallFile.bytes("/proc/self/comm", limit: 256) { p.processName = trimmed(comm[...]) }
+        let cgroup = SmallFile.text("/proc/self/cgroup") ?? ""
         p.memoryLimit = memoryLimit(cgroup: cgroup)
         p.containerID = containerID(cgroup: cgroup)
         p.timeZone = timeZoneName()
@@ -289,8 +293,8 @@ extension CommonProperties {
     static func memoryLimit(cgroup: String) -> UInt64? {
         let files = MemoryCgroup(procCgroup: cgroup).files(v2: "memory.max", v1: "memory.limit_in_bytes")
         for file in files {
-            guard let text = SmallFile.text(file) else { continue }
-            let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let bytes = SmallFile.bytes(file, limit: 64) else { continue }
+            let value = trimmed(bytes[...])
             if value == "max" { return nil }
             if let n = UInt64(value) { return n >= 1 << 60 ? nil : n }
         }
@@ -299,12 +303,21 @@ extension CommonProperties {
 
     /// A 64-hex-digit container id in the cgroup path (Docker, containerd, CRI-O).
     static func containerID(cgroup: String) -> String? {
-        for line in cgroup.split(separator: "\n") {
-            for part in line.split(whereSeparator: { $0 == "/" || $0 == "-" || $0 == "." || $0 == ":" }) {
-                if part.count == 64 && part.allSatisfy({ $0.isHexDigit }) { return String(part) }
+        let bytes = Array(cgroup.utf8)
+        var run = 0
+        for (i, c) in bytes.enumerated() {
+            let hex = (c >= 0x30 && c <= 0x39) || (c | 0x20 >= 0x61 && c | 0x20 <= 0x66)
+            if hex {
+                run += 1
+                continue
             }
+            // A part ends at '/', '-', '.', ':' or a line break; other bytes spoil it.
+            if run == 64 && [0x2F, 0x2D, 0x2E, 0x3A, 0x0A].contains(c) {
+                return String(decoding: bytes[(i - 64)..<i], as: UTF8.self)
+            }
+            run = [0x2F, 0x2D, 0x2E, 0x3A, 0x0A].contains(c) ? 0 : -Int.max / 2
         }
-        return nil
+        return run == 64 ? String(decoding: bytes[(bytes.count - 64)...], as: UTF8.self) : nil
     }
 
     /// The IANA name of the local time zone: `TZ`, else /etc/timezone, else the target
@@ -313,8 +326,8 @@ extension CommonProperties {
         if let raw = getenv("TZ"), case let tz = String(cString: raw), !tz.isEmpty {
             return tz.hasPrefix(":") ? String(tz.dropFirst()) : tz
         }
-        if let text = SmallFile.text("/etc/timezone") {
-            let name = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        if let bytes = SmallFile.bytes("/etc/timezone", limit: 256) {
+            let name = trimmed(bytes[...])
             if !name.isEmpty { return name }
         }
         if let target = SmallFile.linkTarget("/etc/localtime"),
@@ -322,6 +335,27 @@ extension CommonProperties {
             return String(target[range.upperBound...])
         }
         return nil
+    }
+
+    /// Calls `body` with each line of `text` (without its line break).
+    private static func forEachLine(_ text: [UInt8], _ body: (ArraySlice<UInt8>) -> Void) {
+        var start = 0
+        while start < text.count {
+            let end = text[start...].firstIndex(of: 0x0A) ?? text.count
+            body(text[start..<end])
+            start = end + 1
+        }
+    }
+
+    /// `bytes` as text without the ASCII white space (and `also`) at either end; the
+    /// start path reads small files this way rather than through Foundation, whose first
+    /// use costs more than the whole start.
+    static func trimmed(_ bytes: ArraySlice<UInt8>, also: [UInt8] = []) -> String {
+        func drop(_ c: UInt8) -> Bool { c == 0x20 || (c >= 0x09 && c <= 0x0D) || also.contains(c) }
+        var s = bytes.startIndex, e = bytes.endIndex
+        while s < e && drop(bytes[s]) { s += 1 }
+        while e > s && drop(bytes[e - 1]) { e -= 1 }
+        return String(decoding: bytes[s..<e], as: UTF8.self)
     }
 }
 

@@ -78,8 +78,6 @@ public final class Deduplicator: @unchecked Sendable {
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
         pthread_mutex_init(mutex, nil)
-        open.reserveCapacity(maxFingerprints + 1)
-        order.reserveCapacity(2 * maxFingerprints)
     }
 
     deinit {

@@ -752,57 +752,69 @@ private struct KeyPatterns: Sendable {
     private static let accept: UInt32 = 1 << 31
 
     init(_ keys: [String]) {
-        let patterns = keys.map { key in key.utf8.compactMap(normalise) }.filter { !$0.isEmpty }
-        guard !patterns.isEmpty else { return }
+        // Flat arrays of plain integers only: this runs inside `Cairn.start`, where each
+        // new generic type costs the runtime a metadata lookup.
+        var bytes: [UInt8] = []   // the normalised patterns, back to back
+        var ends: [Int] = []      // where each ends in `bytes`
+        for key in keys {
+            let before = bytes.count
+            for c in key.utf8 { if let n = normalise(c) { bytes.append(n) } }
+            if bytes.count > before { ends.append(bytes.count) }
+        }
+        guard !ends.isEmpty else { return }
         for c in [Byte.dash, Byte.underscore, Byte.space] { column[Int(c)] = Self.skip }
-        for c in Set(patterns.joined()).sorted() {
+        for c in bytes where column[Int(c)] == 0 {
             column[Int(c)] = UInt8(columns)  // at most 227 distinct normalised bytes
             columns += 1
         }
         for c in UInt8(ascii: "A")...UInt8(ascii: "Z") { column[Int(c)] = column[Int(lowercaseASCII(c))] }
-        // The trie: goto[state][column] (-1: none), and which states end a pattern.
-        var goto: [[Int32]] = [[Int32](repeating: -1, count: columns)]
-        var ends = [false]
-        for pattern in patterns {
+        // The trie: child[state * columns + column] (-1: none), and which states end a
+        // pattern.
+        var child = [Int](repeating: -1, count: columns)
+        var final = [false]
+        var start = 0
+        for end in ends {
             var state = 0
-            for c in pattern {
-                let col = Int(column[Int(c)])
-                if goto[state][col] < 0 {
-                    goto[state][col] = Int32(goto.count)
-                    goto.append([Int32](repeating: -1, count: columns))
-                    ends.append(false)
+            for c in bytes[start..<end] {
+                let slot = state * columns + Int(column[Int(c)])
+                if child[slot] < 0 {
+                    child[slot] = final.count
+                    final.append(false)
+                    child.append(contentsOf: repeatElement(-1, count: columns))
                 }
-                state = Int(goto[state][col])
+                state = child[slot]
             }
-            ends[state] = true
+            final[state] = true
+            start = end
         }
-        // Breadth first, so a state's failure state is complete before the state itself.
-        var next = [Int32](repeating: 0, count: goto.count * columns)
-        var fail = [Int](repeating: 0, count: goto.count)
+        // Breadth first, so a state's failure state is complete before the state itself;
+        // `next` becomes the automaton: a missing child goes where the failure state goes.
+        var next = [Int](repeating: 0, count: final.count * columns)
+        var fail = [Int](repeating: 0, count: final.count)
         var queue: [Int] = []
-        for col in 0..<columns where goto[0][col] > 0 {
-            next[col] = goto[0][col]
-            queue.append(Int(goto[0][col]))
+        for col in 0..<columns where child[col] > 0 {
+            next[col] = child[col]
+            queue.append(child[col])
         }
         var head = 0
         while head < queue.count {
             let state = queue[head]
             head += 1
-            ends[state] = ends[state] || ends[fail[state]]
+            final[state] = final[state] || final[fail[state]]
             for col in 0..<columns {
-                let via = Int(next[fail[state] * columns + col])
-                if goto[state][col] >= 0 {
-                    let child = Int(goto[state][col])
-                    fail[child] = via
-                    next[state * columns + col] = Int32(child)
-                    queue.append(child)
+                let via = next[fail[state] * columns + col]
+                let c = child[state * columns + col]
+                if c >= 0 {
+                    fail[c] = via
+                    next[state * columns + col] = c
+                    queue.append(c)
                 } else {
-                    next[state * columns + col] = Int32(via)
+                    next[state * columns + col] = via
                 }
             }
         }
         // Entries hold the next state's row offset, so a step is one add and one load.
-        table = next.map { n in UInt32(Int(n) * columns) | (ends[Int(n)] ? Self.accept : 0) }
+        table = next.map { n in UInt32(n * columns) | (final[n] ? Self.accept : 0) }
     }
 
     /// Whether the normalised key contains one of the patterns.
@@ -851,6 +863,7 @@ private struct KeyRuleTable: Sendable {
     private var table: [UInt64: [Rule]] = [:]
 
     init(_ rules: [String: KeyAction]) {
+        guard !rules.isEmpty else { return }
         // Sorted, so of two rules differing only in case the first in order wins, always.
         for (key, action) in rules.sorted(by: { $0.key < $1.key }) {
             let folded = key.utf8.map(lowercaseASCII)

@@ -55,24 +55,34 @@ public struct CommonProperties: Sendable, Equatable {
             w.key(key)
             write(&w)
         }
-        func group(_ key: StaticString, _ fields: [(StaticString, String?)]) {
-            let present = fields.filter { $0.1 != nil }
-            guard !present.isEmpty else { return }
+        // Fields one by one rather than as arrays of (key, value) tuples, whose metadata the
+        // runtime would have to build while `start` runs.
+        func group(_ key: StaticString, _ k1: StaticString, _ v1: String?, _ k2: StaticString = "",
+                   _ v2: String? = nil, _ k3: StaticString = "", _ v3: String? = nil, _ k4: StaticString = "",
+                   _ v4: String? = nil) {
+            guard v1 != nil || v2 != nil || v3 != nil || v4 != nil else { return }
             member(key) { w in
                 w.byte(0x7B)
-                for (i, (k, v)) in present.enumerated() {
-                    if i > 0 { w.byte(0x2C) }
+                var firstField = true
+                func field(_ k: StaticString, _ v: String?) {
+                    guard let v else { return }
+                    if !firstField { w.byte(0x2C) }
+                    firstField = false
                     w.key(k)
-                    w.string(v ?? "")
+                    w.string(v)
                 }
+                field(k1, v1)
+                field(k2, v2)
+                field(k3, v3)
+                field(k4, v4)
                 w.byte(0x7D)
             }
         }
         w.key("context")
         w.byte(0x7B)
-        group("app", [("id", appID), ("release", release), ("build", build), ("environment", environment)])
-        group("host", [("name", hostName)])
-        group("os", [("name", osName), ("version", osVersion), ("kernel", kernel)])
+        group("app", "id", appID, "release", release, "build", build, "environment", environment)
+        group("host", "name", hostName)
+        group("os", "name", osName, "version", osVersion, "kernel", kernel)
         if let arch { member("arch") { $0.string(arch) } }
         if let cpuCount { member("cpu_count") { $0.int(Int64(cpuCount)) } }
         if let memoryLimit { member("memory_limit") { $0.uint(memoryLimit) } }

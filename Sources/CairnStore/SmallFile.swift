@@ -31,7 +31,8 @@ extension SmallFile {
     package static func makeDirectories(_ path: String) -> Int32 {
         var st = stat()
         if stat(path, &st) == 0 { return (st.st_mode & S_IFMT) == S_IFDIR ? 0 : ENOTDIR }
-        let parent = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        var parent = ""
+        if let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) { parent = String(path[..<slash]) }
         if !parent.isEmpty && parent != path {
             let rc = makeDirectories(parent)
             if rc != 0 { return rc }
