@@ -186,6 +186,8 @@ static void collect_modules(void)
  * handler; and asks for per-thread caches (no global lock). */
 static void warm_up_unwinder(void)
 {
+    static int warmed;
+    if (__atomic_exchange_n(&warmed, 1, __ATOMIC_ACQ_REL)) return;
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     unw_context_t ctx;
     unw_cursor_t cursor;
@@ -231,7 +233,7 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
         if (!context_buffers[i]) return CAIRN_ENOMEM;
     }
     collect_modules();
-    warm_up_unwinder();
+    if (!(install_flags & CAIRN_CRASH_DEFER_WARM_UP)) warm_up_unwinder();
     const char **(*get_buffer)(void) = (const char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
     if (get_buffer) swift_fatal_message = get_buffer();
     int rc = cairn_crash_prepare_thread();
@@ -246,6 +248,13 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
         if (sigaction(crash_signals[i], &sa, &previous[i]) != 0) return errno;
     }
     installed = 1;
+    return 0;
+}
+
+int cairn_crash_warm_up(void)
+{
+    if (!installed) return CAIRN_EINVAL;
+    warm_up_unwinder();
     return 0;
 }
 

@@ -170,21 +170,17 @@ public final class Cairn: @unchecked Sendable {
         let crash: CrashCapture
         do {
             crash = try CrashCapture.start(.init(directory: dir + "/crash", release: options.release,
-                                                 attributes: attributes, captureSIGQUIT: options.captureSIGQUIT))
+                                                 attributes: attributes, captureSIGQUIT: options.captureSIGQUIT,
+                                                 deferSetup: true))
         } catch .alreadyStarted {
             throw .alreadyStarted
         } catch {
             throw .storage("crash capture: \(error)")
         }
         let install = InstallRecord.load(directory: dir, release: options.release)
-        var common = CommonProperties.collect()
-        common.appID = options.appID
-        common.release = options.release
-        common.build = options.build
-        common.environment = options.environment
         let processor = Processor(options: ProcessorOptions(limits: options.limits, privacy: options.privacy,
                                                             sampling: options.sampling, filter: options.filter),
-                                  common: common, sdkVersion: cairnVersion)
+                                  common: options.common(.collectWithoutFiles()), sdkVersion: cairnVersion)
         let ring: Ring
         do {
             ring = try Ring(path: dir + "/events.ring", options: .init(capacity: options.ringCapacity))
@@ -199,6 +195,8 @@ public final class Cairn: @unchecked Sendable {
     /// The background half of `start`: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground() {
+        processor.updateCommon(options.common(.collect()))
+        crash.finishSetup()
         let dir = options.dataDirectory
         do {
             let store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))

@@ -149,6 +149,16 @@ extension Cairn {
             return o
         }
 
+        /// `machine` with this service's app id, release, build and environment.
+        func common(_ machine: CommonProperties) -> CommonProperties {
+            var common = machine
+            common.appID = appID
+            common.release = release
+            common.build = build
+            common.environment = environment
+            return common
+        }
+
         /// Checks every option; the error names the first bad one and why.
         public func validate() throws(CairnStartError) {
             func bad(_ name: String, _ why: String) -> CairnStartError { .invalidOption(name: name, reason: why) }

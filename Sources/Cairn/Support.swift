@@ -262,13 +262,7 @@ extension CommonProperties {
     /// kernel, architecture, CPUs, cgroup memory limit, container id, process, time zone.
     /// A few small files read once at start.
     public static func collect() -> CommonProperties {
-        var p = CommonProperties()
-        var u = utsname()
-        if uname(&u) == 0 {
-            p.kernel = withUnsafeBytes(of: u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            p.arch = withUnsafeBytes(of: u.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            p.hostName = withUnsafeBytes(of: u.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        }
+        var p = collectWithoutFiles()
         if let text = SmallFile.bytes("/etc/os-release", limit: 16 << 10) {
             forEachLine(text) { line in
                 guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { return }
@@ -278,13 +272,27 @@ extension CommonProperties {
                 if key.elementsEqual("VERSION_ID".utf8) { p.osVersion = value }
             }
         }
-        p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
-        p.pid = getpid()
         if let comm = SmallFile.bytes("/proc/self/comm", limit: 256) { p.processName = trimmed(comm[...]) }
         let cgroup = SmallFile.text("/proc/self/cgroup") ?? ""
         p.memoryLimit = memoryLimit(cgroup: cgroup)
         p.containerID = containerID(cgroup: cgroup)
         p.timeZone = timeZoneName()
+        return p
+    }
+
+    /// What `collect` reads without opening a file: host name, kernel and architecture
+    /// (`uname`), online CPUs and the pid. `start` puts these into the first events and
+    /// the rest into later ones once the background thread has read it.
+    public static func collectWithoutFiles() -> CommonProperties {
+        var p = CommonProperties()
+        var u = utsname()
+        if uname(&u) == 0 {
+            p.kernel = withUnsafeBytes(of: u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            p.arch = withUnsafeBytes(of: u.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            p.hostName = withUnsafeBytes(of: u.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        }
+        p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        p.pid = getpid()
         return p
     }
 

@@ -86,11 +86,17 @@ public final class CrashCapture: @unchecked Sendable {
         public var maxBreadcrumbs: Int
         /// Previous runs kept on disk while their events cannot be stored (1 ... 10000).
         public var maxPendingRuns: Int
+        /// When true, `start` leaves what the first crash can do without to
+        /// ``CrashCapture/finishSetup()``, which the caller then runs soon, off its own
+        /// thread: reading the cgroup's OOM-kill counter (an OOM kill before it is read
+        /// makes the run `abnormal`, not `oom_killed`) and libunwind's set-up (a crash
+        /// before it only takes longer to walk). Off by default.
+        public var deferSetup: Bool
 
         /// Options with defaults: 16 KiB of context, 32 breadcrumbs, 16 pending runs.
         public init(directory: String, release: String? = nil, attributes: [String: String] = [:],
                     captureSIGQUIT: Bool = false, contextCapacity: Int = 16 * 1024, maxBreadcrumbs: Int = 32,
-                    maxPendingRuns: Int = 16) {
+                    maxPendingRuns: Int = 16, deferSetup: Bool = false) {
             self.directory = directory
             self.release = release
             self.attributes = attributes
@@ -98,6 +104,7 @@ public final class CrashCapture: @unchecked Sendable {
             self.contextCapacity = contextCapacity
             self.maxBreadcrumbs = maxBreadcrumbs
             self.maxPendingRuns = maxPendingRuns
+            self.deferSetup = deferSetup
         }
 
         func validate() throws(CrashCaptureError) {
@@ -126,6 +133,7 @@ public final class CrashCapture: @unchecked Sendable {
         var live: Set<String> = []
         var processed = false
         var ended = false
+        var setUp = false
     }
 
     private static let started = Locked(false)
@@ -182,14 +190,14 @@ public final class CrashCapture: @unchecked Sendable {
         }
         let now = nowMillis()
         let sessionID = uuidV7(millis: now)
-        let oomFile = OOMCounter.locate()
         let start = RunStart(sessionID: sessionID, pid: getpid(), startedAtMillis: now, release: options.release,
-                             attributes: options.attributes, oomFile: oomFile,
-                             oomKills: oomFile.flatMap(OOMCounter.read))
+                             attributes: options.attributes)
         let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.json.bytes)
+        var flags = CAIRN_CRASH_DEFER_WARM_UP
+        if options.captureSIGQUIT { flags |= CAIRN_CRASH_SIGQUIT }
         let rc = dir.withCString { d in
             "crash-\(sessionID).report".withCString { name in
-                var o = cairn_crash_options_t(report_dir: d, flags: options.captureSIGQUIT ? CAIRN_CRASH_SIGQUIT : 0,
+                var o = cairn_crash_options_t(report_dir: d, flags: flags,
                                               context_capacity: UInt32(options.contextCapacity), report_name: name)
                 return cairn_crash_install(&o)
             }
@@ -201,7 +209,25 @@ public final class CrashCapture: @unchecked Sendable {
         let capture = CrashCapture(sessionID: sessionID, options: options, runFile: runFile, claimed: claimed,
                                    live: live)
         capture.state.withLock { capture.publishContext($0.breadcrumbs) }
+        if !options.deferSetup { capture.finishSetup() }
         return capture
+    }
+
+    /// What `start` leaves for later with ``Options/deferSetup``: reads the OOM-kill
+    /// counter of this process's cgroup into the run record (a line of its own, see
+    /// docs/FORMATS.md, "Run record") and sets up libunwind. Without `deferSetup`,
+    /// `start` has called it. Later calls do nothing.
+    public func finishSetup() {
+        state.withLock { s in
+            guard !s.setUp else { return }
+            s.setUp = true
+            if let (file, kills) = OOMCounter.locate() {
+                let line: JSONValue = .object([("oom", .object([("file", .string(file)), ("oom_kill", .uint(kills))]))])
+                // Best effort: without this line the run can end as `abnormal` but not `oom_killed`.
+                try? runFile.append(line.bytes)
+            }
+        }
+        cairn_crash_warm_up()
     }
 
     /// Adds a breadcrumb to the context a crash report carries (the newest

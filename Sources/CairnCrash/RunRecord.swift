@@ -22,7 +22,8 @@ struct RunStart: Equatable {
     var startedAtMillis: UInt64
     var release: String?
     var attributes: [String: String]
-    /// The cgroup file holding the OOM-kill counter, and its value at start.
+    /// The cgroup file holding the OOM-kill counter, and its value at start (written as
+    /// a line of its own soon after the start line; in the start line by older versions).
     var oomFile: String?
     var oomKills: UInt64?
 
@@ -33,9 +34,6 @@ struct RunStart: Equatable {
         ]
         if let release { members.append(("release", .string(release))) }
         members.append(("attributes", .object(attributes.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })))
-        if let oomFile, let oomKills {
-            members.append(("oom", .object([("file", .string(oomFile)), ("oom_kill", .uint(oomKills))])))
-        }
         return .object(members)
     }
 }
@@ -48,19 +46,26 @@ struct RunRecord {
     /// Parses the lines of a run file; unreadable lines are ignored (a run killed while
     /// writing its start line leaves a partial one).
     init(bytes: [UInt8]) {
+        var oomFile: String?, oomKills: UInt64?
         for line in bytes.split(separator: UInt8(ascii: "\n")) {
             guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else { continue }
+            if let oom = object["oom"] as? [String: Any] {
+                oomFile = oom["file"] as? String
+                oomKills = (oom["oom_kill"] as? NSNumber)?.uint64Value
+            }
             if let end = object["end"] as? String, end == "clean" {
                 cleanEndMillis = (object["ended_at_ms"] as? NSNumber)?.uint64Value ?? 0
             } else if let sid = object["session_id"] as? String {
-                let oom = object["oom"] as? [String: Any]
                 start = RunStart(
                     sessionID: sid, pid: (object["pid"] as? NSNumber)?.int32Value ?? 0,
                     startedAtMillis: (object["started_at_ms"] as? NSNumber)?.uint64Value ?? 0,
                     release: object["release"] as? String,
-                    attributes: (object["attributes"] as? [String: String]) ?? [:],
-                    oomFile: oom?["file"] as? String, oomKills: (oom?["oom_kill"] as? NSNumber)?.uint64Value)
+                    attributes: (object["attributes"] as? [String: String]) ?? [:])
             }
+        }
+        if let oomFile, let oomKills {
+            start?.oomFile = oomFile
+            start?.oomKills = oomKills
         }
     }
 }
@@ -68,9 +73,12 @@ struct RunRecord {
 /// Finds and reads the OOM-kill counter of the cgroup this process runs in: cgroup v2's
 /// `memory.events` or v1's `memory.oom_control`, both with an `oom_kill <n>` line.
 enum OOMCounter {
-    /// The counter file for this process, or nil when none is readable.
-    static func locate() -> String? {
-        MemoryCgroup.current().files(v2: "memory.events", v1: "memory.oom_control").first { read($0) != nil }
+    /// The counter file for this process and its value, or nil when none is readable.
+    static func locate() -> (file: String, kills: UInt64)? {
+        for file in MemoryCgroup.current().files(v2: "memory.events", v1: "memory.oom_control") {
+            if let kills = read(file) { return (file, kills) }
+        }
+        return nil
     }
 
     /// The `oom_kill` value in `file`, or nil.

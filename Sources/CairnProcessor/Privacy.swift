@@ -770,23 +770,25 @@ private struct KeyPatterns: Sendable {
         for c in UInt8(ascii: "A")...UInt8(ascii: "Z") { column[Int(c)] = column[Int(lowercaseASCII(c))] }
         // The trie: child[state * columns + column] (-1: none), and which states end a
         // pattern.
-        var child = [Int](repeating: -1, count: columns)
-        var final = [false]
+        var child = [Int](repeating: -1, count: (bytes.count + 1) * columns)  // room for every state
+        var final = [Bool](repeating: false, count: bytes.count + 1)
+        var states = 1
         var start = 0
         for end in ends {
             var state = 0
-            for c in bytes[start..<end] {
-                let slot = state * columns + Int(column[Int(c)])
+            for i in start..<end {
+                let slot = state * columns + Int(column[Int(bytes[i])])
                 if child[slot] < 0 {
-                    child[slot] = final.count
-                    final.append(false)
-                    child.append(contentsOf: repeatElement(-1, count: columns))
+                    child[slot] = states
+                    states += 1
                 }
                 state = child[slot]
             }
             final[state] = true
             start = end
         }
+        child.removeLast(child.count - states * columns)
+        final.removeLast(final.count - states)
         // Breadth first, so a state's failure state is complete before the state itself;
         // `next` becomes the automaton: a missing child goes where the failure state goes.
         var next = [Int](repeating: 0, count: final.count * columns)

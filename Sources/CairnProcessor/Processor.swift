@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The common properties of a Linux service, collected once at start and written into
 /// every event's `context` object (docs/FORMATS.md, "Event").
 public struct CommonProperties: Sendable, Equatable {
@@ -116,6 +118,50 @@ public struct CommonProperties: Sendable, Equatable {
     }
 }
 
+/// The encoded common properties, replaceable once while other threads encode events:
+/// readers load one pointer; no block is freed before the processor is.
+final class CommonFragment: @unchecked Sendable {
+    // @unchecked: the blocks are immutable once published; the pointer to the
+    // replacement is atomic.
+    /// Each block: its length (an `Int`), then the bytes.
+    private let first: UnsafeMutableRawPointer
+    private let second = Atomic<UnsafeMutableRawPointer?>(nil)
+
+    init(_ bytes: [UInt8]) {
+        first = Self.block(bytes)
+    }
+
+    deinit {
+        first.deallocate()
+        second.load(ordering: .acquiring)?.deallocate()
+    }
+
+    private static func block(_ bytes: [UInt8]) -> UnsafeMutableRawPointer {
+        let p = UnsafeMutableRawPointer.allocate(byteCount: MemoryLayout<Int>.size + bytes.count,
+                                                 alignment: MemoryLayout<Int>.alignment)
+        p.storeBytes(of: bytes.count, as: Int.self)
+        bytes.withUnsafeBytes { src in
+            if let base = src.baseAddress { (p + MemoryLayout<Int>.size).copyMemory(from: base, byteCount: src.count) }
+        }
+        return p
+    }
+
+    /// The current fragment.
+    var bytes: UnsafeRawBufferPointer {
+        let p = UnsafeRawPointer(second.load(ordering: .acquiring) ?? first)
+        return UnsafeRawBufferPointer(start: p + MemoryLayout<Int>.size, count: p.load(as: Int.self))
+    }
+
+    /// Publishes `bytes` unless a replacement was published already.
+    func replace(_ bytes: [UInt8]) {
+        guard second.load(ordering: .acquiring) == nil else { return }
+        let p = Self.block(bytes)
+        if !second.compareExchange(expected: nil, desired: p, ordering: .acquiringAndReleasing).exchanged {
+            p.deallocate()
+        }
+    }
+}
+
 /// Options of the processor.
 public struct ProcessorOptions: Sendable, Equatable {
     /// Limits of the sanitiser.
@@ -160,7 +206,8 @@ public final class Processor: Sendable {
     private let masker: PrivacyMasker
     private let sampler: Sampler
     private let filter: EventFilter
-    private let common: [UInt8]
+    private let common: CommonFragment
+    private let sdkVersion: String
     /// Formats event times.
     public let clock: EventClock
     /// Makes event ids.
@@ -174,9 +221,17 @@ public final class Processor: Sendable {
         masker = PrivacyMasker(options: options.privacy)
         sampler = Sampler(options: options.sampling)
         filter = EventFilter(options: options.filter)
-        self.common = common.encodedFragment(sdkVersion: sdkVersion)
+        self.common = CommonFragment(common.encodedFragment(sdkVersion: sdkVersion))
+        self.sdkVersion = sdkVersion
         self.clock = clock
         ids = EventIDGenerator()
+    }
+
+    /// Replaces the common properties, once: `start` builds the processor with what it
+    /// can read at once and hands it the rest, collected on the background thread, this
+    /// way. Events encoded before carry the first set. Later calls do nothing.
+    public func updateCommon(_ common: CommonProperties) {
+        self.common.replace(common.encodedFragment(sdkVersion: sdkVersion))
     }
 
     /// `url` with the values of sensitive query parameters masked (when privacy is on).
@@ -213,7 +268,7 @@ public final class Processor: Sendable {
     /// A size that is enough for `event` unless its strings need escaping (then
     /// `encode` overflows and the caller retries with the exact size it reports).
     public func estimate(_ event: Event) -> Int {
-        var n = 160 + common.count + event.name.utf8.count + event.identity.distinctID.utf8.count
+        var n = 160 + common.bytes.count + event.name.utf8.count + event.identity.distinctID.utf8.count
             + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
             + (event.span == nil ? 0 : 110)
         for (k, v) in event.properties { n += k.utf8.count + 4 + Self.estimate(v) }
@@ -368,7 +423,7 @@ public final class Processor: Sendable {
 
     private func writeTail(into w: inout JSONWriter) {
         w.byte(0x2C)
-        common.withUnsafeBytes { w.raw($0) }
+        w.raw(common.bytes)
         w.byte(0x7D)
     }
 

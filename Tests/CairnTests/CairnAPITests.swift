@@ -82,6 +82,21 @@ enum Live {
         #expect((e["sdk"] as? [String: Any])?["name"] as? String == "cairn-swift")
     }
 
+    /// `start` puts what it reads without opening files into the first events; once the
+    /// background thread has read the rest (before the SDK is ready), events carry it all.
+    @Test func eventsAfterStartCarryTheWholeContext() throws {
+        let cairn = try #require(Live.cairn)
+        #expect(cairn.flush(timeout: .seconds(10)))
+        cairn.track("context_checked")
+        let e = try #require(Live.events("context_checked", count: 1).first)
+        let context = try #require(e["context"] as? [String: Any])
+        let expected = CommonProperties.collect()
+        #expect((context["os"] as? [String: Any])?["name"] as? String == expected.osName)
+        #expect((context["process"] as? [String: Any])?["name"] as? String == expected.processName)
+        #expect(context["time_zone"] as? String == expected.timeZone)
+        #expect(expected.processName != nil)
+    }
+
     @Test func callSitePropertiesWinOverDynamicOnes() throws {
         let cairn = try #require(Live.cairn)
         cairn.track("plan_changed", properties: ["plan": "enterprise"])

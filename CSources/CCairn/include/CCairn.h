@@ -538,6 +538,9 @@ int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, size_t len,
 
 /** Also capture SIGQUIT (off by default: services use it for thread dumps). */
 #define CAIRN_CRASH_SIGQUIT 0x1u
+/** Leave libunwind's set-up to cairn_crash_warm_up(), which the caller runs soon after
+ *  on another thread, so that installing takes less time on the caller's. */
+#define CAIRN_CRASH_DEFER_WARM_UP 0x2u
 
 /** Options for cairn_crash_install(). */
 typedef struct cairn_crash_options {
@@ -578,6 +581,20 @@ typedef struct cairn_crash_options {
  * Async-signal-safe: no.
  */
 int cairn_crash_install(const cairn_crash_options_t *opts);
+
+/**
+ * Runs libunwind's one-time set-up (per-thread caches, its first unwind) so that the
+ * first crash does not: cairn_crash_install() does it unless given
+ * CAIRN_CRASH_DEFER_WARM_UP. Unwinding works without it (libunwind's local unwinding
+ * is safe in a signal handler and sets itself up on first use); a crash before it has
+ * run only takes longer to walk.
+ *
+ * @return 0; CAIRN_EINVAL when the handler is not installed.
+ *
+ * Thread-safety: any thread; later calls do nothing.
+ * Async-signal-safe: no.
+ */
+int cairn_crash_warm_up(void);
 
 /**
  * Gives the calling thread an alternate signal stack of 64 KiB with a guard page,
