@@ -88,9 +88,10 @@ public final class CrashCapture: @unchecked Sendable {
         public var maxPendingRuns: Int
         /// When true, `start` leaves what the first crash can do without to
         /// ``CrashCapture/finishSetup()``, which the caller then runs soon, off its own
-        /// thread: reading the cgroup's OOM-kill counter (an OOM kill before it is read
-        /// makes the run `abnormal`, not `oom_killed`) and libunwind's set-up (a crash
-        /// before it only takes longer to walk). Off by default.
+        /// thread: claiming the records of previous runs that have ended, reading the
+        /// cgroup's OOM-kill counter (an OOM kill before it is read makes the run
+        /// `abnormal`, not `oom_killed`) and libunwind's set-up (a crash before it only
+        /// takes longer to walk). Off by default.
         public var deferSetup: Bool
 
         /// Options with defaults: 16 KiB of context, 32 breadcrumbs, 16 pending runs.
@@ -155,7 +156,8 @@ public final class CrashCapture: @unchecked Sendable {
     /// Starts crash capture: claims the run records of previous runs that have ended,
     /// writes and locks this run's record, installs the crash handler (reports go to
     /// `<directory>/crash-<session id>.report`) and sets its first context. Only this
-    /// runs on the caller's thread; `processPreviousRuns` does the rest later.
+    /// runs on the caller's thread (with ``Options/deferSetup``, less: see there);
+    /// `processPreviousRuns` does the rest later.
     ///
     /// - Throws: `.invalidOption`, `.alreadyStarted` (once per process), `.io`,
     ///   `.install`.
@@ -178,16 +180,7 @@ public final class CrashCapture: @unchecked Sendable {
         let dir = options.directory
         let made = SmallFile.makeDirectories(dir)
         if made != 0 { throw .io("create \(dir)", made) }
-        var claimed: [LockedFile] = []
-        var live: Set<String> = []
-        for name in SmallFile.names(in: dir)
-        where name.hasPrefix("run-") && (name.hasSuffix(".json") || name.hasSuffix(".json.tmp")) {
-            if let file = LockedFile.claim(dir + "/" + name) {
-                claimed.append(file)
-            } else if let id = idOf(name) {
-                live.insert(id)
-            }
-        }
+        let (claimed, live) = options.deferSetup ? ([], []) : claimEndedRuns(in: dir, except: nil)
         let now = nowMillis()
         let sessionID = uuidV7(millis: now)
         let start = RunStart(sessionID: sessionID, pid: getpid(), startedAtMillis: now, release: options.release,
@@ -213,14 +206,18 @@ public final class CrashCapture: @unchecked Sendable {
         return capture
     }
 
-    /// What `start` leaves for later with ``Options/deferSetup``: reads the OOM-kill
-    /// counter of this process's cgroup into the run record (a line of its own, see
-    /// docs/FORMATS.md, "Run record") and sets up libunwind. Without `deferSetup`,
-    /// `start` has called it. Later calls do nothing.
+    /// What `start` leaves for later with ``Options/deferSetup``: claims the records of
+    /// previous runs that have ended, reads the OOM-kill counter of this process's
+    /// cgroup into the run record (a line of its own, see docs/FORMATS.md, "Run record")
+    /// and sets up libunwind. Without `deferSetup`, `start` has called it;
+    /// `processPreviousRuns` calls it first. Later calls do nothing.
     public func finishSetup() {
         state.withLock { s in
             guard !s.setUp else { return }
             s.setUp = true
+            if options.deferSetup {
+                (s.claimed, s.live) = Self.claimEndedRuns(in: options.directory, except: sessionID)
+            }
             if let (file, kills) = OOMCounter.locate() {
                 let line: JSONValue = .object([("oom", .object([("file", .string(file)), ("oom_kill", .uint(kills))]))])
                 // Best effort: without this line the run can end as `abnormal` but not `oom_killed`.
@@ -264,6 +261,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// Parsing, symbolication and storing happen on the calling thread: call it off the
     /// service's hot paths.
     public func processPreviousRuns(store: ([[UInt8]]) throws -> Void) -> PreviousRunsResult {
+        finishSetup()
         let (claimed, live) = state.withLock { s -> ([LockedFile], Set<String>) in
             defer {
                 s.claimed = []
@@ -374,6 +372,24 @@ public final class CrashCapture: @unchecked Sendable {
     }
 
     /// `<id>` of `.../run-<id>.json` or `.../run-<id>.json.tmp`.
+    /// Takes the locks of the run records whose runs have ended (see docs/FORMATS.md,
+    /// "Who may touch what"); the ids of the others, which are live.
+    private static func claimEndedRuns(in dir: String, except own: String?) -> ([LockedFile], Set<String>) {
+        var claimed: [LockedFile] = []
+        var live: Set<String> = []
+        for name in SmallFile.names(in: dir)
+        where name.hasPrefix("run-") && (name.hasSuffix(".json") || name.hasSuffix(".json.tmp")) {
+            let id = idOf(name)
+            if own != nil && id == own { continue }
+            if let file = LockedFile.claim(dir + "/" + name) {
+                claimed.append(file)
+            } else if let id {
+                live.insert(id)
+            }
+        }
+        return (claimed, live)
+    }
+
     private static func idOf(_ path: String) -> String? {
         let name = (path as NSString).lastPathComponent
         guard name.hasPrefix("run-") else { return nil }

@@ -219,11 +219,16 @@ import Testing
 
     /// A run that is still alive (its record is locked) is never reported; once it is
     /// killed, it is.
-    @Test func liveRunsAreLeftAlone() throws {
+    /// Also with `deferSetup` (how `Cairn.start` runs it): the runs are claimed later, on
+    /// another thread, and a start never takes its own run for a previous one.
+    @Test(arguments: [false, true])
+    func liveRunsAreLeftAlone(deferred: Bool) throws {
         let dirs = Dirs()
+        let environment = deferred ? ["CAIRN_TEST_DEFER_SETUP": "1"] : [:]
         let p = Process()
         p.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-run-child")
         p.arguments = [dirs.crash, "wait"]
+        p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let out = Pipe()
         p.standardOutput = out
         try p.run()
@@ -233,12 +238,13 @@ import Testing
             if chunk.isEmpty { break }
             text += String(decoding: chunk, as: UTF8.self)
         }
-        let live = try Self.nextStart(dirs)
+        let live = try Self.nextStart(dirs, environment: environment)
         #expect(live.runs.isEmpty && live.summary["live"] as? Int == 1)
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
         let session = text.split(separator: "\n").first { $0.hasPrefix("SESSION ") }.map { String($0.dropFirst(8)) }
-        let after = try Self.nextStart(dirs)
+        let after = try Self.nextStart(dirs, environment: environment)
+        #expect(after.runs.count == 2 && after.summary["live"] as? Int == 0, "the two ended runs, not this one")
         #expect(after.runs.first { $0["session_id"] as? String == session }?["reason"] as? String == "abnormal")
     }
 
@@ -286,14 +292,16 @@ import Testing
     /// The service runs in a memory cgroup of its own and allocates until the kernel's
     /// OOM killer ends it (SIGKILL): the counter in the cgroup rose, so the next start
     /// says `oom_killed`, not `abnormal`.
-    @Test(.enabled(if: canMakeMemoryCgroup, "needs a writable memory cgroup (root, cgroup v1 or v2)"))
-    func oomKillIsRecognised() throws {
+    /// Also with `deferSetup`, where the counter is read on another thread after start.
+    @Test(.enabled(if: canMakeMemoryCgroup, "needs a writable memory cgroup (root, cgroup v1 or v2)"),
+          arguments: [false, true])
+    func oomKillIsRecognised(deferred: Bool) throws {
         let dirs = Dirs()
         let cg = try #require(Self.makeMemoryCgroup())
         defer { rmdir(cg.dir) }
         let child = productsDirectory + "/cairn-run-child"
         let first = try Self.run(["/bin/sh", "-c", "echo $$ > \"$0\" && exec \"$1\" \"$2\" oom", cg.procs, child,
-                                  dirs.crash])
+                                  dirs.crash], environment: deferred ? ["CAIRN_TEST_DEFER_SETUP": "1"] : [:])
         #expect(first.signaled && first.status == SIGKILL, "killed by the OOM killer: \(first.stderr)")
         let run = try #require(try Self.nextStart(dirs).runs.first)
         #expect(run["reason"] as? String == "oom_killed" && run["session_id"] as? String == first.session)

@@ -2,7 +2,8 @@
 // its mode says, for the crash and session tests. Prints "SESSION <id>" first.
 //
 // Usage: cairn-run-child <dir> <mode> [<store dir>]
-// CAIRN_TEST_MAX_PENDING_RUNS sets Options.maxPendingRuns.
+// CAIRN_TEST_MAX_PENDING_RUNS sets Options.maxPendingRuns. CAIRN_TEST_DEFER_SETUP=1 starts
+// with Options.deferSetup and runs finishSetup on another thread, as Cairn.start does.
 // Modes:
 //   clean   records a clean shutdown and exits 0
 //   fatal   fatalError in OrderService.checkout (SIGILL on x86-64, SIGTRAP on arm64)
@@ -31,13 +32,23 @@ func say(_ line: String) {
 
 let capture: CrashCapture
 do {
-    let pending = ProcessInfo.processInfo.environment["CAIRN_TEST_MAX_PENDING_RUNS"].flatMap { Int($0) } ?? 16
+    let environment = ProcessInfo.processInfo.environment
+    let pending = environment["CAIRN_TEST_MAX_PENDING_RUNS"].flatMap { Int($0) } ?? 16
     capture = try CrashCapture.start(.init(directory: dir, release: "orders@1.4.2",
                                            attributes: ["distinct_id": "host-7", "app_id": "orders"],
-                                           maxPendingRuns: pending))
+                                           maxPendingRuns: pending,
+                                           deferSetup: environment["CAIRN_TEST_DEFER_SETUP"] == "1"))
 } catch {
     FileHandle.standardError.write(Data("start: \(error)\n".utf8))
     exit(1)
+}
+if capture.options.deferSetup && mode != "next" && mode != "next-fail" {
+    let done = DispatchSemaphore(value: 0)
+    Thread {
+        capture.finishSetup()
+        done.signal()
+    }.start()
+    done.wait()
 }
 say("SESSION \(capture.sessionID)")
 capture.addBreadcrumb("GET /orders/42", category: "http")
