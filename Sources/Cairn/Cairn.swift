@@ -195,7 +195,9 @@ public final class Cairn: @unchecked Sendable {
     /// The background half of `start`: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground() {
-        processor.updateCommon(options.common(.collect()))
+        let common = options.common(.collect())
+        processor.updateCommon(common)
+        crash.recordContext(common.encodedContext())
         crash.finishSetup()
         let dir = options.dataDirectory
         do {

@@ -227,6 +227,18 @@ public final class CrashCapture: @unchecked Sendable {
         cairn_crash_warm_up()
     }
 
+    /// Keeps `context` (a JSON object: the service's common properties, as events carry
+    /// them in `context`) in this run's record, for its `crash` and `session_end`
+    /// events on the next start. The last one recorded wins. Not for hot paths.
+    public func recordContext(_ context: [UInt8]) {
+        guard CrashEvent.jsonValue(context)?.isObject == true else { return }
+        state.withLock { s in
+            guard !s.ended else { return }
+            // Best effort: without this line the events of this run carry no context.
+            try? runFile.append(Array(#"{"context":"#.utf8) + context + [UInt8(ascii: "}")])
+        }
+    }
+
     /// Adds a breadcrumb to the context a crash report carries (the newest
     /// `maxBreadcrumbs` are kept; messages are cut at 512 bytes). Not for hot paths:
     /// it re-serialises the context.

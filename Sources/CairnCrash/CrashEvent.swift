@@ -17,10 +17,11 @@ enum CrashEvent {
             ("session_id", sessionID.map(JSONValue.string) ?? .null),
         ]
         if let release = start?.release { m.append(("release", .string(release))) }
-        let reserved = Set(m.map(\.0) + ["properties", "sdk"])
+        let reserved = Set(m.map(\.0) + ["context", "properties", "sdk"])
         for (k, v) in (start?.attributes ?? [:]).sorted(by: { $0.key < $1.key }) where !reserved.contains(k) {
             m.append((k, .string(v)))
         }
+        if let context = start?.context { m.append(("context", context)) }
         return m
     }
 
@@ -144,10 +145,12 @@ enum CrashEvent {
     /// is not JSON.
     static func jsonValue(_ bytes: [UInt8]) -> JSONValue? {
         guard let any = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else { return nil }
-        return convert(CairnValue(sanitizing: any))
+        return jsonValue(CairnValue(sanitizing: any))
     }
 
     /// The processor's value as an ordered JSON value (object keys sorted).
+    static func jsonValue(_ value: CairnValue) -> JSONValue { convert(value) }
+
     private static func convert(_ value: CairnValue) -> JSONValue {
         switch value {
         case .null: return .null

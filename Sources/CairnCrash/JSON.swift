@@ -20,6 +20,12 @@ public enum JSONValue: Sendable, Equatable {
     /// An object, keys in order.
     case object([(String, JSONValue)])
 
+    /// Whether this is an object.
+    public var isObject: Bool {
+        if case .object = self { return true }
+        return false
+    }
+
     /// Compares element by element (objects: same keys, same order).
     public static func == (a: JSONValue, b: JSONValue) -> Bool {
         switch (a, b) {

@@ -1,4 +1,5 @@
 import CairnStore
+import CairnProcessor
 import Foundation
 import Glibc
 
@@ -26,6 +27,8 @@ struct RunStart: Equatable {
     /// a line of its own soon after the start line; in the start line by older versions).
     var oomFile: String?
     var oomKills: UInt64?
+    /// The run's common properties (`CrashCapture.recordContext`), keys sorted.
+    var context: JSONValue?
 
     var json: JSONValue {
         var members: [(String, JSONValue)] = [
@@ -46,12 +49,15 @@ struct RunRecord {
     /// Parses the lines of a run file; unreadable lines are ignored (a run killed while
     /// writing its start line leaves a partial one).
     init(bytes: [UInt8]) {
-        var oomFile: String?, oomKills: UInt64?
+        var oomFile: String?, oomKills: UInt64?, context: JSONValue?
         for line in bytes.split(separator: UInt8(ascii: "\n")) {
             guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else { continue }
             if let oom = object["oom"] as? [String: Any] {
                 oomFile = oom["file"] as? String
                 oomKills = (oom["oom_kill"] as? NSNumber)?.uint64Value
+            }
+            if let c = object["context"] as? [String: Any] {
+                context = CrashEvent.jsonValue(CairnValue(sanitizing: c))
             }
             if let end = object["end"] as? String, end == "clean" {
                 cleanEndMillis = (object["ended_at_ms"] as? NSNumber)?.uint64Value ?? 0
@@ -67,6 +73,7 @@ struct RunRecord {
             start?.oomFile = oomFile
             start?.oomKills = oomKills
         }
+        start?.context = context
     }
 }
 

@@ -39,17 +39,39 @@ public struct CommonProperties: Sendable, Equatable {
 
     /// The `"context":{...},"sdk":{...}` fragment, encoded once.
     public func encodedFragment(sdkVersion: String) -> [UInt8] {
+        Self.encoded { w in
+            w.key("context")
+            writeContext(into: &w)
+            w.byte(0x2C)
+            w.key("sdk")
+            w.byte(0x7B)
+            w.key("name")
+            w.ascii("\"cairn-swift\"")
+            w.byte(0x2C)
+            w.key("version")
+            w.string(sdkVersion)
+            w.byte(0x7D)
+        }
+    }
+
+    /// The `context` object alone (`{"app":{...},...}`), as the run record keeps it for
+    /// the crash and session-end events of this run.
+    public func encodedContext() -> [UInt8] {
+        Self.encoded { writeContext(into: &$0) }
+    }
+
+    private static func encoded(_ write: (inout JSONWriter) -> Void) -> [UInt8] {
         var size = JSONWriter()
-        write(into: &size, sdkVersion: sdkVersion)
+        write(&size)
         var bytes = [UInt8](repeating: 0, count: size.count)
         bytes.withUnsafeMutableBytes { buf in
             var w = JSONWriter(into: buf)
-            write(into: &w, sdkVersion: sdkVersion)
+            write(&w)
         }
         return bytes
     }
 
-    private func write(into w: inout JSONWriter, sdkVersion: String) {
+    private func writeContext(into w: inout JSONWriter) {
         var first = true
         func member(_ key: StaticString, _ write: (inout JSONWriter) -> Void) {
             if !first { w.byte(0x2C) }
@@ -80,7 +102,6 @@ public struct CommonProperties: Sendable, Equatable {
                 w.byte(0x7D)
             }
         }
-        w.key("context")
         w.byte(0x7B)
         group("app", "id", appID, "release", release, "build", build, "environment", environment)
         group("host", "name", hostName)
@@ -105,15 +126,6 @@ public struct CommonProperties: Sendable, Equatable {
             }
         }
         if let timeZone { member("time_zone") { $0.string(timeZone) } }
-        w.byte(0x7D)
-        w.byte(0x2C)
-        w.key("sdk")
-        w.byte(0x7B)
-        w.key("name")
-        w.ascii("\"cairn-swift\"")
-        w.byte(0x2C)
-        w.key("version")
-        w.string(sdkVersion)
         w.byte(0x7D)
     }
 }

@@ -96,6 +96,37 @@ import Testing
         #expect(!second.err.contains("install_time_utc"))
     }
 
+    /// A service crashes; its next start sends the `crash` and `session_end` events of
+    /// the crashed run, each with that run's release, identity and whole `context`
+    /// (docs/FORMATS.md, "Crash and session-end events").
+    @Test func aCrashedRunIsReportedWithItsContext() throws {
+        let collector = try CollectorProcess()
+        let dir = DataDir()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_RELEASE": "orders@2.0.0",
+                   "CAIRN_BATCH_AGE_MS": "50"]
+        let crashed = try Self.child(["crash"], env: env)
+        #expect(crashed.status != 0 && crashed.status != 4, "died of the signal: \(crashed.status) \(crashed.err)")
+        env["CAIRN_RELEASE"] = "orders@2.0.1"
+        let next = try Self.child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let received = try collector.events().compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.record.utf8))) as? [String: Any]
+        }
+        let crash = try #require(received.first { $0["type"] as? String == "crash" })
+        let end = try #require(received.first { $0["name"] as? String == "session_end" })
+        let expected = CommonProperties.collect()
+        for e in [crash, end] {
+            #expect(e["release"] as? String == "orders@2.0.0" && e["distinct_id"] as? String == "host-7")
+            let context = try #require(e["context"] as? [String: Any], "\(e)")
+            #expect((context["app"] as? [String: Any])?["release"] as? String == "orders@2.0.0")
+            #expect((context["os"] as? [String: Any])?["name"] as? String == expected.osName)
+            #expect(context["cpu_count"] as? Int == expected.cpuCount)
+        }
+        #expect((end["properties"] as? [String: Any])?["reason"] as? String == "crashed")
+        #expect((crash["properties"] as? [String: Any])?["signal"] as? String == "SIGSEGV")
+    }
+
     /// No upload URL: nothing is sent, events wait in the snapshot store (read back
     /// with Python's lmdb and zstandard).
     @Test func withoutAnUploadURLEventsStayOnDisk() throws {

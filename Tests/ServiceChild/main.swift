@@ -8,6 +8,7 @@
 //   start         print the milliseconds `Cairn.start` took on this thread, shut down
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
+//   crash         flush (the SDK is then ready), then write through a bad pointer
 // CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event).
 import Cairn
 import CairnProcessor
@@ -43,6 +44,11 @@ case "run":
     for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
 case "install":
     cairn.track("app_install")
+case "crash":
+    _ = cairn.flush(timeout: .seconds(10))
+    let bad = UnsafeMutablePointer<Int>(bitPattern: n == 0 ? 8 : 16)
+    bad?.pointee = n
+    exit(4)
 case "burst":
     struct Tiered: CairnEvent {
         var name: String

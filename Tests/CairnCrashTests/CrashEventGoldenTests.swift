@@ -1,0 +1,57 @@
+@testable import CairnCrash
+import CairnProcessor
+import Foundation
+import Testing
+
+/// The `crash` and `session_end` events byte for byte (docs/FORMATS.md, "Crash and
+/// session-end events"), from a report and a run record fixed here, so that any change
+/// to their format is a deliberate one. The module's file does not exist, so the frames
+/// say so instead of depending on this machine's files.
+@Suite struct CrashEventGoldenTests {
+    static let start: RunStart = {
+        var s = RunStart(sessionID: "01a23801-aef7-725d-be3a-aa8a862a0f72", pid: 4242,
+                         startedAtMillis: 1_796_236_564_000, release: "orders@1.4.2",
+                         attributes: ["app_id": "orders", "distinct_id": "host-7", "release": "ignored"])
+        s.context = CrashEvent.jsonValue(Array(#"{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}}"#.utf8))
+        return s
+    }()
+
+    static let report: CrashReport = {
+        var r = CrashReport(bytes: [])
+        r.unreadable = nil
+        r.complete = true
+        r.signal = 11
+        r.code = 1
+        r.faultAddress = 8
+        r.pid = 4242
+        r.tid = 4242
+        r.threadName = "orders"
+        r.timeNanos = 1_796_236_564_153_000_000
+        r.handlerNanos = 117_000
+        r.frames = [0x55ce_c5e7_1466, 0x55ce_c5e7_2000]
+        r.framesMethod = 1
+        r.modules = [CrashModule(path: "/nonexistent/orders", loadAddress: 0x55ce_c5db_f000, start: 0x55ce_c5dc_0000,
+                                 end: 0x55ce_c5f0_0000, buildID: [0x54, 0xcd, 0x58, 0x32])]
+        r.context = Array(#"{"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","breadcrumbs":[]}"#.utf8)
+        return r
+    }()
+
+    static let crashGolden = #"{"event_id":"01a2380a-d6b9-758f-a116-3f050671c17f","type":"crash","name":"crash","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","release":"orders@1.4.2","app_id":"orders","distinct_id":"host-7","context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"properties":{"reason":"SIGSEGV (SEGV_MAPERR): bad access at 0x8","signal":"SIGSEGV","signal_number":11,"code":"SEGV_MAPERR","code_number":1,"fault_address":"0x8","partial":false,"handler_ms":0.117,"pid":4242,"thread":{"id":4242,"name":"orders","main":true},"unwinder":"libunwind","frames":[{"index":0,"address":"0x55cec5e71466","module":"/nonexistent/orders","offset":"0xb2466","note":"module file missing"},{"index":1,"address":"0x55cec5e72000","module":"/nonexistent/orders","offset":"0xb3000","note":"module file missing"}],"modules":[{"path":"/nonexistent/orders","load_address":"0x55cec5dbf000","build_id":"54cd5832"}],"context":{"breadcrumbs":[],"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72"}},"sdk":{"name":"cairn-swift","version":"0.1.0"}}"#
+
+    static let sessionEndGolden = #"{"event_id":"01a2380a-d6b9-7c80-993b-58106946b530","type":"session","name":"session_end","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","release":"orders@1.4.2","app_id":"orders","distinct_id":"host-7","context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"properties":{"reason":"crashed","started_at":"2026-12-02T18:36:04.000+00:00","pid":4242,"ended_at":"2026-12-02T18:36:04.153+00:00","duration_ms":153,"crash_event_id":"01a2380a-d6b9-758f-a116-3f050671c17f"},"sdk":{"name":"cairn-swift","version":"0.1.0"}}"#
+
+    @Test func crashEvent() {
+        let event = CrashEvent.crash(report: Self.report, rawBytes: Array("fixed".utf8), start: Self.start,
+                                     symbolizer: Symbolizer(), fallbackMillis: 0)
+        let text = String(decoding: event.json.bytes, as: UTF8.self)
+        #expect(text == Self.crashGolden)
+    }
+
+    @Test func sessionEndEvent() {
+        let event = CrashEvent.sessionEnd(start: Self.start, sessionID: Self.start.sessionID, reason: .crashed,
+                                          endedAt: 1_796_236_564_153, crashEventID: "01a2380a-d6b9-758f-a116-3f050671c17f",
+                                          detectedAt: 1_796_236_600_000)
+        let text = String(decoding: event.bytes, as: UTF8.self)
+        #expect(text == Self.sessionEndGolden)
+    }
+}
