@@ -114,6 +114,10 @@ public final class Cairn: @unchecked Sendable {
         var startError: String?
         var ready = false
         var stopped = false
+        /// Where the next `sdk_health` event counts from.
+        var health: HealthBaseline
+        /// How long `start` took on the caller's thread, for the first `sdk_health`.
+        var startNanos: UInt64 = 0
     }
 
     /// The task-local span: events tracked inside `withSpan` carry its trace and span ids.
@@ -127,7 +131,8 @@ public final class Cairn: @unchecked Sendable {
         self.processor = processor
         self.install = install
         dedup = Deduplicator(options: options.dedup)
-        state = Locked(State(identity: Identity(distinctID: options.distinctID)))
+        state = Locked(State(identity: Identity(distinctID: options.distinctID),
+                             health: HealthBaseline(at: monotonicNanos(), ring: ring.stats())))
         background = BackgroundWork()
     }
 
@@ -151,9 +156,12 @@ public final class Cairn: @unchecked Sendable {
             return !s
         }
         guard first else { throw .alreadyStarted }
+        let began = monotonicNanos()
         do {
             let cairn = try startOnce(options)
             sharedInstance.withLock { $0 = cairn }
+            let took = monotonicNanos() &- began
+            cairn.state.withLock { $0.startNanos = took }
             return cairn
         } catch {
             startedOnce.withLock { $0 = false }
@@ -236,10 +244,86 @@ public final class Cairn: @unchecked Sendable {
         }
         state.withLock { $0.ready = true }
         background.signal()
-        while !background.waitForStop(timeout: .seconds(1)) {
+        while !background.waitForStop(timeout: nextWake()) {
             emitDedupSummaries()
+            if healthIsDue() { emitHealth(final: false) }
         }
         emitDedupSummaries()
+    }
+
+    // MARK: SDK health
+
+    /// What an `sdk_health` event counts from: the previous one (or the start).
+    struct HealthBaseline {
+        var at: UInt64
+        var ring: Ring.Stats
+        var drops: [String: Int] = [:]
+        var upload = UploaderStats()
+        var first = true
+    }
+
+    /// The background loop's next wake-up: within a second (deduplication windows), or
+    /// when the next `sdk_health` is due.
+    private func nextWake() -> Duration {
+        guard let interval = options.healthInterval else { return .seconds(1) }
+        let since = monotonicNanos() &- state.withLock { $0.health.at }
+        let left = interval - .nanoseconds(Int64(clamping: since))
+        return max(.milliseconds(1), min(.seconds(1), left))
+    }
+
+    private func healthIsDue() -> Bool {
+        guard let interval = options.healthInterval else { return false }
+        let since = monotonicNanos() &- state.withLock { $0.health.at }
+        return .nanoseconds(Int64(clamping: since)) >= interval
+    }
+
+    /// Tracks `sdk_health` (docs/FORMATS.md, "SDK health"): what the SDK did since the
+    /// previous one, as counts, and how full its ring is.
+    private func emitHealth(final: Bool) {
+        guard options.healthInterval != nil else { return }
+        let uploader = state.withLock { $0.uploader }
+        let now = HealthBaseline(at: monotonicNanos(), ring: ring.stats(), drops: drops.snapshot(),
+                                 upload: uploader?.stats ?? UploaderStats(), first: false)
+        let (before, startNanos) = state.withLock { s -> (HealthBaseline, UInt64) in
+            defer { s.health = now }
+            return (s.health, s.startNanos)
+        }
+        func delta<N: BinaryInteger>(_ a: N, _ b: N) -> CairnValue { .int(Int64(clamping: a >= b ? a - b : 0)) }
+        func deltas(_ a: [String: Int], _ b: [String: Int]) -> CairnValue {
+            var out: [String: CairnValue] = [:]
+            for (k, v) in a where v > (b[k] ?? 0) { out[k] = .int(Int64(v - (b[k] ?? 0))) }
+            return .object(out)
+        }
+        func share(_ n: UInt64) -> CairnValue {
+            .double(now.ring.capacity == 0 ? 0 : (Double(n) / Double(now.ring.capacity) * 1000).rounded() / 1000)
+        }
+        let (r, u, ur, ub) = (now.ring, now.upload, before.ring, before.upload)
+        var p: [String: CairnValue] = [
+            "interval_ms": delta(now.at / 1_000_000, before.at / 1_000_000),
+            "events_written": delta(r.appended, ur.appended),
+            "ring_fill": share(r.used),
+            "ring_high_water": share(r.highWater),
+            "ring_full_drops": delta(r.droppedFull, ur.droppedFull),
+            "ring_too_big_drops": delta(r.droppedTooBig, ur.droppedTooBig),
+            "dropped": deltas(now.drops, before.drops),
+            "delivered_batches": delta(u.deliveredBatches, ub.deliveredBatches),
+            "delivered_events": delta(u.deliveredEvents, ub.deliveredEvents),
+            "failed_attempts": delta(u.failedAttempts, ub.failedAttempts),
+            "stored_batches": delta(u.storedBatches, ub.storedBatches),
+            "replayed_batches": delta(u.replayedBatches, ub.replayedBatches),
+            "breaker_openings": delta(u.breakerOpenings, ub.breakerOpenings),
+            "pauses": delta(u.pauses, ub.pauses),
+            "store_failures": delta(u.storeFailures, ub.storeFailures),
+            "upload_dropped": deltas(u.dropped, ub.dropped),
+        ]
+        if before.first {
+            p["start_ms"] = .double((Double(startNanos) / 1e3).rounded() / 1e3)
+            p["ring_recovered"] = .int(Int64(clamping: r.recovered))
+            p["ring_skipped_corrupt"] = .int(Int64(clamping: r.skippedCorrupt))
+        }
+        if final { p["final"] = true }
+        submit(Event(type: .health, name: "sdk_health", properties: p, timeMillis: EventClock.nowMillis(),
+                     identity: currentIdentity(nil), sessionID: sessionID, tier: .important))
     }
 
     private func reportPreviousRuns(_ uploader: Uploader) {
@@ -550,6 +634,7 @@ public final class Cairn: @unchecked Sendable {
             return !s.stopped
         }
         guard first else { return true }
+        if waitUntilReady(timeout: timeout) { emitHealth(final: true) }
         let flushed = flush(timeout: timeout)
         let uploader = state.withLock { $0.uploader }
         _ = uploader?.shutdown(timeout: timeout)

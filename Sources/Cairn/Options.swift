@@ -81,6 +81,10 @@ extension Cairn {
         public var dynamicProperties: (@Sendable () -> [String: CairnValue])?
         /// Receives the uploader's start and result logs.
         public var uploadObserver: (any UploadObserver)?
+        /// How often the SDK reports on itself with an `sdk_health` event (docs/FORMATS.md,
+        /// "SDK health"), plus once at `shutdown`; nil turns it off. Default 60 s;
+        /// 100 ms ... 24 h.
+        public var healthInterval: Duration? = .seconds(60)
 
         /// Options with defaults: data in `./.cairn`, privacy on, everything kept.
         public init(appID: String, distinctID: String, release: String? = nil, build: String? = nil,
@@ -126,7 +130,8 @@ extension Cairn {
         /// `CAIRN_BUILD`, `CAIRN_ENVIRONMENT`, `CAIRN_UPLOAD_URL`, `CAIRN_API_KEY`,
         /// `CAIRN_DATA_DIR`, `CAIRN_DEBUG` (1/true), `CAIRN_DISABLED` (1/true),
         /// `CAIRN_SAMPLE_RATE` (0...1, the sampled tier), `CAIRN_PRIVACY` (0/false turns
-        /// the privacy rules off), `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`.
+        /// the privacy rules off), `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`,
+        /// `CAIRN_HEALTH_INTERVAL_MS` (0 turns `sdk_health` off).
         /// Values that do not parse are reported by `start` (`validate`), not ignored.
         public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) -> Options {
             func flag(_ key: String) -> Bool { ["1", "true", "yes", "on"].contains(env[key]?.lowercased() ?? "") }
@@ -146,6 +151,10 @@ extension Cairn {
             }
             if let n = env["CAIRN_BATCH_EVENTS"] { o.maxBatchEvents = Int(n) ?? -1 }
             if let ms = env["CAIRN_BATCH_AGE_MS"] { o.maxBatchAge = .milliseconds(Int(ms) ?? -1) }
+            if let ms = env["CAIRN_HEALTH_INTERVAL_MS"] {
+                let n = Int(ms) ?? -1
+                o.healthInterval = n == 0 ? nil : .milliseconds(n)
+            }
             return o
         }
 
@@ -192,6 +201,9 @@ extension Cairn {
             }
             if maxBatchAge <= .zero || maxBatchAge > .seconds(3600) {
                 throw bad("maxBatchAge", "\(maxBatchAge) is outside (0, 1 h] (CAIRN_BATCH_AGE_MS)")
+            }
+            if let h = healthInterval, h < .milliseconds(100) || h > .seconds(86_400) {
+                throw bad("healthInterval", "\(h) is outside 100 ms ... 24 h (CAIRN_HEALTH_INTERVAL_MS, 0 turns it off)")
             }
             if !((64 << 10)...(1 << 30)).contains(ringCapacity) {
                 throw bad("ringCapacity", "\(ringCapacity) is outside 64 KiB ... 1 GiB")

@@ -103,6 +103,9 @@ public struct UploaderStats: Sendable, Equatable {
     /// Times a batch could not be put in the snapshot store (full disk, over the cap);
     /// its records stayed in the ring and it was tried again later.
     public var storeFailures = 0
+
+    /// All counts zero.
+    public init() {}
 }
 
 /// Drains the ring into batches, builds each request once, and delivers it: retries

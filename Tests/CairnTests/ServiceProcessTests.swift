@@ -127,6 +127,38 @@ import Testing
         #expect((crash["properties"] as? [String: Any])?["signal"] as? String == "SIGSEGV")
     }
 
+    /// `sdk_health` every interval and once at shutdown: counts since the previous one
+    /// that add up to what happened (events written, sampled out, delivered), the start
+    /// time in the first, `final` in the last.
+    @Test func sdkHealthAccountsForWhatTheSDKDid() throws {
+        let collector = try CollectorProcess()
+        let dir = DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "20",
+                   "CAIRN_HEALTH_INTERVAL_MS": "100", "CAIRN_SAMPLE_RATE": "0", "CAIRN_TEST_PAUSE_MS": "650"]
+        let run = try Self.child(["run", "40"], env: env)
+        #expect(run.status == 0, "\(run.err)")
+        let received = try collector.events().compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.record.utf8))) as? [String: Any]
+        }
+        let health = received.filter { $0["name"] as? String == "sdk_health" }
+            .sorted { ($0["time"] as? String ?? "") < ($1["time"] as? String ?? "") }
+        let props = health.map { $0["properties"] as? [String: Any] ?? [:] }
+        #expect(health.count >= 5, "periodic ones and the final one: \(health.count)")
+        #expect(health.allSatisfy { $0["type"] as? String == "health" && $0["distinct_id"] as? String == "host-7" })
+        func sum(_ key: String) -> Int { props.reduce(0) { $0 + ($1[key] as? Int ?? 0) } }
+        let sampled = props.reduce(0) { $0 + (($1["dropped"] as? [String: Any])?["sampled"] as? Int ?? 0) }
+        #expect(sampled == 40, "every child_event was sampled out at rate 0")
+        #expect(sum("events_written") >= health.count - 1, "each health event but the last is written before the next")
+        #expect(props.first?["start_ms"] as? Double ?? 0 > 0 && props.dropFirst().allSatisfy { $0["start_ms"] == nil })
+        #expect(props.last?["final"] as? Bool == true && props.dropLast().allSatisfy { $0["final"] == nil })
+        let periodic = props.dropLast().compactMap { $0["interval_ms"] as? Int }
+        #expect(periodic.allSatisfy { $0 >= 90 && $0 < 1000 }, "\(periodic)")
+        // What the collector got before the final report was counted as delivered.
+        #expect(sum("delivered_events") >= health.count - 1 && sum("delivered_events") <= received.count)
+        #expect(props.allSatisfy { ($0["ring_fill"] as? Double).map { $0 >= 0 && $0 <= 1 } ?? false })
+    }
+
     /// No upload URL: nothing is sent, events wait in the snapshot store (read back
     /// with Python's lmdb and zstandard).
     @Test func withoutAnUploadURLEventsStayOnDisk() throws {

@@ -9,7 +9,8 @@
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
-// CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event).
+// CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
+// CAIRN_TEST_PAUSE_MS waits that long before shutting down.
 import Cairn
 import CairnProcessor
 import Foundation
@@ -64,6 +65,9 @@ case "start":
     print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
 default:
     exit(2)
+}
+if let ms = ProcessInfo.processInfo.environment["CAIRN_TEST_PAUSE_MS"].flatMap({ UInt32($0) }) {
+    usleep(ms * 1000)  // idle before shutting down (periodic sdk_health)
 }
 let ok = cairn.shutdown(timeout: .seconds(20))
 exit(ok ? 0 : 3)
