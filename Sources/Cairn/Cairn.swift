@@ -88,8 +88,25 @@ public final class Cairn: @unchecked Sendable {
     public let sessionID: String
     /// The processor every event goes through.
     public let processor: Processor
-    /// When this data directory was first used (Unix ms) and in which time zone.
-    public let install: InstallRecord
+    /// When this data directory was first used (Unix ms) and in which time zone: read
+    /// (at the first start, written) by the background thread at start; an access before
+    /// that reads it at once.
+    public var install: InstallRecord {
+        installSlot.withLock { slot in
+            if let record = slot.record { return record }
+            let record = InstallRecord.load(directory: options.dataDirectory, release: options.release)
+            slot.record = record
+            return record
+        }
+    }
+
+    /// The install record, read on first use: by the background thread at start, or
+    /// by an `app_install` tracked before that.
+    private let installSlot = Locked(InstallSlot())
+
+    struct InstallSlot {
+        var record: InstallRecord?
+    }
 
     let ring: Ring
     let crash: CrashCapture
@@ -123,13 +140,12 @@ public final class Cairn: @unchecked Sendable {
     /// The task-local span: events tracked inside `withSpan` carry its trace and span ids.
     @TaskLocal public static var currentSpan: SpanContext?
 
-    private init(options: Options, crash: CrashCapture, ring: Ring, processor: Processor, install: InstallRecord) {
+    private init(options: Options, crash: CrashCapture, ring: Ring, processor: Processor) {
         self.options = options
         self.crash = crash
         sessionID = crash.sessionID
         self.ring = ring
         self.processor = processor
-        self.install = install
         dedup = Deduplicator(options: options.dedup)
         state = Locked(State(identity: Identity(distinctID: options.distinctID),
                              health: HealthBaseline(at: monotonicNanos(), ring: ring.stats())))
@@ -140,9 +156,11 @@ public final class Cairn: @unchecked Sendable {
 
     /// Starts the SDK (and sets `Cairn.shared`). On the caller's thread it does only what
     /// must come before the first crash or event: checks the options, installs the crash
-    /// handler and records this run, reads the install record, collects the common
-    /// properties, opens the event ring. Opening the snapshot store, replaying what is
-    /// stored, reporting previous runs and uploading happen on a background thread.
+    /// handler and records this run, builds the processor with the common properties
+    /// that need no file read, opens the event ring. The rest of the common properties,
+    /// the install record, claiming the previous runs, opening the snapshot store,
+    /// replaying what is stored, reporting previous runs and uploading happen on a
+    /// background thread.
     ///
     /// - Throws: `CairnStartError`: which option is invalid and why; `.alreadyStarted`
     ///   for a second start (there is one crash handler per process); `.disabled`;
@@ -185,7 +203,6 @@ public final class Cairn: @unchecked Sendable {
         } catch {
             throw .storage("crash capture: \(error)")
         }
-        let install = InstallRecord.load(directory: dir, release: options.release)
         let processor = Processor(options: ProcessorOptions(limits: options.limits, privacy: options.privacy,
                                                             sampling: options.sampling, filter: options.filter),
                                   common: options.common(.collectWithoutFiles()), sdkVersion: cairnVersion)
@@ -195,7 +212,7 @@ public final class Cairn: @unchecked Sendable {
         } catch {
             throw .storage("event ring: \(error)")
         }
-        let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor, install: install)
+        let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor)
         cairn.background.start { [cairn] in cairn.startInBackground() }
         return cairn
     }
@@ -203,6 +220,7 @@ public final class Cairn: @unchecked Sendable {
     /// The background half of `start`: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground() {
+        _ = install
         let common = options.common(.collect())
         processor.updateCommon(common)
         crash.recordContext(common.encodedContext())
