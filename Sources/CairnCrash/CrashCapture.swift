@@ -131,7 +131,7 @@ public final class CrashCapture: @unchecked Sendable {
     private struct State {
         var breadcrumbs: [Breadcrumb] = []
         var claimed: [LockedFile] = []
-        var live: Set<String> = []
+        var live: [String] = []
         var processed = false
         var ended = false
         var setUp = false
@@ -146,7 +146,7 @@ public final class CrashCapture: @unchecked Sendable {
     private let runFile: LockedFile
     private let state: Locked<State>
 
-    private init(sessionID: String, options: Options, runFile: LockedFile, claimed: [LockedFile], live: Set<String>) {
+    private init(sessionID: String, options: Options, runFile: LockedFile, claimed: [LockedFile], live: [String]) {
         self.sessionID = sessionID
         self.options = options
         self.runFile = runFile
@@ -180,12 +180,16 @@ public final class CrashCapture: @unchecked Sendable {
         let dir = options.directory
         let made = SmallFile.makeDirectories(dir)
         if made != 0 { throw .io("create \(dir)", made) }
-        let (claimed, live) = options.deferSetup ? ([], []) : claimEndedRuns(in: dir, except: nil)
+        // Deferred, nothing is claimed here (not even an empty set is built: on this
+        // thread, each new generic type costs the runtime a lookup).
+        var claimed: [LockedFile] = []
+        var live: [String] = []
+        if !options.deferSetup { (claimed, live) = claimEndedRuns(in: dir, except: nil) }
         let now = nowMillis()
         let sessionID = uuidV7(millis: now)
         let start = RunStart(sessionID: sessionID, pid: getpid(), startedAtMillis: now, release: options.release,
                              attributes: options.attributes)
-        let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.json.bytes)
+        let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.line)
         var flags = CAIRN_CRASH_DEFER_WARM_UP
         if options.captureSIGQUIT { flags |= CAIRN_CRASH_SIGQUIT }
         let rc = dir.withCString { d in
@@ -274,7 +278,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// service's hot paths.
     public func processPreviousRuns(store: ([[UInt8]]) throws -> Void) -> PreviousRunsResult {
         finishSetup()
-        let (claimed, live) = state.withLock { s -> ([LockedFile], Set<String>) in
+        let (claimed, live) = state.withLock { s -> ([LockedFile], [String]) in
             defer {
                 s.claimed = []
                 s.processed = true
@@ -293,7 +297,7 @@ public final class CrashCapture: @unchecked Sendable {
             units.append((record, file, id, report.map { dir + "/" + $0 }))
         }
         // Reports of live runs are theirs; the rest without a run record are orphans.
-        let busy = live.union([sessionID])
+        let busy = Set(live + [sessionID])
         for name in reports.sorted() where !busy.contains(where: { name == "crash-\($0).report" }) {
             let path = dir + "/" + name
             guard let file = LockedFile.claim(path), Self.settled(file) else { continue }
@@ -386,9 +390,9 @@ public final class CrashCapture: @unchecked Sendable {
     /// `<id>` of `.../run-<id>.json` or `.../run-<id>.json.tmp`.
     /// Takes the locks of the run records whose runs have ended (see docs/FORMATS.md,
     /// "Who may touch what"); the ids of the others, which are live.
-    private static func claimEndedRuns(in dir: String, except own: String?) -> ([LockedFile], Set<String>) {
+    private static func claimEndedRuns(in dir: String, except own: String?) -> ([LockedFile], [String]) {
         var claimed: [LockedFile] = []
-        var live: Set<String> = []
+        var live: [String] = []
         for name in SmallFile.names(in: dir)
         where name.hasPrefix("run-") && (name.hasSuffix(".json") || name.hasSuffix(".json.tmp")) {
             let id = idOf(name)
@@ -396,7 +400,7 @@ public final class CrashCapture: @unchecked Sendable {
             if let file = LockedFile.claim(dir + "/" + name) {
                 claimed.append(file)
             } else if let id {
-                live.insert(id)
+                live.append(id)
             }
         }
         return (claimed, live)

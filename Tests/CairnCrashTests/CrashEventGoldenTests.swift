@@ -40,6 +40,24 @@ import Testing
 
     static let sessionEndGolden = #"{"event_id":"01a2380a-d6b9-7c80-993b-58106946b530","type":"session","name":"session_end","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","release":"orders@1.4.2","app_id":"orders","distinct_id":"host-7","context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"properties":{"reason":"crashed","started_at":"2026-12-02T18:36:04.000+00:00","pid":4242,"ended_at":"2026-12-02T18:36:04.153+00:00","duration_ms":153,"crash_event_id":"01a2380a-d6b9-758f-a116-3f050671c17f"},"sdk":{"name":"cairn-swift","version":"0.1.0"}}"#
 
+    /// The run record's start line (docs/FORMATS.md, "Run record") byte for byte, and
+    /// read back with the other lines a run appends.
+    @Test func runRecordLinesRoundTrip() {
+        var start = Self.start
+        start.context = nil
+        let line = String(decoding: start.line, as: UTF8.self)
+        #expect(line == #"{"format":1,"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","pid":4242,"started_at_ms":1796236564000,"release":"orders@1.4.2","attributes":{"app_id":"orders","distinct_id":"host-7","release":"ignored"}}"#)
+        let file = line + "\n" + #"{"oom":{"file":"/sys/fs/cgroup/memory.events","oom_kill":3}}"# + "\n"
+            + #"{"context":{"arch":"x86_64","app":{"id":"orders","release":"orders@1.4.2"},"cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}}}"#
+            + "\n" + #"{"end":"clean","ended_at_ms":1796236565000}"# + "\n"
+        let record = RunRecord(bytes: Array(file.utf8))
+        var expected = Self.start
+        expected.oomFile = "/sys/fs/cgroup/memory.events"
+        expected.oomKills = 3
+        #expect(record.start == expected, "context keys come back sorted")
+        #expect(record.cleanEndMillis == 1_796_236_565_000)
+    }
+
     @Test func crashEvent() {
         let event = CrashEvent.crash(report: Self.report, rawBytes: Array("fixed".utf8), start: Self.start,
                                      symbolizer: Symbolizer(), fallbackMillis: 0)
