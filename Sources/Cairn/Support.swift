@@ -199,11 +199,7 @@ public final class InstallRecord: Sendable {
 
     /// Writes the record (a temporary file renamed over the old one).
     func save(directory: String) {
-        var size = JSONWriter()
-        write(into: &size)
-        var bytes = [UInt8](repeating: 0, count: size.count + 1)
-        bytes.withUnsafeMutableBytes { buf in
-            var w = JSONWriter(into: buf)
+        let bytes = JSONWriter.bytes { w in
             write(into: &w)
             w.byte(0x0A)
         }

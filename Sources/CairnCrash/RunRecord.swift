@@ -63,14 +63,7 @@ struct RunStart: Equatable {
             w.byte(0x7D)
             w.byte(0x7D)
         }
-        var size = JSONWriter()
-        write(&size)
-        var bytes = [UInt8](repeating: 0, count: size.count)
-        bytes.withUnsafeMutableBytes { buf in
-            var w = JSONWriter(into: buf)
-            write(&w)
-        }
-        return bytes
+        return JSONWriter.bytes(write)
     }
 }
 

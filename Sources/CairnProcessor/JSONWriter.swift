@@ -27,6 +27,19 @@ public struct JSONWriter {
     /// True once something did not fit.
     public var overflowed: Bool { count > capacity }
 
+    /// The text `write` produces, as bytes of exactly its size: `write` runs twice,
+    /// measuring, then writing (for cold paths; the hot path writes into the ring).
+    public static func bytes(_ write: (inout JSONWriter) -> Void) -> [UInt8] {
+        var size = JSONWriter()
+        write(&size)
+        var bytes = [UInt8](repeating: 0, count: size.count)
+        bytes.withUnsafeMutableBytes { buf in
+            var w = JSONWriter(into: buf)
+            write(&w)
+        }
+        return bytes
+    }
+
     /// Appends one byte.
     public mutating func byte(_ b: UInt8) {
         if count < capacity, let base { base[count] = b }

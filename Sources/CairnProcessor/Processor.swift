@@ -39,7 +39,7 @@ public struct CommonProperties: Sendable, Equatable {
 
     /// The `"context":{...},"sdk":{...}` fragment, encoded once.
     public func encodedFragment(sdkVersion: String) -> [UInt8] {
-        Self.encoded { w in
+        JSONWriter.bytes { w in
             w.key("context")
             writeContext(into: &w)
             w.byte(0x2C)
@@ -57,18 +57,7 @@ public struct CommonProperties: Sendable, Equatable {
     /// The `context` object alone (`{"app":{...},...}`), as the run record keeps it for
     /// the crash and session-end events of this run.
     public func encodedContext() -> [UInt8] {
-        Self.encoded { writeContext(into: &$0) }
-    }
-
-    private static func encoded(_ write: (inout JSONWriter) -> Void) -> [UInt8] {
-        var size = JSONWriter()
-        write(&size)
-        var bytes = [UInt8](repeating: 0, count: size.count)
-        bytes.withUnsafeMutableBytes { buf in
-            var w = JSONWriter(into: buf)
-            write(&w)
-        }
-        return bytes
+        JSONWriter.bytes { writeContext(into: &$0) }
     }
 
     private func writeContext(into w: inout JSONWriter) {
@@ -443,13 +432,6 @@ public final class Processor: Sendable {
     /// encodes into the ring's reservation).
     public func record(_ event: Event, id: (UInt64, UInt64)? = nil) -> [UInt8] {
         let id = id ?? ids.next(millis: event.timeMillis)
-        var size = JSONWriter()
-        encode(event, id: id, into: &size)
-        var bytes = [UInt8](repeating: 0, count: size.count)
-        bytes.withUnsafeMutableBytes { buf in
-            var w = JSONWriter(into: buf)
-            encode(event, id: id, into: &w)
-        }
-        return bytes
+        return JSONWriter.bytes { encode(event, id: id, into: &$0) }
     }
 }

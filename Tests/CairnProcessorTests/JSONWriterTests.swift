@@ -6,14 +6,7 @@ import Testing
 /// JSON parser and ISO 8601 parser (independent implementations).
 @Suite struct JSONWriterTests {
     static func encode(_ value: CairnValue) -> [UInt8] {
-        var size = JSONWriter()
-        size.value(value)
-        var bytes = [UInt8](repeating: 0, count: size.count)
-        bytes.withUnsafeMutableBytes { buf in
-            var w = JSONWriter(into: buf)
-            w.value(value)
-        }
-        return bytes
+        JSONWriter.bytes { $0.value(value) }
     }
 
     /// Random values with hostile strings (control characters, quotes, backslashes,
