@@ -109,6 +109,9 @@ public final class Cairn: @unchecked Sendable {
     }
 
     let ring: Ring
+    /// Events estimated larger than this are cleaned before they are encoded (16 KiB,
+    /// or the ring's largest record if smaller).
+    private let fastPathLimit: Int
     let crash: CrashCapture
     let dedup: Deduplicator
     /// The first event of each open deduplication window, to build its summary from.
@@ -131,8 +134,6 @@ public final class Cairn: @unchecked Sendable {
         var startError: String?
         var ready = false
         var stopped = false
-        /// Where the next `sdk_health` event counts from.
-        var health: HealthBaseline
         /// How long `start` took on the caller's thread, for the first `sdk_health`.
         var startNanos: UInt64 = 0
     }
@@ -145,10 +146,11 @@ public final class Cairn: @unchecked Sendable {
         self.crash = crash
         sessionID = crash.sessionID
         self.ring = ring
+        fastPathLimit = min(16 << 10, Int(ring.stats().maxRecord))
         self.processor = processor
         dedup = Deduplicator(options: options.dedup)
-        state = Locked(State(identity: Identity(distinctID: options.distinctID),
-                             health: HealthBaseline(at: monotonicNanos(), ring: ring.stats())))
+        state = Locked(State(identity: Identity(distinctID: options.distinctID)))
+        health = Locked(HealthState(baseline: HealthBaseline(at: monotonicNanos(), ring: ring.stats())))
         background = BackgroundWork()
     }
 
@@ -220,11 +222,11 @@ public final class Cairn: @unchecked Sendable {
     /// The background half of `start`: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground() {
-        _ = install
+        crash.finishSetup()  // first: the OOM-kill baseline counts from as early as it can
         let common = options.common(.collect())
         processor.updateCommon(common)
         crash.recordContext(common.encodedContext())
-        crash.finishSetup()
+        _ = install
         let dir = options.dataDirectory
         do {
             let store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
@@ -271,6 +273,15 @@ public final class Cairn: @unchecked Sendable {
 
     // MARK: SDK health
 
+    /// Where the next `sdk_health` counts from; held while one is built and tracked, so
+    /// the periodic one and the final one at `shutdown` never interleave.
+    private let health: Locked<HealthState>
+
+    struct HealthState {
+        var baseline: HealthBaseline
+        var finalSent = false
+    }
+
     /// What an `sdk_health` event counts from: the previous one (or the start).
     struct HealthBaseline {
         var at: UInt64
@@ -284,14 +295,14 @@ public final class Cairn: @unchecked Sendable {
     /// when the next `sdk_health` is due.
     private func nextWake() -> Duration {
         guard let interval = options.healthInterval else { return .seconds(1) }
-        let since = monotonicNanos() &- state.withLock { $0.health.at }
+        let since = monotonicNanos() &- health.withLock { $0.baseline.at }
         let left = interval - .nanoseconds(Int64(clamping: since))
         return max(.milliseconds(1), min(.seconds(1), left))
     }
 
     private func healthIsDue() -> Bool {
         guard let interval = options.healthInterval else { return false }
-        let since = monotonicNanos() &- state.withLock { $0.health.at }
+        let since = monotonicNanos() &- health.withLock { $0.baseline.at }
         return .nanoseconds(Int64(clamping: since)) >= interval
     }
 
@@ -299,13 +310,20 @@ public final class Cairn: @unchecked Sendable {
     /// previous one, as counts, and how full its ring is.
     private func emitHealth(final: Bool) {
         guard options.healthInterval != nil else { return }
-        let uploader = state.withLock { $0.uploader }
+        health.withLock { h in
+            guard !h.finalSent else { return }
+            h.finalSent = final
+            let before = h.baseline
+            h.baseline = trackHealth(since: before, final: final)
+        }
+    }
+
+    /// Tracks the `sdk_health` event for what happened since `before`; returns where the
+    /// next one counts from.
+    private func trackHealth(since before: HealthBaseline, final: Bool) -> HealthBaseline {
+        let (uploader, startNanos) = state.withLock { ($0.uploader, $0.startNanos) }
         let now = HealthBaseline(at: monotonicNanos(), ring: ring.stats(), drops: drops.snapshot(),
                                  upload: uploader?.stats ?? UploaderStats(), first: false)
-        let (before, startNanos) = state.withLock { s -> (HealthBaseline, UInt64) in
-            defer { s.health = now }
-            return (s.health, s.startNanos)
-        }
         func delta<N: BinaryInteger>(_ a: N, _ b: N) -> CairnValue { .int(Int64(clamping: a >= b ? a - b : 0)) }
         func deltas(_ a: [String: Int], _ b: [String: Int]) -> CairnValue {
             var out: [String: CairnValue] = [:]
@@ -342,6 +360,7 @@ public final class Cairn: @unchecked Sendable {
         if final { p["final"] = true }
         submit(Event(type: .health, name: "sdk_health", properties: p, timeMillis: EventClock.nowMillis(),
                      identity: currentIdentity(nil), sessionID: sessionID, tier: .important))
+        return now
     }
 
     private func reportPreviousRuns(_ uploader: Uploader) {
@@ -500,16 +519,8 @@ public final class Cairn: @unchecked Sendable {
         if event.type == .track, let dynamic = options.dynamicProperties?(), !dynamic.isEmpty {
             for (k, v) in dynamic where event.properties[k] == nil { event.properties[k] = v }
         }
-        // The common case, nothing for the rules to change, is checked while encoding.
-        if write(event, cleaned: false) {
-            if let fingerprint { remember(event, fingerprint) }
-            return
-        }
-        var counts = RuleCounts()
-        event.properties = processor.clean(event.properties, counts: &counts)
-        if !counts.isEmpty { drops.add(counts) }
+        write(&event, cleaned: false)
         if let fingerprint { remember(event, fingerprint) }
-        write(event, cleaned: true)
     }
 
     /// Keeps the first event of a window; bounded: past twice the open windows allowed,
@@ -525,23 +536,33 @@ public final class Cairn: @unchecked Sendable {
         }
     }
 
-    /// Encodes `event` into the ring. Properties not `cleaned` yet are encoded only if no
-    /// rule would change them; returns false when one would (nothing is written), true
-    /// once the event is written or dropped (a full ring counts its own drops).
-    @discardableResult
-    private func write(_ event: Event, cleaned: Bool) -> Bool {
+    /// Encodes `event` into the ring, in one pass when its properties are not `cleaned`
+    /// yet and no privacy or sanitising rule would change them (the common case);
+    /// otherwise `event` is cleaned (what the rules changed is counted) and encoded again
+    /// into the same reservation. A full ring, or a record too big for it, counts its own
+    /// drop.
+    private func write(_ event: inout Event, cleaned: Bool) {
+        var cleaned = cleaned
         var needed = processor.estimate(event)
+        if !cleaned && needed > fastPathLimit {
+            // Large before cleaning (a long string, a big array): clean first, so that
+            // what the rules cut is not reserved, or refused as too big.
+            clean(&event)
+            cleaned = true
+            needed = processor.estimate(event)
+        }
         for _ in 0..<2 {
             do {
                 var overflow = 0
-                var unclean = false
                 let done = try ring.withReservation(capacity: needed) { buf -> Int? in
                     var w = JSONWriter(into: buf)
+                    if !cleaned && processor.encodeIfClean(event, into: &w) == nil {
+                        clean(&event)
+                        cleaned = true
+                    }
                     if cleaned {
+                        w = JSONWriter(into: buf)
                         processor.encode(event, into: &w)
-                    } else if processor.encodeIfClean(event, into: &w) == nil {
-                        unclean = true
-                        return nil
                     }
                     if w.overflowed {
                         overflow = w.count
@@ -549,21 +570,26 @@ public final class Cairn: @unchecked Sendable {
                     }
                     return w.count
                 }
-                if unclean { return false }
                 if done {
                     if event.tier == .critical { try? ring.sync() }
-                    return true
+                    return
                 }
                 needed = overflow
             } catch {
-                // The ring counts full and too-big drops itself.
                 if options.debugLogging {
                     FileHandle.standardError.write(Data("[cairn] event \(event.name) dropped: \(error)\n".utf8))
                 }
-                return true
+                return
             }
         }
-        return true
+    }
+
+    /// Applies the privacy and sanitising rules to `event`'s properties, counting what
+    /// they changed.
+    private func clean(_ event: inout Event) {
+        var counts = RuleCounts()
+        event.properties = processor.clean(event.properties, counts: &counts)
+        if !counts.isEmpty { drops.add(counts) }
     }
 
     /// Each closed window with repeats becomes one event: the first event again, with
@@ -574,7 +600,7 @@ public final class Cairn: @unchecked Sendable {
             summary.properties["repeat_count"] = .int(Int64(closed.repeats))
             summary.properties["deduplicated"] = .bool(true)
             summary.timeMillis = EventClock.nowMillis()
-            write(summary, cleaned: true)
+            write(&summary, cleaned: true)
         }
     }
 

@@ -222,7 +222,7 @@ public final class CrashCapture: @unchecked Sendable {
             if options.deferSetup {
                 (s.claimed, s.live) = Self.claimEndedRuns(in: options.directory, except: sessionID)
             }
-            if let (file, kills) = OOMCounter.locate() {
+            if !s.ended, let (file, kills) = OOMCounter.locate() {
                 let line: JSONValue = .object([("oom", .object([("file", .string(file)), ("oom_kill", .uint(kills))]))])
                 // Best effort: without this line the run can end as `abnormal` but not `oom_killed`.
                 try? runFile.append(line.bytes)

@@ -124,6 +124,18 @@ enum Live {
         #expect((cairn.dropCounts["privacy_redacted"] ?? 0) >= 1)
     }
 
+    /// An event too big for the ring before cleaning (a 9 MiB string; the ring takes
+    /// records up to 8 MiB) is cut by the sanitiser and sent, not refused as too big.
+    @Test func oversizedValuesAreCutNotDropped() throws {
+        let cairn = try #require(Live.cairn)
+        let before = cairn.dropCounts["string_truncated"] ?? 0
+        cairn.track("upload_failed", properties: ["body": .string(String(repeating: "x", count: 9 << 20)), "n": 1])
+        let p = Live.props(try #require(Live.events("upload_failed", count: 1).first))
+        let body = try #require(p["body"] as? String)
+        #expect(body.utf8.count == 4096 && body.hasSuffix("\u{2026}") && p["n"] as? Int == 1)
+        #expect((cairn.dropCounts["string_truncated"] ?? 0) - before == 1)
+    }
+
     @Test func samplingAndFilteringDropAndCount() throws {
         let cairn = try #require(Live.cairn)
         let before = cairn.dropCounts
