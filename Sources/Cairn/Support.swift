@@ -266,6 +266,7 @@ extension CommonProperties {
     /// A few small files read once at start.
     public static func collect() -> CommonProperties {
         var p = collectWithoutFiles()
+        p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))  // glibc reads /sys for it
         if let text = SmallFile.bytes("/etc/os-release", limit: 16 << 10) {
             forEachLine(text) { line in
                 guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { return }
@@ -284,7 +285,7 @@ extension CommonProperties {
     }
 
     /// What `collect` reads without opening a file: host name, kernel and architecture
-    /// (`uname`), online CPUs and the pid. `start` puts these into the first events and
+    /// (`uname`) and the pid. `start` puts these into the first events and
     /// the rest into later ones once the background thread has read it.
     public static func collectWithoutFiles() -> CommonProperties {
         var p = CommonProperties()
@@ -294,7 +295,6 @@ extension CommonProperties {
             p.arch = withUnsafeBytes(of: u.machine) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             p.hostName = withUnsafeBytes(of: u.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         }
-        p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         p.pid = getpid()
         return p
     }
