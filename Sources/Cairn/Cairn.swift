@@ -150,7 +150,7 @@ public final class Cairn: @unchecked Sendable {
         self.processor = processor
         dedup = Deduplicator(options: options.dedup)
         state = Locked(State(identity: Identity(distinctID: options.distinctID)))
-        health = Locked(HealthState(baseline: HealthBaseline(at: monotonicNanos(), ring: ring.stats())))
+        health = Locked(HealthState(baseline: HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: ring.stats())))
         background = BackgroundWork()
     }
 
@@ -176,11 +176,11 @@ public final class Cairn: @unchecked Sendable {
             return !s
         }
         guard first else { throw .alreadyStarted }
-        let began = monotonicNanos()
+        let began = DispatchTime.now().uptimeNanoseconds
         do {
             let cairn = try startOnce(options)
             sharedInstance.withLock { $0 = cairn }
-            let took = monotonicNanos() &- began
+            let took = DispatchTime.now().uptimeNanoseconds &- began
             cairn.state.withLock { $0.startNanos = took }
             return cairn
         } catch {
@@ -266,7 +266,7 @@ public final class Cairn: @unchecked Sendable {
         background.signal()
         while !background.waitForStop(timeout: nextWake()) {
             emitDedupSummaries()
-            if healthIsDue() { emitHealth(final: false) }
+            if let due = healthDueIn(), due <= .zero { emitHealth(final: false) }
         }
         emitDedupSummaries()
     }
@@ -291,19 +291,17 @@ public final class Cairn: @unchecked Sendable {
         var first = true
     }
 
+    /// How long until the next `sdk_health` is due (zero or less: now); nil when off.
+    private func healthDueIn() -> Duration? {
+        guard let interval = options.healthInterval else { return nil }
+        let since = DispatchTime.now().uptimeNanoseconds &- health.withLock { $0.baseline.at }
+        return interval - .nanoseconds(Int64(clamping: since))
+    }
+
     /// The background loop's next wake-up: within a second (deduplication windows), or
     /// when the next `sdk_health` is due.
     private func nextWake() -> Duration {
-        guard let interval = options.healthInterval else { return .seconds(1) }
-        let since = monotonicNanos() &- health.withLock { $0.baseline.at }
-        let left = interval - .nanoseconds(Int64(clamping: since))
-        return max(.milliseconds(1), min(.seconds(1), left))
-    }
-
-    private func healthIsDue() -> Bool {
-        guard let interval = options.healthInterval else { return false }
-        let since = monotonicNanos() &- health.withLock { $0.baseline.at }
-        return .nanoseconds(Int64(clamping: since)) >= interval
+        max(.milliseconds(1), min(.seconds(1), healthDueIn() ?? .seconds(1)))
     }
 
     /// Tracks `sdk_health` (docs/FORMATS.md, "SDK health"): what the SDK did since the
@@ -322,7 +320,7 @@ public final class Cairn: @unchecked Sendable {
     /// next one counts from.
     private func trackHealth(since before: HealthBaseline, final: Bool) -> HealthBaseline {
         let (uploader, startNanos) = state.withLock { ($0.uploader, $0.startNanos) }
-        let now = HealthBaseline(at: monotonicNanos(), ring: ring.stats(), drops: drops.snapshot(),
+        let now = HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: ring.stats(), drops: drops.snapshot(),
                                  upload: uploader?.stats ?? UploaderStats(), first: false)
         func delta<N: BinaryInteger>(_ a: N, _ b: N) -> CairnValue { .int(Int64(clamping: a >= b ? a - b : 0)) }
         func deltas(_ a: [String: Int], _ b: [String: Int]) -> CairnValue {
@@ -515,7 +513,8 @@ public final class Cairn: @unchecked Sendable {
             }
             fingerprint = print
         }
-        // Dynamic properties describe events, not users: user-property requests go as set.
+        // Dynamic properties fill keys the call site did not set; they describe events,
+        // not users: user-property requests go as set.
         if event.type == .track, let dynamic = options.dynamicProperties?(), !dynamic.isEmpty {
             for (k, v) in dynamic where event.properties[k] == nil { event.properties[k] = v }
         }

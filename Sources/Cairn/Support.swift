@@ -3,13 +3,6 @@ import CairnStore
 import Foundation
 import Glibc
 
-/// CLOCK_MONOTONIC in nanoseconds.
-func monotonicNanos() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
-}
-
 /// Drops and changes counted by reason, reported with every batch.
 final class DropCounters: Sendable {
     /// In a plain struct, so that creating the counters at start needs no runtime

@@ -149,17 +149,15 @@ enum CrashEvent {
     }
 
     /// The processor's value as an ordered JSON value (object keys sorted).
-    static func jsonValue(_ value: CairnValue) -> JSONValue { convert(value) }
-
-    private static func convert(_ value: CairnValue) -> JSONValue {
+    static func jsonValue(_ value: CairnValue) -> JSONValue {
         switch value {
         case .null: return .null
         case .bool(let b): return .bool(b)
         case .int(let i): return .int(i)
         case .double(let d): return .double(d)
         case .string(let s): return .string(s)
-        case .array(let items): return .array(items.map(convert))
-        case .object(let m): return .object(m.keys.sorted().map { ($0, convert(m[$0] ?? .null)) })
+        case .array(let items): return .array(items.map(jsonValue))
+        case .object(let m): return .object(m.keys.sorted().map { ($0, jsonValue(m[$0] ?? .null)) })
         }
     }
 

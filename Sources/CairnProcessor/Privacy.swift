@@ -137,10 +137,13 @@ public struct PrivacyMasker: Sendable {
     static let redacted = "[redacted]"
 
     private func action(forKey key: String) -> KeyAction? {
-        withUTF8Bytes(key) { bytes in
-            if let rule = rules.action(for: bytes) { return rule }
-            return patterns.matches(bytes) ? .redact : nil
-        }
+        withUTF8Bytes(key, action(forKey:))
+    }
+
+    /// A key rule's action, else `.redact` for a sensitive key, else nil.
+    private func action(forKey key: UnsafeBufferPointer<UInt8>) -> KeyAction? {
+        if let rule = rules.action(for: key) { return rule }
+        return patterns.matches(key) ? .redact : nil
     }
 
     // Each helper returns nil for "unchanged", so untouched values are never rebuilt.
@@ -221,14 +224,12 @@ public struct PrivacyMasker: Sendable {
     /// `inherited` is what applied to the enclosing object.
     func scope(forKey key: UnsafeBufferPointer<UInt8>, inherited: PrivacyScope) -> PrivacyScope? {
         guard case .mask(let kinds) = inherited else { return .off }
-        if let rule = rules.action(for: key) {
-            switch rule {
-            case .keep: return .off
-            case .redact: return nil
-            case .mask: return .mask(.all)
-            }
+        switch action(forKey: key) {
+        case .keep?: return .off
+        case .redact?: return nil
+        case .mask?: return .mask(.all)
+        case nil: return .mask(kinds)
         }
-        return patterns.matches(key) ? nil : .mask(kinds)
     }
 
     /// What applies to the properties object itself.

@@ -254,15 +254,11 @@ public final class Processor: Sendable {
         return nil
     }
 
-    /// The properties to encode: `dynamic` fills keys the call site did not set, then the
-    /// privacy rules run (on whole strings, so no cut can leave half a card number), then
-    /// the sanitiser (so the limits hold for what is written); what they change is added
-    /// to `counts`.
-    public func clean(_ properties: [String: CairnValue], dynamic: [String: CairnValue] = [:],
-                      counts: inout RuleCounts) -> [String: CairnValue] {
-        var merged = properties
-        for (k, v) in dynamic where merged[k] == nil { merged[k] = v }
-        let masked = options.privacy.enabled ? masker.apply(merged, counts: &counts) : merged
+    /// The properties to encode: the privacy rules run first (on whole strings, so no
+    /// cut can leave half a card number), then the sanitiser (so the limits hold for
+    /// what is written); what they change is added to `counts`.
+    public func clean(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
+        let masked = options.privacy.enabled ? masker.apply(properties, counts: &counts) : properties
         return sanitizer.sanitize(masked, counts: &counts)
     }
 
