@@ -716,3 +716,8 @@ int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *s)
     s->max_record = ring->max_record;
     return 0;
 }
+
+uint64_t cairn_ring_id(const cairn_ring_t *ring)
+{
+    return ring ? ring->area.salt | 1u : 0;
+}

@@ -180,6 +180,11 @@ public final class Ring: @unchecked Sendable {
     /// The read cursor: the position of the oldest unconsumed record.
     public var readPosition: UInt64 { cairn_ring_read_pos(handle) }
 
+    /// The ring file's id, fixed when the file was created (`cairn_ring_id`): state
+    /// kept elsewhere about positions in this ring names it, so that a later file is
+    /// not mistaken for this one.
+    public var id: UInt64 { cairn_ring_id(handle) }
+
     /// Reads published records in order without consuming them.
     ///
     /// - Parameters:

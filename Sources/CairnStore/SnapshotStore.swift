@@ -196,11 +196,14 @@ public final class SnapshotStore: @unchecked Sendable {
     ///   - attempts: Attempts already made before storing (they count toward the
     ///     retry number sent with later attempts).
     ///   - now: The creation time in milliseconds since the epoch.
+    ///   - metadata: Metadata entries set in the same transaction: they are committed
+    ///     together with the snapshot or not at all.
     /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
     ///   than the size cap); the failure is counted and nothing else changes.
     @discardableResult
     public func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
-                    now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> SnapshotID {
+                    now: UInt64 = SnapshotStore.nowMillis(),
+                    metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> SnapshotID {
         let id = nextID(now: now)
         let snapshot = Snapshot(id: id, request: request, priority: priority, createdAt: now,
                                 attempts: attempts, nextAttemptAt: now)
@@ -212,6 +215,7 @@ public final class SnapshotStore: @unchecked Sendable {
             try write({ txn throws(StoreError) in
                 victims = try self.evictForSpace(txn, incoming: size, incomingPriority: priority)
                 try Self.put(txn, self.snapshots, key: id.bytes, value: value)
+                for m in metadata { try Self.put(txn, self.meta, key: Array(m.key.utf8), value: m.value) }
             }, committed: {
                 self.state.withLock { s in
                     for v in victims {

@@ -47,6 +47,10 @@ public struct UploaderOptions: Sendable {
     /// Drops counted outside the uploader (by reason), reported with its own in the
     /// `Cairn-Dropped` header.
     public var extraDrops: (@Sendable () -> [String: Int])?
+    /// Whether a stored request is sent to the current ``url`` with the current
+    /// ``apiKey`` (true, the default), or to the URL and key it was built with. Its body
+    /// and `Idempotency-Key` never change either way.
+    public var followDestination: Bool = true
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -135,10 +139,16 @@ public final class Uploader: @unchecked Sendable {
         var started = false
         var finished = false
         var idle = false
+        /// The latest deadline of the flushes waiting now: attempts made for them end by then.
+        var flushDeadline: ContinuousClock.Instant?
+        /// The last attempt failed: stored requests are safe where they are, and a flush
+        /// need not wait for their replay.
+        var collectorFailing = false
     }
 
     private let ring: Ring
-    private let store: SnapshotStore
+    /// nil when no store could be opened: batches then stay in the ring until delivered.
+    private let store: SnapshotStore?
     private let transport: any Transport
     /// The uploader's options.
     public let options: UploaderOptions
@@ -149,14 +159,18 @@ public final class Uploader: @unchecked Sendable {
     private let clock = ContinuousClock()
 
     // Worker-only state.
-    private var pending: (request: UploadRequest, next: UInt64, events: Int)?
+    private var pending: (request: UploadRequest, next: UInt64, events: Int, mark: RingBatchMark)?
     private var breaker: CircuitBreaker
     private var encoder: FrameEncoder?
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
     private var lastSync: ContinuousClock.Instant
 
     /// Creates an uploader; nothing runs until ``start()``.
-    public init(ring: Ring, store: SnapshotStore, transport: any Transport, options: UploaderOptions) {
+    ///
+    /// - Parameter store: Where undeliverable requests wait; nil when none could be
+    ///   opened, in which case batches stay in the ring (which survives a restart) and
+    ///   are retried from there, and prebuilt requests are refused.
+    public init(ring: Ring, store: SnapshotStore?, transport: any Transport, options: UploaderOptions) {
         self.ring = ring
         self.store = store
         self.transport = transport
@@ -177,34 +191,55 @@ public final class Uploader: @unchecked Sendable {
         thread.start()
     }
 
-    /// Sends what is pending now, waiting at most `timeout`. Returns `true` when the
-    /// ring is empty and no batch is waiting in memory (everything was delivered or
-    /// stored); what could not be sent in time stays in the ring or the store.
+    /// Sends what is pending now, waiting at most `timeout`. Returns `true` once the ring
+    /// is empty, no batch waits in memory, and every request that was not delivered is
+    /// in the snapshot store, synced to disk. With the collector answering, stored
+    /// requests that are due are also sent first; while it fails (errors, pauses, an open
+    /// breaker), batches are stored at once instead of waiting out their retries, so a
+    /// flush ends as soon as everything is safe. What could not be made safe in time
+    /// stays in the ring (which survives a crash) and the call returns false.
     @discardableResult
     public func flush(timeout: Duration) -> Bool {
         let deadline = clock.now + timeout
-        state.withLock { $0.flushRequests += 1; $0.idle = false }
-        signal()
-        defer { state.withLock { $0.flushRequests -= 1 } }
-        while clock.now < deadline {
-            if state.withLock({ $0.idle || $0.finished }) { return isDrained() }
-            usleep(5_000)
+        state.withLock { s in
+            s.flushRequests += 1
+            s.flushDeadline = max(s.flushDeadline ?? deadline, deadline)
+            s.idle = false
         }
-        return isDrained()
+        signal()
+        defer {
+            state.withLock { s in
+                s.flushRequests -= 1
+                if s.flushRequests == 0 { s.flushDeadline = nil }
+            }
+        }
+        while clock.now < deadline {
+            if state.withLock({ $0.idle || $0.finished }) { break }
+            usleep(2_000)
+        }
+        guard isDrained() else { return false }
+        do {
+            try store?.sync()
+        } catch {
+            return false
+        }
+        return true
     }
 
-    /// Flushes within `timeout`, then stops the worker. Nothing is lost: what was not
-    /// sent stays in the ring file or the snapshot store for the next start.
+    /// Flushes within `timeout`, then stops the worker, returning by the deadline in
+    /// every state (an attempt still running then is left to end on its own; its
+    /// batch stays in the ring). Nothing is lost: what was not sent stays in the ring
+    /// file or the snapshot store for the next start.
     @discardableResult
     public func shutdown(timeout: Duration) -> Bool {
         let deadline = clock.now + timeout
         let drained = flush(timeout: timeout)
         state.withLock { $0.stopping = true }
         signal()
-        while !state.withLock({ $0.finished || !$0.started }) && clock.now < deadline + .seconds(1) {
-            usleep(5_000)
+        while !state.withLock({ $0.finished || !$0.started }) && clock.now < deadline {
+            usleep(2_000)
         }
-        try? store.sync()
+        try? store?.sync()
         try? ring.sync()
         return drained
     }
@@ -225,9 +260,13 @@ public final class Uploader: @unchecked Sendable {
     /// Hands over a complete request body (for example a batch built elsewhere): it
     /// gets the same snapshot, retry and persistence treatment as the uploader's own
     /// batches. The request is built once, here.
+    ///
+    /// - Throws: ``StoreError`` when it cannot be stored (no store could be opened, a
+    ///   full disk, larger than the size cap).
     @discardableResult
     public func sendPrebuilt(body: [UInt8], contentEncoding: String = "zstd",
                              priority: Priority = .important) throws(StoreError) -> UploadRequest {
+        guard let store else { throw StoreError(ENODEV, function: "Uploader.sendPrebuilt (no snapshot store)") }
         var request = makeRequest(body: body)
         if let i = request.headers.firstIndex(where: { $0.name == "Content-Encoding" }) {
             request.headers[i].value = contentEncoding
@@ -237,8 +276,7 @@ public final class Uploader: @unchecked Sendable {
         return request
     }
 
-    private func makeRequest(body: [UInt8]) -> UploadRequest {
-        let key = UUID().uuidString.lowercased()
+    private func makeRequest(body: [UInt8], key: String = UUID().uuidString.lowercased()) -> UploadRequest {
         var headers = [
             HTTPHeader("Content-Type", "application/x-ndjson"),
             HTTPHeader("Content-Encoding", "zstd"),
@@ -251,6 +289,17 @@ public final class Uploader: @unchecked Sendable {
         return UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key)
     }
 
+    /// `request` as it goes out now: with ``UploaderOptions/followDestination``, to the
+    /// current URL with the current API key; body, key and other headers as built.
+    private func resolved(_ request: UploadRequest) -> UploadRequest {
+        guard options.followDestination else { return request }
+        var r = request
+        r.url = options.url
+        r.headers.removeAll { $0.name.lowercased() == "authorization" }
+        if let apiKey = options.apiKey { r.headers.append(HTTPHeader("Authorization", "Bearer \(apiKey)")) }
+        return r
+    }
+
     /// Every drop so far, by reason, as `reason=count` pairs: they ride along with each
     /// new batch so the collector sees what the SDK lost and why.
     private func dropSummary() -> String {
@@ -260,11 +309,12 @@ public final class Uploader: @unchecked Sendable {
         if r.droppedFull > 0 { all["ring_full"] = Int(r.droppedFull) }
         if r.droppedTooBig > 0 { all["ring_too_big"] = Int(r.droppedTooBig) }
         if r.skippedCorrupt > 0 { all["ring_corrupt"] = Int(r.skippedCorrupt) }
-        let s = store.stats
-        if s.setAside { all["store_corrupt"] = 1 }
-        if s.evictedAge > 0 { all["store_age"] = s.evictedAge }
-        let bySize = s.evictedSize.values.reduce(0, +)
-        if bySize > 0 { all["store_size"] = bySize }
+        if let s = store?.stats {
+            if s.setAside { all["store_corrupt"] = 1 }
+            if s.evictedAge > 0 { all["store_age"] = s.evictedAge }
+            let bySize = s.evictedSize.values.reduce(0, +)
+            if bySize > 0 { all["store_size"] = bySize }
+        }
         return all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
     }
 
@@ -277,19 +327,21 @@ public final class Uploader: @unchecked Sendable {
             if r.origin == .setAside { notes.append("ring file was unreadable: set aside, fresh ring created") }
             if r.skippedCorrupt > 0 { notes.append("ring: \(r.skippedCorrupt) torn regions skipped (\(r.skippedBytes) bytes)") }
             if r.recovered > 0 { notes.append("ring: \(r.recovered) records recovered from the last run") }
-            if store.stats.setAside { notes.append("snapshot store was unreadable: set aside, fresh store created") }
-            if store.stats.count > 0 { notes.append("snapshot store: \(store.stats.count) requests to replay") }
+            if store == nil { notes.append("no snapshot store: undelivered batches stay in the ring") }
+            if store?.stats.setAside == true { notes.append("snapshot store was unreadable: set aside, fresh store created") }
+            if let n = store?.stats.count, n > 0 { notes.append("snapshot store: \(n) requests to replay") }
             for note in notes { FileHandle.standardError.write(Data("[cairn] \(note)\n".utf8)) }
         }
-        _ = try? store.evictExpired()
+        _ = try? store?.evictExpired()
+        resumeMarkedBatch()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
-            if let until = state.withLock({ $0.pausedUntil }), until > now {
+            if let until = state.withLock({ $0.pausedUntil }), until > now, !flushing {
                 sleep(until: until)
                 continue
             }
             if now - lastSync >= options.syncInterval {
-                try? store.sync()
+                try? store?.sync()
                 lastSync = now
             }
             if let p = pending {
@@ -306,6 +358,9 @@ public final class Uploader: @unchecked Sendable {
         state.withLock { $0.finished = true }
         signal()
     }
+
+    /// A flush is waiting.
+    private var flushing: Bool { state.withLock { $0.flushRequests > 0 } }
 
     /// Forms a batch from the ring when one is due and starts delivering it. Returns
     /// when to look again if nothing was due, or nil after doing work.
@@ -325,23 +380,49 @@ public final class Uploader: @unchecked Sendable {
         // Full when the limits cut the run short: more records wait after it.
         let full = run.records.count >= options.maxBatchEvents
             || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
-        let flushing = state.withLock { $0.flushRequests > 0 }
         let due = (firstSeen?.at ?? now) + options.maxBatchAge
         if !full && !flushing && now < due { return due }
+        let mark = RingBatchMark(ringID: ring.id, first: first, next: run.next, events: UInt32(run.records.count),
+                                 batchID: UInt64.random(in: 1...UInt64.max), key: UUID().uuidString.lowercased())
+        startBatch(run, mark: mark)
+        firstSeen = nil
+        return nil
+    }
+
+    /// Frames `run` as the batch `mark` describes and makes it the pending one, after
+    /// recording the mark: a process killed before the batch is safe rebuilds exactly
+    /// this batch, with this key, at its next start (``resumeMarkedBatch()``).
+    private func startBatch(_ run: Ring.Run, mark: RingBatchMark) {
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
-            let body = try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), run: run)
+            let body = try encoder.encode(batchID: mark.batchID, run: run)
             if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
-            pending = (makeRequest(body: body), run.next, run.records.count)
+            try? store?.setMetadata(RingBatchMark.metadataKey, mark.encoded())
+            pending = (makeRequest(body: body, key: mark.key), run.next, run.records.count, mark)
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
             count(drop: "unframeable", run.records.count)
             try? ring.commit(upTo: run.next)
         }
-        firstSeen = nil
-        return nil
+    }
+
+    /// At start: a batch the last process had formed but not yet made safe is formed
+    /// again from the same records with the same batch id and `Idempotency-Key`, so a
+    /// collector that received it before the kill drops the copy; a batch it had stored
+    /// but not yet released from the ring is released (the store has it).
+    private func resumeMarkedBatch() {
+        guard let store, let bytes = try? store.metadata(RingBatchMark.metadataKey),
+              let mark = RingBatchMark(bytes), mark.ringID == ring.id, mark.first == ring.readPosition else { return }
+        if mark.stored {
+            try? ring.commit(upTo: mark.next)
+            return
+        }
+        guard let run = try? ring.peek(maxRecords: Int(mark.events), maxBytes: Int(ring.stats().capacity)),
+              run.records.count == Int(mark.events), run.next == mark.next,
+              run.records.first?.position == mark.first else { return }
+        startBatch(run, mark: mark)
     }
 
     /// Attempts a batch from the ring; on success or a final answer releases the
@@ -349,7 +430,12 @@ public final class Uploader: @unchecked Sendable {
     private func deliver(_ request: UploadRequest, events: Int, fromRing next: UInt64) {
         var made = 0
         for attempt in 0..<(options.storeOnly ? 0 : options.attempts) {
-            if state.withLock({ $0.stopping && $0.flushRequests == 0 }) { return }
+            let (stopping, flushing, paused) = state.withLock {
+                ($0.stopping, $0.flushRequests > 0, ($0.pausedUntil ?? clock.now) > clock.now)
+            }
+            if stopping && !flushing { return }
+            // Paused while a flush waits: store now rather than wait for the pause to end.
+            if paused { break }
             guard breaker.allows(at: clock.now) else { break }
             made += 1
             switch attemptOnce(request, attempt: attempt) {
@@ -366,8 +452,11 @@ public final class Uploader: @unchecked Sendable {
             case .pauseAndRetry:
                 break
             case .retry:
-                if attempt + 1 < options.attempts {
-                    let delay = options.backoff.delay(afterAttempt: attempt, random: Double.random(in: 0..<1))
+                let delay = options.backoff.delay(afterAttempt: attempt, random: Double.random(in: 0..<1))
+                // A flush that would end before the next attempt wants the batch safe
+                // now: stored, it is retried later.
+                let flushEnds = state.withLock { $0.flushDeadline }
+                if attempt + 1 < options.attempts && flushEnds.map({ clock.now + delay < $0 }) ?? true {
                     sleep(until: clock.now + delay)
                     continue
                 }
@@ -375,8 +464,16 @@ public final class Uploader: @unchecked Sendable {
             break
         }
         // Out of attempts, paused or breaker open: keep the exact request in the store.
+        guard let store, let p = pending else {
+            // No store: the records stay in the ring, which is retried after a pause.
+            sleep(until: clock.now + options.backoff.cap / 10)
+            return
+        }
         do {
-            try store.put(request, priority: options.priority, attempts: UInt32(made))
+            var mark = p.mark
+            mark.stored = true
+            try store.put(request, priority: options.priority, attempts: UInt32(made),
+                          metadata: [(RingBatchMark.metadataKey, mark.encoded())])
             try? ring.commit(upTo: next)
             pending = nil
             state.withLock { $0.stats.storedBatches += 1 }
@@ -394,7 +491,8 @@ public final class Uploader: @unchecked Sendable {
 
     /// Sends the oldest stored snapshot that is due.
     private func replayOne() -> Replay {
-        guard !options.storeOnly,
+        guard !options.storeOnly, let store,
+              !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }),
               let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
               breaker.allows(at: clock.now) else { return .nothingDue }
         let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts))
@@ -419,8 +517,10 @@ public final class Uploader: @unchecked Sendable {
         return .finished
     }
 
-    /// One attempt: logs, sends, classifies, updates the breaker and pauses.
-    private func attemptOnce(_ request: UploadRequest, attempt: Int) -> DeliveryAction {
+    /// One attempt: logs, sends, classifies, updates the breaker and pauses. While a
+    /// flush waits, the attempt ends by the flush's deadline.
+    private func attemptOnce(_ stored: UploadRequest, attempt: Int) -> DeliveryAction {
+        let request = resolved(stored)
         // Logs decode the batch: only when someone reads them.
         let logging = options.debugLogging || options.observer != nil
         let log = logging ? UploadStartLog(request: request, attempt: attempt) : nil
@@ -429,7 +529,11 @@ public final class Uploader: @unchecked Sendable {
             if options.debugLogging { FileHandle.standardError.write(Data((log.description + "\n").utf8)) }
         }
         let started = clock.now
-        let result = transport.send(request, attempt: attempt, timeout: options.requestTimeout)
+        var timeout = options.requestTimeout
+        if let deadline = state.withLock({ $0.flushDeadline }) {
+            timeout = max(.milliseconds(100), min(timeout, deadline - started))
+        }
+        let result = transport.send(request, attempt: attempt, timeout: timeout)
         let action: DeliveryAction
         var pause: Duration?
         switch result {
@@ -452,10 +556,12 @@ public final class Uploader: @unchecked Sendable {
         switch action {
         case .delivered, .drop:
             breaker.succeeded()
+            state.withLock { $0.collectorFailing = false }
         case .retry, .pauseAndRetry:
             let before = breaker.openings
             breaker.failed(at: now)
             state.withLock {
+                $0.collectorFailing = true
                 $0.stats.failedAttempts += 1
                 if breaker.openings > before { $0.stats.breakerOpenings += 1 }
             }
@@ -477,9 +583,11 @@ public final class Uploader: @unchecked Sendable {
     }
 
     private func markIdle() {
-        // Stored requests wait for a replay, except in store-only mode, where they stay.
-        let idle = pending == nil && (options.storeOnly
-            || ((try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true))
+        // Stored requests wait for a replay, except in store-only mode, where they stay,
+        // and while the collector fails, when they are safe where they are.
+        let failing = state.withLock { $0.collectorFailing } || !breaker.allows(at: clock.now)
+        let idle = pending == nil && (options.storeOnly || store == nil || failing
+            || ((try? store?.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true))
         // No signal here: it would wake this very worker, which would find nothing to do,
         // mark itself idle and signal again: a busy loop. `flush` polls `idle`.
         state.withLock { $0.idle = idle }

@@ -118,7 +118,12 @@ import Testing
                                 options: Self.options(collector))
         try ring.append(Self.event(1))
         uploader.start()
+        // Paused, the batch is stored: the flush is done once it is safe on disk...
         #expect(uploader.flush(timeout: .seconds(20)))
+        #expect(uploader.stats.storedBatches == 1)
+        // ...and it is sent again once the pause is over, not before.
+        let deadline = ContinuousClock.now + .seconds(15)
+        while uploader.stats.deliveredBatches == 0 && ContinuousClock.now < deadline { usleep(20_000) }
         uploader.shutdown(timeout: .seconds(5))
         let attempts = try collector.requests()
         #expect(attempts.count == 2)

@@ -355,6 +355,20 @@ int cairn_ring_sync(cairn_ring_t *ring);
  */
 int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
 
+/**
+ * The ring file's id: a random value chosen when the file was created (its salt) and
+ * kept for the file's life, so that state kept elsewhere about ring positions (the
+ * uploader's batch mark) can tell this file from a later one.
+ *
+ * @param ring  An open ring.
+ * @return The id, never 0 for an open ring; 0 for NULL.
+ *
+ * Ownership: none.
+ * Thread-safety: any thread.
+ * Async-signal-safe: yes.
+ */
+uint64_t cairn_ring_id(const cairn_ring_t *ring);
+
 /* ------------------------------------------------------------------------------ */
 /* Batch frames                                                                     */
 /* ------------------------------------------------------------------------------ */
