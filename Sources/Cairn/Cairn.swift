@@ -94,7 +94,8 @@ public final class Cairn: @unchecked Sendable {
     public var install: InstallRecord {
         installSlot.withLock { slot in
             if let record = slot.record { return record }
-            let record = InstallRecord.load(directory: options.dataDirectory, release: options.release)
+            let record = isEnabled ? InstallRecord.load(directory: options.dataDirectory, release: options.release)
+                : InstallRecord.unsaved(release: options.release)
             slot.record = record
             return record
         }
@@ -108,11 +109,18 @@ public final class Cairn: @unchecked Sendable {
         var record: InstallRecord?
     }
 
-    let ring: Ring
+    /// nil in a disabled SDK (`startOrDisabled` after a failed start).
+    let ring: Ring?
     /// Events estimated larger than this are cleaned before they are encoded (16 KiB,
     /// or the ring's largest record if smaller).
     private let fastPathLimit: Int
-    let crash: CrashCapture
+    /// nil in a disabled SDK.
+    let crash: CrashCapture?
+    /// Why this SDK is disabled (every call a no-op), or nil when it runs.
+    public let startError: CairnStartError?
+    /// Whether this SDK runs; false for the disabled SDK `startOrDisabled` returns when
+    /// `start` failed, on which every call is a cheap no-op.
+    public var isEnabled: Bool { ring != nil }
     let dedup: Deduplicator
     /// The first event of each open deduplication window, to build its summary from.
     private let dedupFirst = Locked(FirstEvents())
@@ -141,16 +149,19 @@ public final class Cairn: @unchecked Sendable {
     /// The task-local span: events tracked inside `withSpan` carry its trace and span ids.
     @TaskLocal public static var currentSpan: SpanContext?
 
-    private init(options: Options, crash: CrashCapture, ring: Ring, processor: Processor) {
+    private init(options: Options, crash: CrashCapture?, ring: Ring?, processor: Processor,
+                 startError: CairnStartError? = nil) {
         self.options = options
         self.crash = crash
-        sessionID = crash.sessionID
+        sessionID = crash?.sessionID ?? ""
         self.ring = ring
-        fastPathLimit = min(16 << 10, Int(ring.stats().maxRecord))
+        self.startError = startError
+        let stats = ring?.stats()
+        fastPathLimit = min(16 << 10, Int(stats?.maxRecord ?? 0))
         self.processor = processor
         dedup = Deduplicator(options: options.dedup)
         state = Locked(State(identity: Identity(distinctID: options.distinctID)))
-        health = Locked(HealthState(baseline: HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: ring.stats())))
+        health = Locked(HealthState(baseline: HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: stats)))
         background = BackgroundWork()
     }
 
@@ -171,6 +182,7 @@ public final class Cairn: @unchecked Sendable {
     public static func start(_ options: Options) throws(CairnStartError) -> Cairn {
         if options.disabled { throw .disabled }
         try options.validate()
+        let options = options.normalized()
         let first = startedOnce.withLock { s -> Bool in
             defer { s = true }
             return !s
@@ -187,6 +199,38 @@ public final class Cairn: @unchecked Sendable {
             startedOnce.withLock { $0 = false }
             throw error
         }
+    }
+
+    /// Starts the SDK as `start` does, but never throws: when it cannot start (an
+    /// invalid option, a data directory it cannot use, `CAIRN_DISABLED=1`, a second
+    /// start) it writes the reason to stderr once and returns a disabled SDK whose
+    /// calls do nothing and cost next to nothing. The pattern for services that must
+    /// never stop because of their telemetry:
+    ///
+    /// ```swift
+    /// let cairn = Cairn.startOrDisabled(.fromEnvironment())
+    /// if let error = cairn.startError { myLogger.warning("telemetry off: \(error)") }
+    /// ```
+    ///
+    /// A disabled SDK is not ``shared``. With `disabled` set (by choice), the note is
+    /// written only with debug logging on.
+    public static func startOrDisabled(_ options: Options) -> Cairn {
+        do {
+            return try start(options)
+        } catch {
+            if error != .disabled || options.debugLogging {
+                FileHandle.standardError.write(Data("[cairn] not started: \(error); tracking calls do nothing\n".utf8))
+            }
+            return disabled(options, error)
+        }
+    }
+
+    /// A disabled SDK: no files, no threads, no handlers.
+    private static func disabled(_ options: Options, _ error: CairnStartError) -> Cairn {
+        let processor = Processor(options: ProcessorOptions(limits: options.limits, privacy: options.privacy,
+                                                            sampling: options.sampling, filter: options.filter),
+                                  common: CommonProperties(), sdkVersion: cairnVersion)
+        return Cairn(options: options, crash: nil, ring: nil, processor: processor, startError: error)
     }
 
     private static func startOnce(_ options: Options) throws(CairnStartError) -> Cairn {
@@ -215,53 +259,62 @@ public final class Cairn: @unchecked Sendable {
             throw .storage("event ring: \(error)")
         }
         let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor)
-        cairn.background.start { [cairn] in cairn.startInBackground() }
+        cairn.background.start { [cairn] in cairn.startInBackground(crash: crash, ring: ring) }
+        if !options.terminationSignals.isEmpty {
+            TerminationHandler.install(signals: options.terminationSignals) { [cairn] in
+                cairn.shutdown(timeout: cairn.options.shutdownTimeout)
+            }
+        }
         return cairn
     }
 
     /// The background half of `start`: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
-    private func startInBackground() {
+    private func startInBackground(crash: CrashCapture, ring: Ring) {
         crash.finishSetup()  // first: the OOM-kill baseline counts from as early as it can
         let common = options.common(.collect())
         processor.updateCommon(common)
         crash.recordContext(common.encodedContext())
         _ = install
         let dir = options.dataDirectory
+        var store: SnapshotStore?
         do {
-            let store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
-            let destinations = options.destinations
-            var tap: (@Sendable ([[UInt8]]) -> Void)?
-            if !destinations.isEmpty {
-                tap = { (records: [[UInt8]]) -> Void in
-                    var events: [FinishedEvent] = []
-                    events.reserveCapacity(records.count)
-                    for r in records { events.append(FinishedEvent(json: r)) }
-                    for d in destinations { d.receive(events) }
-                }
-            }
-            let counters = drops
-            var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
-                                                maxBatchEvents: options.maxBatchEvents,
-                                                maxBatchBytes: options.maxBatchBytes, maxBatchAge: options.maxBatchAge)
-            uploadOptions.debugLogging = options.debugLogging
-            uploadOptions.observer = options.uploadObserver
-            uploadOptions.storeOnly = options.uploadURL == nil
-            uploadOptions.tap = tap
-            uploadOptions.extraDrops = { counters.snapshot() }
-            let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? CurlTransport(),
-                                    options: uploadOptions)
-            state.withLock {
-                $0.store = store
-                $0.uploader = uploader
-            }
-            uploader.start()
-            reportPreviousRuns(uploader)
-            sendInstallProperties(uploader)
+            store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
         } catch {
+            // Events still flow: undelivered batches wait in the ring instead.
+            drops.add("store_unavailable", 1)
             state.withLock { $0.startError = "\(error)" }
-            if options.debugLogging { FileHandle.standardError.write(Data("[cairn] start: \(error)\n".utf8)) }
+            if options.debugLogging { FileHandle.standardError.write(Data("[cairn] snapshot store: \(error)\n".utf8)) }
         }
+        let destinations = options.destinations
+        var tap: (@Sendable ([[UInt8]]) -> Void)?
+        if !destinations.isEmpty {
+            tap = { (records: [[UInt8]]) -> Void in
+                var events: [FinishedEvent] = []
+                events.reserveCapacity(records.count)
+                for r in records { events.append(FinishedEvent(json: r)) }
+                for d in destinations { d.receive(events) }
+            }
+        }
+        let counters = drops
+        var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
+                                            maxBatchEvents: options.maxBatchEvents,
+                                            maxBatchBytes: options.maxBatchBytes, maxBatchAge: options.maxBatchAge)
+        uploadOptions.debugLogging = options.debugLogging
+        uploadOptions.observer = options.uploadObserver
+        uploadOptions.storeOnly = options.uploadURL == nil
+        uploadOptions.followDestination = options.storedRequestsFollowDestination
+        uploadOptions.tap = tap
+        uploadOptions.extraDrops = { counters.snapshot() }
+        let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? CurlTransport(),
+                                options: uploadOptions)
+        state.withLock {
+            $0.store = store
+            $0.uploader = uploader
+        }
+        uploader.start()
+        reportPreviousRuns(uploader)
+        sendInstallProperties(uploader)
         state.withLock { $0.ready = true }
         background.signal()
         while !background.waitForStop(timeout: nextWake()) {
@@ -285,7 +338,7 @@ public final class Cairn: @unchecked Sendable {
     /// What an `sdk_health` event counts from: the previous one (or the start).
     struct HealthBaseline {
         var at: UInt64
-        var ring: Ring.Stats
+        var ring: Ring.Stats?
         var drops: [String: Int] = [:]
         var upload = UploaderStats()
         var first = true
@@ -307,21 +360,23 @@ public final class Cairn: @unchecked Sendable {
     /// Tracks `sdk_health` (docs/FORMATS.md, "SDK health"): what the SDK did since the
     /// previous one, as counts, and how full its ring is.
     private func emitHealth(final: Bool) {
-        guard options.healthInterval != nil else { return }
+        guard options.healthInterval != nil, let ring else { return }
         health.withLock { h in
             guard !h.finalSent else { return }
             h.finalSent = final
             let before = h.baseline
-            h.baseline = trackHealth(since: before, final: final)
+            h.baseline = trackHealth(since: before, final: final, ring: ring)
         }
     }
 
     /// Tracks the `sdk_health` event for what happened since `before`; returns where the
     /// next one counts from.
-    private func trackHealth(since before: HealthBaseline, final: Bool) -> HealthBaseline {
+    private func trackHealth(since before: HealthBaseline, final: Bool, ring: Ring) -> HealthBaseline {
         let (uploader, startNanos) = state.withLock { ($0.uploader, $0.startNanos) }
-        let now = HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: ring.stats(), drops: drops.snapshot(),
+        let r = ring.stats()
+        let now = HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: r, drops: drops.snapshot(),
                                  upload: uploader?.stats ?? UploaderStats(), first: false)
+        let ur = before.ring ?? r
         func delta<N: BinaryInteger>(_ a: N, _ b: N) -> CairnValue { .int(Int64(clamping: a >= b ? a - b : 0)) }
         func deltas(_ a: [String: Int], _ b: [String: Int]) -> CairnValue {
             var out: [String: CairnValue] = [:]
@@ -329,9 +384,9 @@ public final class Cairn: @unchecked Sendable {
             return .object(out)
         }
         func share(_ n: UInt64) -> CairnValue {
-            .double(now.ring.capacity == 0 ? 0 : (Double(n) / Double(now.ring.capacity) * 1000).rounded() / 1000)
+            .double(r.capacity == 0 ? 0 : (Double(n) / Double(r.capacity) * 1000).rounded() / 1000)
         }
-        let (r, u, ur, ub) = (now.ring, now.upload, before.ring, before.upload)
+        let (u, ub) = (now.upload, before.upload)
         var p: [String: CairnValue] = [
             "interval_ms": delta(now.at / 1_000_000, before.at / 1_000_000),
             "events_written": delta(r.appended, ur.appended),
@@ -362,6 +417,7 @@ public final class Cairn: @unchecked Sendable {
     }
 
     private func reportPreviousRuns(_ uploader: Uploader) {
+        guard let crash else { return }
         let result = crash.processPreviousRuns { events in
             let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
             try uploader.sendPrebuilt(body: body, priority: .critical)
@@ -470,7 +526,7 @@ public final class Cairn: @unchecked Sendable {
 
     /// Leaves a breadcrumb: the last ones travel with a crash report.
     public func breadcrumb(_ message: String, category: String? = nil) {
-        crash.addBreadcrumb(message, category: category)
+        crash?.addBreadcrumb(message, category: category)
     }
 
     func currentIdentity(_ override: Identity?) -> Identity {
@@ -491,6 +547,7 @@ public final class Cairn: @unchecked Sendable {
 
     /// The hot path: admit, deduplicate, clean, encode into the ring.
     func submit(_ event: consuming Event) {
+        guard let ring else { return }  // disabled
         var event = event
         if let reason = processor.admit(event) {
             drops.add(reason.rawValue, 1)
@@ -518,7 +575,7 @@ public final class Cairn: @unchecked Sendable {
         if event.type == .track, let dynamic = options.dynamicProperties?(), !dynamic.isEmpty {
             for (k, v) in dynamic where event.properties[k] == nil { event.properties[k] = v }
         }
-        write(&event, cleaned: false)
+        write(&event, cleaned: false, into: ring)
         if let fingerprint { remember(event, fingerprint) }
     }
 
@@ -540,7 +597,7 @@ public final class Cairn: @unchecked Sendable {
     /// otherwise `event` is cleaned (what the rules changed is counted) and encoded again
     /// into the same reservation. A full ring, or a record too big for it, counts its own
     /// drop.
-    private func write(_ event: inout Event, cleaned: Bool) {
+    private func write(_ event: inout Event, cleaned: Bool, into ring: Ring) {
         var cleaned = cleaned
         var needed = processor.estimate(event)
         if !cleaned && needed > fastPathLimit {
@@ -599,7 +656,7 @@ public final class Cairn: @unchecked Sendable {
             summary.properties["repeat_count"] = .int(Int64(closed.repeats))
             summary.properties["deduplicated"] = .bool(true)
             summary.timeMillis = EventClock.nowMillis()
-            write(&summary, cleaned: true)
+            if let ring { write(&summary, cleaned: true, into: ring) }
         }
     }
 
@@ -660,27 +717,42 @@ public final class Cairn: @unchecked Sendable {
 
     // MARK: Flush and shutdown
 
-    /// Waits until every event tracked so far is delivered, stored, or dropped for a
-    /// reason that is counted; false when `timeout` passed first.
+    /// Waits until every event tracked so far is delivered, or stored on disk (synced)
+    /// because the collector could not take it now, or dropped for a reason that is
+    /// counted. Returns true then, and false when `timeout` passed first; it returns by
+    /// its deadline in every state, the collector down or unreachable included. A
+    /// disabled SDK has nothing to flush: true.
     @discardableResult
     public func flush(timeout: Duration) -> Bool {
-        guard waitUntilReady(timeout: timeout), let uploader = state.withLock({ $0.uploader }) else { return false }
-        return uploader.flush(timeout: timeout)
+        flush(until: ContinuousClock.now + timeout)
+    }
+
+    private func flush(until deadline: ContinuousClock.Instant) -> Bool {
+        guard isEnabled else { return true }
+        guard waitUntilReady(until: deadline), let uploader = state.withLock({ $0.uploader }) else { return false }
+        return uploader.flush(timeout: deadline - ContinuousClock.now)
     }
 
     /// Flushes, records a clean end of this run (the next start reports `clean`), and
-    /// stops the background thread. Later calls do nothing; tracking after it is dropped.
+    /// stops the background thread, all within `timeout`: it returns by then in every
+    /// state, even with the collector unreachable (what was not sent stays on disk for
+    /// the next start). Later calls do nothing; tracking after it is dropped. Returns
+    /// what the flush returned.
+    ///
+    /// Call it when the service stops (from its lifecycle code, or let the SDK do it on
+    /// SIGTERM with ``Options/terminationSignals``).
     @discardableResult
     public func shutdown(timeout: Duration) -> Bool {
         let first = state.withLock { s -> Bool in
             defer { s.stopped = true }
             return !s.stopped
         }
-        guard first else { return true }
-        if waitUntilReady(timeout: timeout) { emitHealth(final: true) }
-        let flushed = flush(timeout: timeout)
+        guard first, let ring, let crash else { return true }
+        let deadline = ContinuousClock.now + timeout
+        if waitUntilReady(until: deadline) { emitHealth(final: true) }
+        let flushed = flush(until: deadline)
         let uploader = state.withLock { $0.uploader }
-        _ = uploader?.shutdown(timeout: timeout)
+        _ = uploader?.shutdown(timeout: deadline - ContinuousClock.now)
         background.stop()
         try? ring.sync()
         try? crash.endSession()
@@ -688,8 +760,7 @@ public final class Cairn: @unchecked Sendable {
         return flushed
     }
 
-    private func waitUntilReady(timeout: Duration) -> Bool {
-        let deadline = ContinuousClock.now + timeout
+    private func waitUntilReady(until deadline: ContinuousClock.Instant) -> Bool {
         while !state.withLock({ $0.ready }) {
             if ContinuousClock.now >= deadline { return false }
             background.waitForSignal(timeout: .milliseconds(10))

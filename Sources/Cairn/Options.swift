@@ -2,6 +2,18 @@ import CairnProcessor
 import CairnUploader
 import Foundation
 
+/// An environment variable whose value did not parse: `validate` reports it.
+struct EnvironmentProblem: Sendable {
+    /// The option it sets.
+    var option: String
+    /// The variable.
+    var variable: String
+    /// The value as it was in the environment.
+    var raw: String
+    /// What was expected, as a phrase ("an integer").
+    var expected: String
+}
+
 /// Why `Cairn.start` refused to start: which option, and why.
 public enum CairnStartError: Error, Equatable, Sendable, CustomStringConvertible {
     /// An option is invalid.
@@ -85,6 +97,26 @@ extension Cairn {
         /// "SDK health"), plus once at `shutdown`; nil turns it off. Default 60 s;
         /// 100 ms ... 24 h.
         public var healthInterval: Duration? = .seconds(60)
+        /// Signals on which the SDK shuts itself down before the process ends: it flushes
+        /// within ``shutdownTimeout``, records the run as ended `clean`, then hands the
+        /// signal on to what was installed before it (the service's own handler, or the
+        /// default action, which ends the process as the signal would have). Empty by
+        /// default; `[SIGTERM, SIGINT]` (`CAIRN_HANDLE_TERMINATION=1`) suits services
+        /// stopped by systemd, Kubernetes or a deploy. Services with their own lifecycle
+        /// code call ``Cairn/shutdown(timeout:)`` from it instead.
+        public var terminationSignals: [Int32] = []
+        /// The deadline of the shutdown a termination signal starts. Default 5 s
+        /// (`CAIRN_SHUTDOWN_TIMEOUT_MS`); 0 ... 10 min.
+        public var shutdownTimeout: Duration = .seconds(5)
+        /// Whether stored requests go where the options say now, rather than where they
+        /// were first meant to go. True by default: a stored batch keeps its bytes and its
+        /// `Idempotency-Key`, but is sent to the current upload URL with the current API
+        /// key, so fixing a wrong URL or rotating a key rescues what waits on disk, and
+        /// what was stored while no URL was set is sent once one is. False pins every
+        /// request to the URL and key it was built with.
+        public var storedRequestsFollowDestination: Bool = true
+        /// `CAIRN_*` values that did not parse, reported by `validate`.
+        var environmentProblems: [EnvironmentProblem] = []
 
         /// Options with defaults: data in `./.cairn`, privacy on, everything kept.
         public init(appID: String, distinctID: String, release: String? = nil, build: String? = nil,
@@ -128,33 +160,87 @@ extension Cairn {
         /// Options from the environment, the way services are configured:
         /// `CAIRN_APP_ID`, `CAIRN_DISTINCT_ID` (default: the host name), `CAIRN_RELEASE`,
         /// `CAIRN_BUILD`, `CAIRN_ENVIRONMENT`, `CAIRN_UPLOAD_URL`, `CAIRN_API_KEY`,
-        /// `CAIRN_DATA_DIR`, `CAIRN_DEBUG` (1/true), `CAIRN_DISABLED` (1/true),
-        /// `CAIRN_SAMPLE_RATE` (0...1, the sampled tier), `CAIRN_PRIVACY` (0/false turns
-        /// the privacy rules off), `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`,
-        /// `CAIRN_HEALTH_INTERVAL_MS` (0 turns `sdk_health` off).
-        /// Values that do not parse are reported by `start` (`validate`), not ignored.
+        /// `CAIRN_DATA_DIR`, `CAIRN_DEBUG`, `CAIRN_DISABLED`, `CAIRN_PRIVACY` (false turns
+        /// the privacy rules off), `CAIRN_HANDLE_TERMINATION` (see
+        /// ``terminationSignals``), `CAIRN_SAMPLE_RATE` (0...1, the sampled tier),
+        /// `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`, `CAIRN_HEALTH_INTERVAL_MS` (0 turns
+        /// `sdk_health` off), `CAIRN_SHUTDOWN_TIMEOUT_MS`.
+        ///
+        /// Every value is read without the white space around it (a trailing newline from
+        /// a secrets file is harmless); an empty value counts as unset. Booleans are
+        /// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`, in any case. A value that does
+        /// not parse is not ignored: `validate()` (and so `start`) reports it with the
+        /// variable and the value as typed.
         public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) -> Options {
-            func flag(_ key: String) -> Bool { ["1", "true", "yes", "on"].contains(env[key]?.lowercased() ?? "") }
-            var o = Options(appID: env["CAIRN_APP_ID"] ?? "",
-                            distinctID: env["CAIRN_DISTINCT_ID"] ?? ProcessInfo.processInfo.hostName)
-            o.release = env["CAIRN_RELEASE"]
-            o.build = env["CAIRN_BUILD"]
-            o.environment = env["CAIRN_ENVIRONMENT"]
-            o.uploadURL = env["CAIRN_UPLOAD_URL"].flatMap { $0.isEmpty ? nil : $0 }
-            o.apiKey = env["CAIRN_API_KEY"]
-            if let dir = env["CAIRN_DATA_DIR"], !dir.isEmpty { o.dataDirectory = dir }
-            o.debugLogging = flag("CAIRN_DEBUG")
-            o.disabled = flag("CAIRN_DISABLED")
-            if let rate = env["CAIRN_SAMPLE_RATE"] { o.sampling.rate = Double(rate) ?? .nan }
-            if let p = env["CAIRN_PRIVACY"]?.lowercased(), ["0", "false", "no", "off"].contains(p) {
-                o.privacy.enabled = false
+            var problems: [EnvironmentProblem] = []
+            func value(_ key: String) -> String? {
+                guard let raw = env[key] else { return nil }
+                let v = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+                return v.isEmpty ? nil : v
             }
-            if let n = env["CAIRN_BATCH_EVENTS"] { o.maxBatchEvents = Int(n) ?? -1 }
-            if let ms = env["CAIRN_BATCH_AGE_MS"] { o.maxBatchAge = .milliseconds(Int(ms) ?? -1) }
-            if let ms = env["CAIRN_HEALTH_INTERVAL_MS"] {
-                let n = Int(ms) ?? -1
-                o.healthInterval = n == 0 ? nil : .milliseconds(n)
+            func flag(_ key: String, option: String) -> Bool? {
+                guard let v = value(key) else { return nil }
+                switch v.lowercased() {
+                case "1", "true", "yes", "on": return true
+                case "0", "false", "no", "off": return false
+                default:
+                    problems.append(.init(option: option, variable: key, raw: env[key] ?? "",
+                                          expected: "a boolean (1/true/yes/on or 0/false/no/off)"))
+                    return nil
+                }
             }
+            func integer(_ key: String, option: String) -> Int? {
+                guard let v = value(key) else { return nil }
+                guard let n = Int(v) else {
+                    problems.append(.init(option: option, variable: key, raw: env[key] ?? "", expected: "an integer"))
+                    return nil
+                }
+                return n
+            }
+            var o = Options(appID: value("CAIRN_APP_ID") ?? "",
+                            distinctID: value("CAIRN_DISTINCT_ID") ?? ProcessInfo.processInfo.hostName)
+            o.release = value("CAIRN_RELEASE")
+            o.build = value("CAIRN_BUILD")
+            o.environment = value("CAIRN_ENVIRONMENT")
+            o.uploadURL = value("CAIRN_UPLOAD_URL")
+            o.apiKey = value("CAIRN_API_KEY")
+            if let dir = value("CAIRN_DATA_DIR") { o.dataDirectory = dir }
+            if let b = flag("CAIRN_DEBUG", option: "debugLogging") { o.debugLogging = b }
+            if let b = flag("CAIRN_DISABLED", option: "disabled") { o.disabled = b }
+            if let b = flag("CAIRN_PRIVACY", option: "privacy.enabled") { o.privacy.enabled = b }
+            if flag("CAIRN_HANDLE_TERMINATION", option: "terminationSignals") == true {
+                o.terminationSignals = [SIGTERM, SIGINT]
+            }
+            if let v = value("CAIRN_SAMPLE_RATE") {
+                if let rate = Double(v), rate >= 0, rate <= 1 {
+                    o.sampling.rate = rate
+                } else {
+                    problems.append(.init(option: "sampling.rate", variable: "CAIRN_SAMPLE_RATE",
+                                          raw: env["CAIRN_SAMPLE_RATE"] ?? "", expected: "a number between 0 and 1"))
+                }
+            }
+            if let n = integer("CAIRN_BATCH_EVENTS", option: "maxBatchEvents") { o.maxBatchEvents = n }
+            if let ms = integer("CAIRN_BATCH_AGE_MS", option: "maxBatchAge") { o.maxBatchAge = .milliseconds(ms) }
+            if let ms = integer("CAIRN_HEALTH_INTERVAL_MS", option: "healthInterval") {
+                o.healthInterval = ms == 0 ? nil : .milliseconds(ms)
+            }
+            if let ms = integer("CAIRN_SHUTDOWN_TIMEOUT_MS", option: "shutdownTimeout") {
+                o.shutdownTimeout = .milliseconds(ms)
+            }
+            o.environmentProblems = problems
+            return o
+        }
+
+        /// These options as `start` uses them: the upload URL and the API key without the
+        /// white space around them (an empty one is unset).
+        func normalized() -> Options {
+            var o = self
+            func trim(_ s: String?) -> String? {
+                guard let t = s?.trimmingCharacters(in: .whitespacesAndNewlines), !t.isEmpty else { return nil }
+                return t
+            }
+            o.uploadURL = trim(uploadURL)
+            o.apiKey = trim(apiKey)
             return o
         }
 
@@ -168,20 +254,32 @@ extension Cairn {
             return common
         }
 
-        /// Checks every option; the error names the first bad one and why.
+        /// Checks every option; the error names the first bad one and why, quoting the
+        /// value as it was given. The upload URL and the API key are checked as `start`
+        /// uses them: without surrounding white space.
         public func validate() throws(CairnStartError) {
             func bad(_ name: String, _ why: String) -> CairnStartError { .invalidOption(name: name, reason: why) }
+            if let p = environmentProblems.first {
+                throw bad(p.option, "\(p.variable)=\(p.raw.debugDescription) is not \(p.expected)")
+            }
+            let o = normalized()
             if appID.isEmpty { throw bad("appID", "is empty (set it, or CAIRN_APP_ID)") }
             if distinctID.isEmpty { throw bad("distinctID", "is empty (a host or instance id suits a service)") }
             if dataDirectory.isEmpty { throw bad("dataDirectory", "is empty") }
-            if let url = uploadURL {
+            if let url = o.uploadURL {
                 let lower = url.lowercased()
-                guard (lower.hasPrefix("http://") || lower.hasPrefix("https://")), URL(string: url)?.host != nil else {
-                    throw bad("uploadURL", "\"\(url)\" is not an http or https URL")
+                let visible = url.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
+                guard visible, lower.hasPrefix("http://") || lower.hasPrefix("https://"),
+                      URL(string: url)?.host != nil else {
+                    throw bad("uploadURL", "\(url.debugDescription) is not an http or https URL (CAIRN_UPLOAD_URL)")
                 }
             }
+            if let key = o.apiKey, !key.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
+                throw bad("apiKey", "holds a control or non-ASCII character, which an HTTP header cannot carry "
+                          + "(CAIRN_API_KEY)")
+            }
             if !(sampling.rate >= 0 && sampling.rate <= 1) {
-                throw bad("sampling.rate", "\(sampling.rate) is not between 0 and 1 (CAIRN_SAMPLE_RATE)")
+                throw bad("sampling.rate", "\(sampling.rate) is not between 0 and 1")
             }
             for (tier, rate) in sampling.tierRates where !(rate >= 0 && rate <= 1) {
                 throw bad("sampling.tierRates[\(tier)]", "\(rate) is not between 0 and 1")
@@ -210,6 +308,13 @@ extension Cairn {
             }
             if !((1 << 20)...(1 << 34)).contains(storeMaxBytes) {
                 throw bad("storeMaxBytes", "\(storeMaxBytes) is outside 1 MiB ... 16 GiB")
+            }
+            if shutdownTimeout < .zero || shutdownTimeout > .seconds(600) {
+                throw bad("shutdownTimeout", "\(shutdownTimeout) is outside 0 ... 10 min (CAIRN_SHUTDOWN_TIMEOUT_MS)")
+            }
+            for signal in terminationSignals where ![SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2].contains(signal) {
+                throw bad("terminationSignals", "signal \(signal) is not one a service is asked to stop with "
+                          + "(SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2)")
             }
         }
     }

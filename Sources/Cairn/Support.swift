@@ -181,6 +181,13 @@ public final class InstallRecord: Sendable {
         return record
     }
 
+    /// A record of now that is never saved: what a disabled SDK reports.
+    static func unsaved(release: String?) -> InstallRecord {
+        let now = EventClock.nowMillis()
+        return InstallRecord(timeMillis: now, zoneOffsetMinutes: EventClock().offsetMinutes(at: now), timeZone: nil,
+                             firstRelease: release, isFirstStart: false, propertiesSent: true)
+    }
+
     private static func read(_ path: String) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return [] }

@@ -683,6 +683,42 @@ typedef struct cairn_crash_report {
  */
 int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t *out);
 
+/* ------------------------------------------------------------------------------ */
+/* Termination signals                                                              */
+/* ------------------------------------------------------------------------------ */
+
+/**
+ * Catches `signals` (SIGTERM, SIGINT, ...) so that the SDK can shut down before the
+ * process ends: the handler writes each caught signal's number as one byte to a pipe
+ * whose read end is returned; a thread reading it shuts the SDK down and then calls
+ * cairn_term_chain() with that number. A second signal before that chains at once.
+ * Signals already installed by an earlier call are left as they are.
+ *
+ * @param signals  Signal numbers (not SIGKILL or SIGSTOP).
+ * @param count    How many.
+ * @param read_fd  Receives the pipe's read end (close-on-exec; owned by the library).
+ * @return 0; CAIRN_EINVAL for a bad argument; an errno value when a pipe cannot be made
+ *         or sigaction fails (then no signal is left changed).
+ *
+ * Ownership: the pipe lives for the life of the process.
+ * Thread-safety: not with itself or with cairn_term_chain(); call it once, at start.
+ * Async-signal-safe: no.
+ */
+int cairn_term_install(const int *signals, size_t count, int *read_fd);
+
+/**
+ * Hands `signo` on: puts back the action that was in place before
+ * cairn_term_install() and raises the signal again on the calling thread. The default
+ * action ends the process as the signal would have; a service's own handler runs; an
+ * ignored signal stays ignored. Later signals of this number no longer reach Cairn.
+ *
+ * @param signo  A signal number read from the pipe.
+ *
+ * Thread-safety: any thread.
+ * Async-signal-safe: yes.
+ */
+void cairn_term_chain(int signo);
+
 #ifdef __cplusplus
 }
 #endif
