@@ -9,8 +9,13 @@
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
+//   serve <n>     track n events, flush for CAIRN_TEST_FLUSH_MS (if set), print "ready",
+//                 then wait to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
+//   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
+//                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
 // CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
-// CAIRN_TEST_PAUSE_MS waits that long before shutting down.
+// CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
+// starts with Cairn.startOrDisabled (a start error leaves a disabled SDK).
 import Cairn
 import CairnProcessor
 import Foundation
@@ -32,14 +37,20 @@ if mode == "sample" {
 
 var options = Cairn.Options.fromEnvironment()
 if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.destinations = [StdoutDestination()] }
+let env = ProcessInfo.processInfo.environment
 let cairn: Cairn
 let startedAt = DispatchTime.now().uptimeNanoseconds
-do {
-    cairn = try Cairn.start(options)
-} catch {
-    FileHandle.standardError.write(Data("start: \(error)\n".utf8))
-    exit(1)
+if env["CAIRN_TEST_SAFE_START"] == "1" {
+    cairn = Cairn.startOrDisabled(options)
+} else {
+    do {
+        cairn = try Cairn.start(options)
+    } catch {
+        FileHandle.standardError.write(Data("start: \(error)\n".utf8))
+        exit(1)
+    }
 }
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 switch mode {
 case "run":
     for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
@@ -61,12 +72,23 @@ case "burst":
     let drops = cairn.dropCounts.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\($0.value)" }
     print("{" + drops.joined(separator: ",") + "}")
     exit(0)
+case "serve":
+    for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
+    if let ms = env["CAIRN_TEST_FLUSH_MS"].flatMap({ Int($0) }) { _ = cairn.flush(timeout: .milliseconds(ms)) }
+    say("ready")
+    while true { pause() }
+case "shutdown":
+    for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
+    let began = DispatchTime.now().uptimeNanoseconds
+    let flushed = cairn.shutdown(timeout: options.shutdownTimeout)
+    say(String(format: "%.0f %@", Double(DispatchTime.now().uptimeNanoseconds - began) / 1e6, flushed ? "true" : "false"))
+    exit(0)
 case "start":
     print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
 default:
     exit(2)
 }
-if let ms = ProcessInfo.processInfo.environment["CAIRN_TEST_PAUSE_MS"].flatMap({ UInt32($0) }) {
+if let ms = env["CAIRN_TEST_PAUSE_MS"].flatMap({ UInt32($0) }) {
     usleep(ms * 1000)  // idle before shutting down (periodic sdk_health)
 }
 let ok = cairn.shutdown(timeout: .seconds(20))

@@ -1,0 +1,234 @@
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// Starting, stopping and reconfiguring a real service process (`cairn-service-child`)
+/// the way operators do: a start that cannot take the service down, SIGTERM at deploy
+/// time, a URL fixed or set after events were stored, sloppy environment values, a
+/// collector that is down or stalls, and `kill -9` while a batch is being made safe.
+@Suite(.serialized) struct LifecycleTests {
+    typealias Child = ServiceProcessTests
+
+    /// A child running in the background, for signals.
+    final class Running {
+        let process = Process()
+        let out = Pipe()
+        let err = Pipe()
+
+        init(_ args: [String], env: [String: String]) throws {
+            process.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-service-child")
+            process.arguments = args
+            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }
+                .merging(env) { $1 }
+            process.standardOutput = out
+            process.standardError = err
+            try process.run()
+        }
+
+        /// Waits for the child's "ready" line; false if it ended first.
+        func waitUntilReady() -> Bool {
+            var seen = ""
+            while !seen.contains("ready\n") {
+                let data = out.fileHandleForReading.availableData
+                if data.isEmpty { return false }
+                seen += String(decoding: data, as: UTF8.self)
+            }
+            return true
+        }
+
+        func signal(_ signo: Int32) { kill(process.processIdentifier, signo) }
+
+        /// Waits for the exit; the termination reason and status.
+        func wait() -> (reason: Process.TerminationReason, status: Int32, err: String) {
+            let e = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationReason, process.terminationStatus, String(decoding: e, as: UTF8.self))
+        }
+    }
+
+    static func received(_ collector: CollectorProcess) throws -> [[String: Any]] {
+        try collector.events().compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.record.utf8))) as? [String: Any]
+        }
+    }
+
+    static func childIndexes(_ events: [[String: Any]]) -> [Int] {
+        events.filter { $0["name"] as? String == "child_event" }
+            .compactMap { ($0["properties"] as? [String: Any])?["i"] as? Int }
+    }
+
+    /// SIGTERM, as systemd, Kubernetes and deploys send it, to a service that asked the
+    /// SDK to handle it: every accepted event is delivered, the process still dies of
+    /// SIGTERM, and the next start reports the run as ended `clean`.
+    @Test func sigtermEndsTheSessionCleanAndDeliversEverything() throws {
+        let collector = try CollectorProcess()
+        let dir = Child.DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_HANDLE_TERMINATION": "1",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "60000"]
+        let child = try Running(["serve", "300"], env: env)
+        #expect(child.waitUntilReady())
+        child.signal(SIGTERM)
+        let end = child.wait()
+        #expect(end.reason == .uncaughtSignal && end.status == SIGTERM, "\(end)")
+        #expect(Set(Self.childIndexes(try Self.received(collector))) == Set(0..<300),
+                "delivered at SIGTERM, although the batch age was a minute")
+
+        let next = try Child.child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let ends = try Self.received(collector).filter { $0["name"] as? String == "session_end" }
+        #expect(ends.count == 1)
+        #expect((ends.first?["properties"] as? [String: Any])?["reason"] as? String == "clean", "\(ends)")
+    }
+
+    /// Without the option, SIGTERM ends the process as it always did (the run is then
+    /// `abnormal`, as the SDK cannot tell it from any other sudden end).
+    @Test func withoutTheOptionSigtermIsLeftToTheService() throws {
+        let dir = Child.DataDir()
+        let child = try Running(["serve", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path])
+        #expect(child.waitUntilReady())
+        child.signal(SIGTERM)
+        let end = child.wait()
+        #expect(end.reason == .uncaughtSignal && end.status == SIGTERM)
+    }
+
+    /// Events tracked while no upload URL was set wait in the store; the first start
+    /// with a URL sends them all.
+    @Test func eventsStoredWithoutAURLAreSentOnceOneIsSet() throws {
+        let dir = Child.DataDir()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "50"]
+        let embedded = try Child.child(["run", "120"], env: env)
+        #expect(embedded.status == 0, "\(embedded.err)")
+        let collector = try CollectorProcess()
+        env["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
+        let online = try Child.child(["run", "0"], env: env)
+        #expect(online.status == 0, "\(online.err)")
+        let indexes = Self.childIndexes(try Self.received(collector))
+        #expect(indexes.count == 120 && Set(indexes) == Set(0..<120))
+    }
+
+    /// Requests stored while the URL pointed nowhere, with a key since rotated, go to
+    /// the corrected URL with the new key, with their bytes and idempotency keys.
+    @Test func storedRequestsFollowACorrectedURLAndARotatedKey() throws {
+        let dir = Child.DataDir()
+        // A port nothing listens on: a collector started and stopped.
+        let gone = try CollectorProcess()
+        let deadURL = gone.baseURL + "/v1/batch"
+        gone.stop()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "50",
+                   "CAIRN_UPLOAD_URL": deadURL, "CAIRN_API_KEY": "old-key", "CAIRN_SHUTDOWN_TIMEOUT_MS": "8000"]
+        let stored = try Child.child(["run", "40"], env: env)
+        #expect(stored.status == 0, "shutdown's flush is true once the batches are stored: \(stored.err)")
+        let collector = try CollectorProcess()
+        env["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
+        env["CAIRN_API_KEY"] = "new-key"
+        let fixed = try Child.child(["run", "0"], env: env)
+        #expect(fixed.status == 0, "\(fixed.err)")
+        #expect(Set(Self.childIndexes(try Self.received(collector))) == Set(0..<40))
+        let attempts = try collector.requests()
+        #expect(!attempts.isEmpty && attempts.allSatisfy { $0.headerValues("Authorization") == ["Bearer new-key"] })
+    }
+
+    /// A trailing newline or CR LF (a value pasted from a secrets file) in the URL and
+    /// the key is harmless; garbage is refused at start, naming the variable and
+    /// quoting the value as typed.
+    @Test func sloppyEnvironmentValuesWorkOrFailAtStart() throws {
+        let collector = try CollectorProcess()
+        let dir = Child.DataDir()
+        let base = ["CAIRN_APP_ID": " orders\n", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": " 50 "]
+        let ok = try Child.child(["run", "5"], env: base.merging([
+            "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch\n", "CAIRN_API_KEY": "k-1\r\n", "CAIRN_DEBUG": "FALSE",
+        ]) { $1 })
+        #expect(ok.status == 0, "\(ok.err)")
+        #expect(Set(Self.childIndexes(try Self.received(collector))) == Set(0..<5))
+        #expect(try collector.requests().allSatisfy { $0.headerValues("Authorization") == ["Bearer k-1"] })
+
+        let cases: [(String, String, String)] = [
+            ("CAIRN_SAMPLE_RATE", "50%", "sampling.rate"),
+            ("CAIRN_DEBUG", "verbose", "debugLogging"),
+            ("CAIRN_PRIVACY", "maybe", "privacy.enabled"),
+            ("CAIRN_BATCH_EVENTS", "5e2", "maxBatchEvents"),
+            ("CAIRN_UPLOAD_URL", "http://collector .example/v1", "uploadURL"),
+            ("CAIRN_API_KEY", "a\nb", "apiKey"),
+            ("CAIRN_HEALTH_INTERVAL_MS", "-5", "healthInterval"),
+        ]
+        for (variable, value, option) in cases {
+            let r = try Child.child(["run", "1"], env: base.merging([variable: value]) { $1 })
+            #expect(r.status == 1 && r.err.contains(option), "\(variable)=\(value): \(r.err)")
+            if variable != "CAIRN_API_KEY" {
+                #expect(r.err.contains(value.debugDescription) || r.err.contains(value), "quotes the value: \(r.err)")
+            }
+        }
+    }
+
+    /// The failure-safe start: a bad option or `CAIRN_DISABLED=1` gives a disabled SDK
+    /// whose calls do nothing; the service runs on and exits normally.
+    @Test func startOrDisabledNeverStopsTheService() throws {
+        let dir = Child.DataDir()
+        let bad = try Child.child(["run", "10"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                      "CAIRN_SAMPLE_RATE": "lots", "CAIRN_TEST_SAFE_START": "1"])
+        #expect(bad.status == 0 && bad.err.contains("not started") && bad.err.contains("sampling.rate"), "\(bad.err)")
+        let off = try Child.child(["run", "10"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                      "CAIRN_DISABLED": "1", "CAIRN_TEST_SAFE_START": "1"])
+        #expect(off.status == 0 && off.err.isEmpty, "\(off.err)")
+        #expect(!FileManager.default.fileExists(atPath: dir.path), "a disabled SDK writes nothing")
+    }
+
+    /// `shutdown(timeout:)` returns by its deadline with a collector that never
+    /// answers, and what it could not send stays on disk for the next start.
+    @Test func shutdownEndsByItsDeadlineWhenTheCollectorStalls() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["stall": 60])
+        let dir = Child.DataDir()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "50",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_SHUTDOWN_TIMEOUT_MS": "2000"]
+        let r = try Child.child(["shutdown", "30"], env: env)
+        #expect(r.status == 0, "\(r.err)")
+        let took = Double(r.out.first?.split(separator: " ").first ?? "") ?? .infinity
+        // The bound is the deadline plus scheduling slack on a loaded machine; before,
+        // it took twice the deadline or more.
+        #expect(took < 3500, "shutdown(2 s) took \(took) ms")
+        try collector.setDefault(["status": 200])
+        try collector.reset()
+        env["CAIRN_SHUTDOWN_TIMEOUT_MS"] = "10000"
+        let next = try Child.child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        #expect(Set(Self.childIndexes(try Self.received(collector))) == Set(0..<30))
+    }
+
+    /// One batch, one key: with a collector answering 503, a service that tracks and
+    /// flushes is killed at random moments, again and again; then a clean run drains
+    /// everything. No event ever arrives under two different idempotency keys, and
+    /// every event arrives.
+    @Test func killedWhileMakingABatchSafeNeverUsesTwoKeys() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["status": 503, "retry_after": "0"])
+        let dir = Child.DataDir()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "20",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_TEST_FLUSH_MS": "15000",
+                   "CAIRN_HEALTH_INTERVAL_MS": "0"]
+        var generator = SystemRandomNumberGenerator()
+        let rounds = 12
+        for _ in 0..<rounds {
+            let child = try Running(["serve", "10"], env: env)
+            usleep(UInt32.random(in: 0..<400_000, using: &generator))
+            child.signal(SIGKILL)
+            _ = child.wait()
+        }
+        try collector.setDefault(["status": 200])
+        env["CAIRN_TEST_FLUSH_MS"] = nil
+        let drain = try Child.child(["run", "0"], env: env)
+        #expect(drain.status == 0, "\(drain.err)")
+        var keysByEvent: [String: Set<String>] = [:]
+        for attempt in try collector.requests() {
+            for record in attempt.records ?? [] {
+                guard let e = (try? JSONSerialization.jsonObject(with: Data(record.utf8))) as? [String: Any],
+                      e["name"] as? String == "child_event", let id = e["event_id"] as? String else { continue }
+                keysByEvent[id, default: []].insert(attempt.idempotency_key ?? "")
+            }
+        }
+        let twoKeys = keysByEvent.filter { $0.value.count > 1 }
+        #expect(twoKeys.isEmpty, "events under two keys: \(twoKeys.prefix(3))")
+        let delivered = Self.childIndexes(try Self.received(collector))
+        #expect(delivered.count >= 10, "the killed runs' events arrive (at least the last ones tracked)")
+    }
+}
