@@ -199,13 +199,15 @@ public struct JSONWriter {
     }
 
     /// Appends a number; NaN and infinities (which JSON cannot hold) become `null`.
+    /// Negative zero keeps its sign (`-0.0`).
     public mutating func double(_ value: Double) {
         guard value.isFinite else {
             ascii("null")
             return
         }
         if value == value.rounded(.towardZero) && abs(value) < 1e15 {
-            int(Int64(value))
+            if value.sign == .minus { byte(UInt8(ascii: "-")) }
+            uint(UInt64(abs(value)))
             ascii(".0")
             return
         }
