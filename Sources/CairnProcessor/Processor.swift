@@ -256,30 +256,38 @@ public final class Processor: Sendable {
 
     /// The properties to encode: the privacy rules run first (on whole strings, so no
     /// cut can leave half a card number), then the sanitiser (so the limits hold for
-    /// what is written); what they change is added to `counts`.
+    /// what is written); what they change is added to `counts`. Containers deeper than
+    /// the sanitiser's depth limit are not looked into: it replaces them.
     public func clean(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
-        let masked = options.privacy.enabled ? masker.apply(properties, counts: &counts) : properties
+        let masked = options.privacy.enabled
+            ? masker.apply(properties, maxDepth: sanitizer.maxDepth, counts: &counts) : properties
         return sanitizer.sanitize(masked, counts: &counts)
     }
 
     /// A size that is enough for `event` unless its strings need escaping (then
     /// `encode` overflows and the caller retries with the exact size it reports).
+    /// Containers deeper than the sanitiser's depth limit count as the `null` that
+    /// replaces them, so a hostile nesting costs no more than the limit allows.
     public func estimate(_ event: Event) -> Int {
         var n = 160 + common.bytes.count + event.name.utf8.count + event.identity.distinctID.utf8.count
             + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
             + (event.span == nil ? 0 : 110)
-        for (k, v) in event.properties { n += k.utf8.count + 4 + Self.estimate(v) }
+        for (k, v) in event.properties { n += k.utf8.count + 4 + estimate(v, level: 2) }
         return n
     }
 
-    private static func estimate(_ v: CairnValue) -> Int {
+    private func estimate(_ v: CairnValue, level: Int) -> Int {
         switch v {
         case .null, .bool: return 5
         case .int: return 20
         case .double: return 26
         case .string(let s): return s.utf8.count + 2
-        case .array(let items): return items.reduce(2) { $0 + estimate($1) + 1 }
-        case .object(let m): return m.reduce(2) { $0 + $1.key.utf8.count + 4 + estimate($1.value) }
+        case .array(let items):
+            guard level <= sanitizer.maxDepth else { return 5 }
+            return items.reduce(2) { $0 + estimate($1, level: level + 1) + 1 }
+        case .object(let m):
+            guard level <= sanitizer.maxDepth else { return 5 }
+            return m.reduce(2) { $0 + $1.key.utf8.count + 4 + estimate($1.value, level: level + 1) }
         }
     }
 
