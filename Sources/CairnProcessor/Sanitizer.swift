@@ -15,12 +15,15 @@ public struct RuleCounts: Sendable, Equatable {
     /// Keys cut to ``SanitizerLimits/maxKeyLength``.
     public var truncatedKeys = 0
     /// Keys dropped with their values: empty keys, keys that collided with another key
-    /// after truncation, and keys beyond ``SanitizerLimits/maxProperties``.
+    /// after truncation, keys beyond ``SanitizerLimits/maxProperties``, and keys
+    /// ``CairnValue/init(sanitizing:counts:)`` could not turn into text or had no room for.
     public var droppedKeys = 0
-    /// Objects and arrays nested deeper than ``SanitizerLimits/maxDepth`` that became `null`
+    /// Objects and arrays nested deeper than ``SanitizerLimits/maxDepth`` (or, when
+    /// converting untyped values, ``CairnValue/conversionDepthLimit``) that became `null`
     /// (one per replaced container; what it held is not counted).
     public var droppedDepth = 0
-    /// Arrays cut to ``SanitizerLimits/maxArrayLength``.
+    /// Arrays cut to ``SanitizerLimits/maxArrayLength``, or cut short when a conversion
+    /// reached ``CairnValue/conversionValueLimit``.
     public var truncatedArrays = 0
     /// Strings and keys whose control characters or noncharacters were replaced by U+FFFD.
     public var repairedUTF8 = 0
@@ -29,6 +32,9 @@ public struct RuleCounts: Sendable, Equatable {
     /// Strings in which an e-mail address, phone number, card number, token, JWT, URL
     /// password or sensitive query value was masked.
     public var maskedValues = 0
+    /// Arrays and dictionaries that contained themselves (through any chain of containers),
+    /// written as `"[cycle]"` where the chain closed, by ``CairnValue/init(sanitizing:counts:)``.
+    public var cutCycles = 0
 
     /// All counters zero.
     public init() {}
@@ -44,6 +50,7 @@ public struct RuleCounts: Sendable, Equatable {
         repairedUTF8 += other.repairedUTF8
         redactedKeys += other.redactedKeys
         maskedValues += other.maskedValues
+        cutCycles += other.cutCycles
     }
 
     /// Whether no rule changed anything.
