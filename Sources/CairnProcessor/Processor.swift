@@ -194,12 +194,17 @@ public enum DropReason: String, Sendable, CaseIterable {
     case filtered
     /// Sampling left it out.
     case sampled
+    /// Its name is empty.
+    case invalidName = "invalid_name"
+    /// Its `distinct_id` is empty.
+    case invalidIdentity = "invalid_identity"
 }
 
-/// The event processor: values in, bytes out. Decides whether an event is kept
-/// (filter, then sampling), cleans its properties (sanitiser, then privacy rules), and
-/// encodes it as one JSON object (docs/FORMATS.md, "Event"). No files, no threads, no
-/// clock reads except through `EventClock`'s cached time zone offset.
+/// The event processor: values in, bytes out. Decides whether an event is kept (name
+/// and identity, filter, then sampling), cleans its name, ids and properties (privacy
+/// rules, then sanitiser), and encodes it as one JSON object (docs/FORMATS.md, "Event").
+/// No files, no threads, no clock reads except through `EventClock`'s cached time zone
+/// offset.
 public final class Processor: Sendable {
     /// The options it was made with.
     public let options: ProcessorOptions
@@ -240,18 +245,41 @@ public final class Processor: Sendable {
         options.privacy.enabled ? masker.maskURL(url) : url
     }
 
-    /// Whether to keep `event`: nil to keep it, else why not. `day` is the UTC day
-    /// number the sampling decision is stable for (days since 1970-01-01).
+    /// Whether to keep `event`: nil to keep it, else why not. An empty name or
+    /// `distinct_id` is refused; filters and sampling see the name and `distinct_id` as
+    /// `clean(_:counts:)` (the event form) will write them. Sampling is stable for the event's
+    /// UTC day (days since 1970-01-01).
     public func admit(_ event: Event) -> DropReason? {
+        if event.name.isEmpty { return .invalidName }
+        if event.identity.distinctID.isEmpty { return .invalidIdentity }
+        let name = sanitizer.cleaned(name: event.name)
         var path: String?
         if filter.filtersPaths, case .string(let p)? = event.properties[options.pathProperty] { path = p }
-        if !filter.allows(name: event.name, path: path) { return .filtered }
+        if !filter.allows(name: name, path: path) { return .filtered }
         if event.tier != .critical
-            && !sampler.keep(distinctID: event.identity.distinctID, eventName: event.name, tier: event.tier,
-                             isError: event.isError, day: Int64(event.timeMillis / 86_400_000)) {
+            && !sampler.keep(distinctID: sanitizer.cleaned(name: event.identity.distinctID), eventName: name,
+                             tier: event.tier, isError: event.isError, day: Int64(event.timeMillis / 86_400_000)) {
             return .sampled
         }
         return nil
+    }
+
+    /// Cleans everything of `event` the call site gave: its name, `distinct_id` and
+    /// `account_id` (``Sanitizer/sanitize(name:counts:)``; an empty account id is left
+    /// out) and its properties (`clean(_:counts:)`, the properties form), adding
+    /// what changed to `counts`.
+    public func clean(_ event: inout Event, counts: inout RuleCounts) {
+        event.name = sanitizer.sanitize(name: event.name, counts: &counts)
+        event.identity.distinctID = sanitizer.sanitize(name: event.identity.distinctID, counts: &counts)
+        if let account = event.identity.accountID {
+            if account.isEmpty {
+                event.identity.accountID = nil
+                counts.droppedKeys += 1
+            } else {
+                event.identity.accountID = sanitizer.sanitize(name: account, counts: &counts)
+            }
+        }
+        event.properties = clean(event.properties, counts: &counts)
     }
 
     /// The properties to encode: the privacy rules run first (on whole strings, so no
@@ -299,19 +327,24 @@ public final class Processor: Sendable {
         return id
     }
 
-    /// Encodes `event` with the given id.
+    /// Encodes `event` with the given id. Its name and ids are written as
+    /// `clean(_:counts:)` (the event form) leaves them even when it did not run (uncounted
+    /// then); its properties are written as they are.
     public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
-        writeHead(event, id: id, into: &w)
+        let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
+        writeHead(event, name: sanitizer.cleaned(name: event.name),
+                  distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account, id: id,
+                  into: &w)
         w.object(event.properties)
         writeTail(into: &w)
     }
 
-    /// The single-pass hot path: encodes `event` straight from the call site's
-    /// properties (plus a new id) when neither the privacy rules nor the sanitiser would
-    /// change any of them, checking each key and value as it is written. The bytes are
-    /// then exactly those of `clean` followed by `encode`. Returns nil when some rule
-    /// applies (the writer's content is then meaningless): the caller runs `clean` and
-    /// `encode` instead.
+    /// The single-pass hot path: encodes `event` straight from the call site's name, ids
+    /// and properties (plus a new id) when neither the privacy rules nor the sanitiser
+    /// would change any of them, checking each as it is written. The bytes are then
+    /// exactly those of `clean` followed by `encode`. Returns nil when some rule applies
+    /// (the writer's content is then meaningless): the caller runs `clean` and `encode`
+    /// instead.
     public func encodeIfClean(_ event: Event, into w: inout JSONWriter) -> (UInt64, UInt64)? {
         let id = ids.next(millis: event.timeMillis)
         return encodeIfClean(event, id: id, into: &w) ? id : nil
@@ -319,10 +352,18 @@ public final class Processor: Sendable {
 
     /// `encodeIfClean` with the given id; false when some rule applies.
     public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
-        writeHead(event, id: id, into: &w)
+        guard leavesUnchanged(event.name), leavesUnchanged(event.identity.distinctID) else { return false }
+        if let account = event.identity.accountID, account.isEmpty || !leavesUnchanged(account) { return false }
+        writeHead(event, name: event.name, distinctID: event.identity.distinctID,
+                  accountID: event.identity.accountID, id: id, into: &w)
         guard writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
         writeTail(into: &w)
         return true
+    }
+
+    /// Whether the name rules keep `text` (a name or id) as it is.
+    private func leavesUnchanged(_ text: String) -> Bool {
+        withUTF8Bytes(text) { sanitizer.leavesUnchanged(name: $0) }
     }
 
     /// Writes `object` as `w.object` would, unless a rule of `clean` would change it.
@@ -377,7 +418,8 @@ public final class Processor: Sendable {
         return true
     }
 
-    private func writeHead(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
+    private func writeHead(_ event: Event, name: String, distinctID: String, accountID: String?,
+                           id: (UInt64, UInt64), into w: inout JSONWriter) {
         w.byte(0x7B)
         w.key("event_id")
         EventIDGenerator.write(id, into: &w)
@@ -389,7 +431,7 @@ public final class Processor: Sendable {
         w.byte(0x22)
         w.byte(0x2C)
         w.key("name")
-        w.string(event.name)
+        w.string(name)
         w.byte(0x2C)
         w.key("time")
         let offset = clock.write(event.timeMillis, into: &w)
@@ -398,8 +440,8 @@ public final class Processor: Sendable {
         w.int(Int64(offset))
         w.byte(0x2C)
         w.key("distinct_id")
-        w.string(event.identity.distinctID)
-        if let account = event.identity.accountID {
+        w.string(distinctID)
+        if let account = accountID {
             w.byte(0x2C)
             w.key("account_id")
             w.string(account)
