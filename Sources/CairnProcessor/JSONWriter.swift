@@ -88,8 +88,7 @@ public struct JSONWriter {
 
     /// Appends a JSON string: quotes, escapes.
     public mutating func string(_ text: String) {
-        var text = text
-        text.withUTF8 { utf8 in string(utf8: utf8) }
+        withUTF8Bytes(text) { utf8 in string(utf8: utf8) }
     }
 
     /// Appends a JSON string from UTF-8 bytes (assumed valid, as Swift strings are).

@@ -212,6 +212,9 @@ public final class Processor: Sendable {
     private let masker: PrivacyMasker
     private let sampler: Sampler
     private let filter: EventFilter
+    /// Whether `admit` reads the name or `distinct_id` at all (name lists, per-event
+    /// rates, a tier sampled below 1); when not, it need not check them.
+    private let admitReadsNames: Bool
     private let common: CommonFragment
     private let sdkVersion: String
     /// Formats event times.
@@ -227,6 +230,9 @@ public final class Processor: Sendable {
         masker = PrivacyMasker(options: options.privacy)
         sampler = Sampler(options: options.sampling)
         filter = EventFilter(options: options.filter)
+        let sampling = options.sampling
+        admitReadsNames = !options.filter.allowNames.isEmpty || !options.filter.denyNames.isEmpty
+            || !sampling.eventRates.isEmpty || !(sampling.rate >= 1) || sampling.tierRates.values.contains { !($0 >= 1) }
         self.common = CommonFragment(common.encodedFragment(sdkVersion: sdkVersion))
         self.sdkVersion = sdkVersion
         self.clock = clock
@@ -247,18 +253,34 @@ public final class Processor: Sendable {
 
     /// Whether to keep `event`: nil to keep it, else why not. An empty name or
     /// `distinct_id` is refused; filters and sampling see the name and `distinct_id` as
-    /// `clean(_:counts:)` (the event form) will write them. Sampling is stable for the event's
-    /// UTC day (days since 1970-01-01).
+    /// `clean(_:counts:)` (the event form) will write them. Sampling is stable for the
+    /// event's UTC day (days since 1970-01-01).
     public func admit(_ event: Event) -> DropReason? {
         if event.name.isEmpty { return .invalidName }
         if event.identity.distinctID.isEmpty { return .invalidIdentity }
-        let name = sanitizer.cleaned(name: event.name)
+        guard !admitReadsNames || (sanitizer.leavesUnchanged(name: event.name)
+                                   && sanitizer.leavesUnchanged(name: event.identity.distinctID))
+        else { return decideCleaned(event) }
+        return decide(event)
+    }
+
+    /// `decide` for an event whose name or `distinct_id` the rules change.
+    @inline(never)
+    private func decideCleaned(_ event: Event) -> DropReason? {
+        var written = event
+        written.name = sanitizer.cleaned(name: event.name)
+        written.identity.distinctID = sanitizer.cleaned(name: event.identity.distinctID)
+        return decide(written)
+    }
+
+    /// Filters, then sampling, on a name and `distinct_id` the rules leave as they are.
+    private func decide(_ event: Event) -> DropReason? {
         var path: String?
         if filter.filtersPaths, case .string(let p)? = event.properties[options.pathProperty] { path = p }
-        if !filter.allows(name: name, path: path) { return .filtered }
+        if !filter.allows(name: event.name, path: path) { return .filtered }
         if event.tier != .critical
-            && !sampler.keep(distinctID: sanitizer.cleaned(name: event.identity.distinctID), eventName: name,
-                             tier: event.tier, isError: event.isError, day: Int64(event.timeMillis / 86_400_000)) {
+            && !sampler.keep(distinctID: event.identity.distinctID, eventName: event.name, tier: event.tier,
+                             isError: event.isError, day: Int64(event.timeMillis / 86_400_000)) {
             return .sampled
         }
         return nil
@@ -332,9 +354,9 @@ public final class Processor: Sendable {
     /// then); its properties are written as they are.
     public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
         let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
-        writeHead(event, name: sanitizer.cleaned(name: event.name),
-                  distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account, id: id,
-                  into: &w)
+        _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
+                      distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
+                      checked: false, id: id, into: &w)
         w.object(event.properties)
         writeTail(into: &w)
     }
@@ -352,18 +374,12 @@ public final class Processor: Sendable {
 
     /// `encodeIfClean` with the given id; false when some rule applies.
     public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
-        guard leavesUnchanged(event.name), leavesUnchanged(event.identity.distinctID) else { return false }
-        if let account = event.identity.accountID, account.isEmpty || !leavesUnchanged(account) { return false }
-        writeHead(event, name: event.name, distinctID: event.identity.distinctID,
-                  accountID: event.identity.accountID, id: id, into: &w)
-        guard writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
+        if let account = event.identity.accountID, account.isEmpty { return false }
+        guard writeHead(event, name: event.name, distinctID: event.identity.distinctID,
+                        accountID: event.identity.accountID, checked: true, id: id, into: &w),
+              writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
         writeTail(into: &w)
         return true
-    }
-
-    /// Whether the name rules keep `text` (a name or id) as it is.
-    private func leavesUnchanged(_ text: String) -> Bool {
-        withUTF8Bytes(text) { sanitizer.leavesUnchanged(name: $0) }
     }
 
     /// Writes `object` as `w.object` would, unless a rule of `clean` would change it.
@@ -418,8 +434,11 @@ public final class Processor: Sendable {
         return true
     }
 
-    private func writeHead(_ event: Event, name: String, distinctID: String, accountID: String?,
-                           id: (UInt64, UInt64), into w: inout JSONWriter) {
+    /// Writes the envelope up to `"properties":`. When `checked`, returns false as soon
+    /// as the name rules would change the name or an id (the single-pass check, on the
+    /// bytes being written); else always true.
+    private func writeHead(_ event: Event, name: String, distinctID: String, accountID: String?, checked: Bool,
+                           id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
         w.byte(0x7B)
         w.key("event_id")
         EventIDGenerator.write(id, into: &w)
@@ -431,7 +450,7 @@ public final class Processor: Sendable {
         w.byte(0x22)
         w.byte(0x2C)
         w.key("name")
-        w.string(name)
+        guard write(name, checked: checked, into: &w) else { return false }
         w.byte(0x2C)
         w.key("time")
         let offset = clock.write(event.timeMillis, into: &w)
@@ -440,11 +459,11 @@ public final class Processor: Sendable {
         w.int(Int64(offset))
         w.byte(0x2C)
         w.key("distinct_id")
-        w.string(distinctID)
+        guard write(distinctID, checked: checked, into: &w) else { return false }
         if let account = accountID {
             w.byte(0x2C)
             w.key("account_id")
-            w.string(account)
+            guard write(account, checked: checked, into: &w) else { return false }
         }
         if let session = event.sessionID {
             w.byte(0x2C)
@@ -466,6 +485,17 @@ public final class Processor: Sendable {
         }
         w.byte(0x2C)
         w.key("properties")
+        return true
+    }
+
+    /// Writes a name or id as a JSON string; when `checked`, only if the name rules keep
+    /// it as it is.
+    private func write(_ text: String, checked: Bool, into w: inout JSONWriter) -> Bool {
+        withUTF8Bytes(text) { bytes in
+            if checked && !sanitizer.leavesUnchanged(name: bytes) { return false }
+            w.string(utf8: bytes)
+            return true
+        }
     }
 
     private func writeTail(into w: inout JSONWriter) {

@@ -151,8 +151,12 @@ public struct Sanitizer: Sendable {
 
     /// `name` as ``sanitize(name:counts:)`` returns it, uncounted.
     func cleaned(name: String) -> String {
-        if withUTF8Bytes(name, leavesUnchanged(name:)) { return name }
-        return TextRepair.clean(name, limit: maxNameLength, kind: .name)?.text ?? name
+        TextRepair.clean(name, limit: maxNameLength, kind: .name)?.text ?? name
+    }
+
+    /// Whether ``sanitize(name:counts:)`` keeps `name` as it is.
+    func leavesUnchanged(name: String) -> Bool {
+        withUTF8Bytes(name, leavesUnchanged(name:))
     }
 
     // Every helper returns nil for "unchanged", so untouched values are never rebuilt.
@@ -319,11 +323,14 @@ private enum TextRepair {
         // carry between bytes below 0x80, and x's own high bit catches the rest).
         if let p = bytes.baseAddress {
             let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-            while i &+ 8 <= n {
-                let x = UnsafeRawPointer(p + i).loadUnaligned(as: UInt64.self)
-                if (((x &- ones &* 0x20) & ~x) | (x &+ ones) | x) & highs != 0 { break }
-                i &+= 8
+            @inline(__always) func printable(_ at: Int) -> Bool {
+                let x = UnsafeRawPointer(p + at).loadUnaligned(as: UInt64.self)
+                return (((x &- ones &* 0x20) & ~x) | (x &+ ones) | x) & highs == 0
             }
+            while i &+ 8 <= n && printable(i) { i &+= 8 }
+            // The last bytes as one word, overlapping the ones checked (names and keys
+            // are rarely a multiple of eight long).
+            if i < n && n >= 8 && i &+ 8 > n && printable(n &- 8) { return false }
         }
         while i < n {
             let b = bytes[i]
@@ -400,9 +407,12 @@ private enum TextRepair {
 }
 
 /// Runs `body` on the UTF-8 bytes of `text`; native strings (always, on Linux) are not
-/// copied. `String.withUTF8` is inlinable, so this costs no generic dispatch per call.
+/// copied. The view's contiguous storage is borrowed without the retain and release of
+/// the mutable copy `String.withUTF8` needs (a few nanoseconds per call, and the hot path
+/// makes one per key, value, name and id); `withUTF8` remains for other strings.
 @inline(__always)
 func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    if let result = text.utf8.withContiguousStorageIfAvailable(body) { return result }
     var text = text
     return text.withUTF8(body)
 }
