@@ -67,7 +67,9 @@ extension CairnValue {
     /// (RFC 3339 text), URLs, UUIDs, arrays (`[Any]`, `NSArray`) and dictionaries
     /// (`[String: Any]`, `[AnyHashable: Any]`, `NSDictionary`) map to their case; an
     /// optional that is `nil` becomes `.null`; anything else becomes its description as
-    /// text. Never traps, recurses or loops on hostile input:
+    /// text (the type's own code, which this conversion cannot vouch for; likewise the
+    /// `object(at:)` of an `NSArray` subclass other than Foundation's). Never traps,
+    /// recurses or loops on hostile input:
     ///
     /// - A container that contains itself (an `NSMutableArray` added to itself, two
     ///   dictionaries holding each other) becomes ``cycleMarker`` where the chain closes;
