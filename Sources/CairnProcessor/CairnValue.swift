@@ -42,23 +42,294 @@ extension CairnValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, E
 }
 
 extension CairnValue {
+    /// The most container levels ``init(sanitizing:counts:)`` converts: an array or
+    /// dictionary nested deeper becomes `null`. Above any sensible
+    /// ``SanitizerLimits/maxDepth``, so the sanitiser's own limit is what events see.
+    public static let conversionDepthLimit = 32
+
+    /// The most values ``init(sanitizing:counts:)`` converts in all (containers, their
+    /// elements, scalars): a container shared many times over (the same array in both
+    /// halves of its parent, thirty levels down) would otherwise expand to billions.
+    public static let conversionValueLimit = 100_000
+
+    /// What ``init(sanitizing:counts:)`` writes where a container would contain itself.
+    public static let cycleMarker = "[cycle]"
+
     /// Converts a value from untyped code (JSON decoded with `JSONSerialization`,
-    /// Objective-C style dictionaries): strings, numbers, booleans, `NSNull`, dates
-    /// (RFC 3339 text), URLs, UUIDs, arrays and string-keyed dictionaries map to their
-    /// case; an optional that is `nil` becomes `.null`; anything else becomes its
-    /// description as text. Nesting deeper than 32 levels becomes `.null`. Never traps.
+    /// Objective-C style dictionaries) as ``init(sanitizing:counts:)`` does, discarding
+    /// the counts. Never traps.
     public init(sanitizing value: Any?) {
-        self = Self.convert(value, depth: 0)
+        var counts = RuleCounts()
+        self.init(sanitizing: value, counts: &counts)
     }
 
-    private static func convert(_ value: Any?, depth: Int) -> CairnValue {
-        guard depth < 32, let value else { return .null }
-        // A real NSNumber (JSONSerialization's numbers) would match `as Bool` too.
-        if type(of: value) is NSNumber.Type, let v = value as? NSNumber {
-            if String(cString: v.objCType) == "c" { return .bool(v.boolValue) }
-            if let i = Int64(exactly: v.doubleValue), !"\(v)".contains(".") { return .int(i) }
-            return .double(v.doubleValue)
+    /// Converts a value from untyped code: strings, numbers, booleans, `NSNull`, dates
+    /// (RFC 3339 text), URLs, UUIDs, arrays (`[Any]`, `NSArray`) and dictionaries
+    /// (`[String: Any]`, `[AnyHashable: Any]`, `NSDictionary`) map to their case; an
+    /// optional that is `nil` becomes `.null`; anything else becomes its description as
+    /// text (the type's own code, which this conversion cannot vouch for; likewise the
+    /// `object(at:)` of an `NSArray` subclass other than Foundation's). Never traps,
+    /// recurses or loops on hostile input:
+    ///
+    /// - A container that contains itself (an `NSMutableArray` added to itself, two
+    ///   dictionaries holding each other) becomes ``cycleMarker`` where the chain closes;
+    ///   counted in ``RuleCounts/cutCycles``.
+    /// - Containers nested deeper than ``conversionDepthLimit`` become `null`, without
+    ///   being looked into; counted in ``RuleCounts/droppedDepth``.
+    /// - After ``conversionValueLimit`` values, the containers still open keep what they
+    ///   have; counted in ``RuleCounts/truncatedArrays`` (one per array) and
+    ///   ``RuleCounts/droppedKeys`` (one per key).
+    /// - A dictionary key that is not text is written as its text when it is a number,
+    ///   a boolean, a date, a URL or a UUID; other keys are dropped, as is a key whose
+    ///   text another key of the same dictionary already has. Counted in
+    ///   ``RuleCounts/droppedKeys``.
+    ///
+    /// Foundation containers are read without bridging (`NSArray as? [Any]` would copy
+    /// the whole tree, recursively, before a single check could run).
+    public init(sanitizing value: Any?, counts: inout RuleCounts) {
+        var converter = UntypedConverter()
+        self = converter.convert(value)
+        counts.add(converter.counts)
+    }
+}
+
+/// The work of ``CairnValue/init(sanitizing:counts:)``: a depth-first walk with an
+/// explicit stack of open containers, so neither the input's depth nor its cycles can
+/// exhaust the thread's stack.
+private struct UntypedConverter {
+    var counts = RuleCounts()
+    private var budget = CairnValue.conversionValueLimit
+    private var stack: [Frame] = []
+    /// The Foundation containers open on the stack, to recognise a cycle.
+    private var open: Set<ObjectIdentifier> = []
+
+    /// A container being converted.
+    private struct Frame {
+        /// Its key in the enclosing object; nil inside an array and at the root.
+        var key: String?
+        var identity: ObjectIdentifier?
+        var elements: Elements
+        var position = 0
+        var array: [CairnValue] = []
+        var object: [String: CairnValue] = [:]
+
+        enum Elements {
+            case array([Any])
+            case dictionary([String: Any], Dictionary<String, Any>.Index)
+            case pairs([(key: String, value: Any)])
         }
+
+        var isObject: Bool {
+            if case .array = elements { return false }
+            return true
+        }
+
+        /// The next element and its key (nil in arrays), or nil at the end.
+        mutating func next() -> (key: String?, value: Any)? {
+            switch elements {
+            case .array(let items):
+                guard position < items.count else { return nil }
+                position += 1
+                return (nil, items[position - 1])
+            case .dictionary(let members, let index):
+                guard index != members.endIndex else { return nil }
+                elements = .dictionary(members, members.index(after: index))
+                return (members[index].key, members[index].value)
+            case .pairs(let pairs):
+                guard position < pairs.count else { return nil }
+                position += 1
+                return (pairs[position - 1].key, pairs[position - 1].value)
+            }
+        }
+
+        /// Elements not taken yet.
+        var remaining: Int {
+            switch elements {
+            case .array(let items): return items.count - position
+            case .dictionary(let members, let index): return members.distance(from: index, to: members.endIndex)
+            case .pairs(let pairs): return pairs.count - position
+            }
+        }
+
+        /// Adds a converted element; a key already present keeps its first value.
+        mutating func add(_ value: CairnValue, key: String?, counts: inout RuleCounts) {
+            guard let key else {
+                array.append(value)
+                return
+            }
+            if object[key] == nil {
+                object[key] = value
+            } else {
+                counts.droppedKeys += 1
+            }
+        }
+
+        var value: CairnValue { isObject ? .object(object) : .array(array) }
+    }
+
+    /// One input value: a finished value, or a container to walk.
+    private enum Node {
+        case value(CairnValue)
+        case container(Frame)
+    }
+
+    mutating func convert(_ root: Any?) -> CairnValue {
+        budget -= 1
+        switch node(root) {
+        case .value(let v): return v
+        case .container(let frame): push(frame)
+        }
+        while let top = stack.indices.last {
+            if budget > 0, let (key, element) = stack[top].next() {
+                budget -= 1
+                switch node(element) {
+                case .value(let v):
+                    stack[top].add(v, key: key, counts: &counts)
+                case .container(var frame):
+                    frame.key = key
+                    push(frame)
+                }
+                continue
+            }
+            let rest = stack[top].remaining
+            if rest > 0 {
+                if stack[top].isObject { counts.droppedKeys += rest } else { counts.truncatedArrays += 1 }
+            }
+            let done = stack.removeLast()
+            if let identity = done.identity { open.remove(identity) }
+            guard let parent = stack.indices.last else { return done.value }
+            stack[parent].add(done.value, key: done.key, counts: &counts)
+        }
+        return .null
+    }
+
+    private mutating func push(_ frame: Frame) {
+        if let identity = frame.identity { open.insert(identity) }
+        stack.append(frame)
+    }
+
+    /// Classifies `value`. Foundation classes are recognised by their type alone and
+    /// before any cast: casting an `NSArray` to any Swift type makes Foundation bridge
+    /// it, and a Swift array cast to a class is bridged the other way, in both cases
+    /// all the way down.
+    private mutating func node(_ value: Any?) -> Node {
+        guard var value else { return .value(.null) }
+        while true {
+            let type = type(of: value)
+            if type is NSNumber.Type, let number = value as? NSNumber { return .value(Self.number(number)) }
+            if type is NSNull.Type { return .value(.null) }
+            if type is NSArray.Type, let array = value as? NSArray {
+                let identity = ObjectIdentifier(array)
+                if let cut = cut(identity: identity) { return .value(cut) }
+                return .container(Frame(identity: identity, elements: .array(Self.elements(of: array))))
+            }
+            if type is NSDictionary.Type, let dictionary = value as? NSDictionary {
+                let identity = ObjectIdentifier(dictionary)
+                if let cut = cut(identity: identity) { return .value(cut) }
+                return .container(Frame(identity: identity, elements: .pairs(pairs(of: dictionary))))
+            }
+            guard let optional = value as? AnyOptional else { break }
+            guard let wrapped = optional.wrapped else { return .value(.null) }
+            value = wrapped
+        }
+        if let scalar = Self.scalar(value) { return .value(scalar) }
+        if let members = value as? [String: Any] {
+            if let cut = cut(identity: nil) { return .value(cut) }
+            return .container(Frame(identity: nil, elements: .dictionary(members, members.startIndex)))
+        }
+        if let members = value as? [AnyHashable: Any] {
+            if let cut = cut(identity: nil) { return .value(cut) }
+            let entries = pairs(members.lazy.map { ($0.key.base, $0.value) })
+            return .container(Frame(identity: nil, elements: .pairs(entries)))
+        }
+        if let items = value as? [Any] {
+            if let cut = cut(identity: nil) { return .value(cut) }
+            return .container(Frame(identity: nil, elements: .array(items)))
+        }
+        return .value(.string(String(describing: value)))
+    }
+
+    /// What stands for a container at the next level when it may not be opened: the
+    /// cycle marker when it is open already, `null` when it lies too deep; else nil.
+    private mutating func cut(identity: ObjectIdentifier?) -> CairnValue? {
+        if let identity, open.contains(identity) {
+            counts.cutCycles += 1
+            return .string(CairnValue.cycleMarker)
+        }
+        if stack.count >= CairnValue.conversionDepthLimit {
+            counts.droppedDepth += 1
+            return .null
+        }
+        return nil
+    }
+
+    /// The elements of an `NSArray`, unbridged. Foundation's own classes keep them in
+    /// a Swift array that their mirror reflects; `object(at:)` would bridge each
+    /// element (and everything under it) to a Swift value. Other subclasses are read
+    /// through `object(at:)`, their own code.
+    private static func elements(of array: NSArray) -> [Any] {
+        let type = type(of: array)
+        if type == NSArray.self || type == NSMutableArray.self {
+            let items = Mirror(reflecting: array).children.map(\.value)
+            if items.count == array.count { return items }
+        }
+        return (0..<array.count).map { array.object(at: $0) }
+    }
+
+    /// The entries of an `NSDictionary`, unbridged, as `elements(of:)` reads arrays.
+    private mutating func pairs(of dictionary: NSDictionary) -> [(key: String, value: Any)] {
+        let type = type(of: dictionary)
+        if type == NSDictionary.self || type == NSMutableDictionary.self {
+            let entries = Mirror(reflecting: dictionary).children.compactMap { $0.value as? (NSObject, AnyObject) }
+            if entries.count == dictionary.count { return pairs(entries.lazy.map { ($0.0 as Any, $0.1 as Any) }) }
+        }
+        return pairs(dictionary.allKeys.lazy.map { ($0, dictionary.object(forKey: $0) as Any) })
+    }
+
+    /// Entries with keys as text; keys with no text are dropped and counted.
+    private mutating func pairs(_ entries: some Sequence<(Any, Any)>) -> [(key: String, value: Any)] {
+        var out: [(key: String, value: Any)] = []
+        for (key, value) in entries {
+            if let text = Self.keyText(key) {
+                out.append((text, value))
+            } else {
+                counts.droppedKeys += 1
+            }
+        }
+        return out
+    }
+
+    /// A dictionary key as text: text itself, or a number, boolean, date, URL or UUID.
+    private static func keyText(_ key: Any) -> String? {
+        let type = type(of: key)
+        if type is NSArray.Type || type is NSDictionary.Type || type is NSNull.Type { return nil }
+        if type is NSNumber.Type, let number = key as? NSNumber { return text(of: Self.number(number)) }
+        return scalar(key).flatMap(text(of:))
+    }
+
+    private static func text(of value: CairnValue) -> String? {
+        switch value {
+        case .string(let s): return s
+        case .int(let i): return String(i)
+        case .double(let d): return d.isFinite ? d.description : nil
+        case .bool(let b): return b ? "true" : "false"
+        case .null, .array, .object: return nil
+        }
+    }
+
+    /// An `NSNumber` as the case its contents call for: booleans stay booleans, whole
+    /// numbers written without a fraction are integers, and the sign of -0.0 is kept.
+    private static func number(_ v: NSNumber) -> CairnValue {
+        if String(cString: v.objCType) == "c" { return .bool(v.boolValue) }
+        let d = v.doubleValue
+        if d == 0 && d.sign == .minus { return .double(d) }
+        if let i = Int64(exactly: d), !"\(v)".contains(".") { return .int(i) }
+        return .double(d)
+    }
+
+    /// A value that is not a container, or nil. Only casts to Swift value types, which
+    /// never bridge a Swift container (the caller has ruled out Foundation containers).
+    private static func scalar(_ value: Any) -> CairnValue? {
         switch value {
         case let v as CairnValue: return v
         case let v as String: return .string(v)
@@ -77,24 +348,20 @@ extension CairnValue {
         case let v as Double: return .double(v)
         case let v as Float: return .double(Double(v))
         case let v as Decimal: return .double(NSDecimalNumber(decimal: v).doubleValue)
-        case is NSNull: return .null
         case let v as Date: return .string(ISO8601DateFormatter.string(from: v, timeZone: TimeZone(identifier: "UTC") ?? .current,
                                                                           formatOptions: [.withInternetDateTime, .withFractionalSeconds]))
         case let v as URL: return .string(v.absoluteString)
         case let v as UUID: return .string(v.uuidString.lowercased())
-        case let v as [String: Any]:
-            var out: [String: CairnValue] = [:]
-            out.reserveCapacity(v.count)
-            for (k, item) in v { out[k] = convert(item, depth: depth + 1) }
-            return .object(out)
-        case let v as [Any]: return .array(v.map { convert($0, depth: depth + 1) })
-        case let v as [Any?]: return .array(v.map { convert($0, depth: depth + 1) })
-        default:
-            let mirror = Mirror(reflecting: value)
-            if mirror.displayStyle == .optional {
-                return mirror.children.first.map { convert($0.value, depth: depth + 1) } ?? .null
-            }
-            return .string(String(describing: value))
+        default: return nil
         }
     }
+}
+
+/// Lets a value of unknown type be asked whether it is an optional, and unwrapped.
+private protocol AnyOptional {
+    var wrapped: Any? { get }
+}
+
+extension Optional: AnyOptional {
+    var wrapped: Any? { map { $0 } }
 }

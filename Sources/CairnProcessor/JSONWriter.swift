@@ -88,8 +88,7 @@ public struct JSONWriter {
 
     /// Appends a JSON string: quotes, escapes.
     public mutating func string(_ text: String) {
-        var text = text
-        text.withUTF8 { utf8 in string(utf8: utf8) }
+        withUTF8Bytes(text) { utf8 in string(utf8: utf8) }
     }
 
     /// Appends a JSON string from UTF-8 bytes (assumed valid, as Swift strings are).
@@ -199,13 +198,15 @@ public struct JSONWriter {
     }
 
     /// Appends a number; NaN and infinities (which JSON cannot hold) become `null`.
+    /// Negative zero keeps its sign (`-0.0`).
     public mutating func double(_ value: Double) {
         guard value.isFinite else {
             ascii("null")
             return
         }
         if value == value.rounded(.towardZero) && abs(value) < 1e15 {
-            int(Int64(value))
+            if value.sign == .minus { byte(UInt8(ascii: "-")) }
+            uint(UInt64(abs(value)))
             ascii(".0")
             return
         }

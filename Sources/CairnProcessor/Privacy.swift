@@ -103,8 +103,15 @@ public struct PrivacyMasker: Sendable {
     /// changed to `counts`. Keys themselves are never changed. When nothing matches, the
     /// input is returned as is.
     public func apply(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
+        apply(properties, maxDepth: .max, counts: &counts)
+    }
+
+    /// `apply` for the processor: containers deeper than `maxDepth` (the properties
+    /// object is level 1) are left as they are, for the sanitiser replaces them next; so
+    /// a hostile nesting is never walked further than that.
+    func apply(_ properties: [String: CairnValue], maxDepth: Int, counts: inout RuleCounts) -> [String: CairnValue] {
         guard options.enabled else { return properties }
-        return applyObject(properties, kinds: kinds, counts: &counts) ?? properties
+        return applyObject(properties, kinds: kinds, level: 1, maxDepth: maxDepth, counts: &counts) ?? properties
     }
 
     /// Masks sensitive content in one string with the rules switched on in ``options``;
@@ -148,7 +155,7 @@ public struct PrivacyMasker: Sendable {
 
     // Each helper returns nil for "unchanged", so untouched values are never rebuilt.
 
-    private func applyObject(_ object: [String: CairnValue], kinds: MaskKinds,
+    private func applyObject(_ object: [String: CairnValue], kinds: MaskKinds, level: Int, maxDepth: Int,
                              counts: inout RuleCounts) -> [String: CairnValue]? {
         var out = object
         var changed = false
@@ -162,9 +169,9 @@ public struct PrivacyMasker: Sendable {
                 counts.redactedKeys += 1
                 replacement = .string(Self.redacted)
             case .mask?:
-                replacement = applyValue(value, kinds: .all, counts: &counts)
+                replacement = applyValue(value, kinds: .all, level: level + 1, maxDepth: maxDepth, counts: &counts)
             case nil:
-                replacement = applyValue(value, kinds: kinds, counts: &counts)
+                replacement = applyValue(value, kinds: kinds, level: level + 1, maxDepth: maxDepth, counts: &counts)
             }
             if let replacement {
                 out[key] = replacement
@@ -174,7 +181,8 @@ public struct PrivacyMasker: Sendable {
         return changed ? out : nil
     }
 
-    private func applyValue(_ value: CairnValue, kinds: MaskKinds, counts: inout RuleCounts) -> CairnValue? {
+    private func applyValue(_ value: CairnValue, kinds: MaskKinds, level: Int, maxDepth: Int,
+                            counts: inout RuleCounts) -> CairnValue? {
         switch value {
         case .null, .bool, .int, .double:
             return nil
@@ -183,17 +191,20 @@ public struct PrivacyMasker: Sendable {
             counts.maskedValues += 1
             return .string(masked)
         case .array(let items):
+            guard level <= maxDepth else { return nil }
             var out = items
             var changed = false
             for i in items.indices {
-                if let fixed = applyValue(items[i], kinds: kinds, counts: &counts) {
+                if let fixed = applyValue(items[i], kinds: kinds, level: level + 1, maxDepth: maxDepth, counts: &counts) {
                     out[i] = fixed
                     changed = true
                 }
             }
             return changed ? .array(out) : nil
         case .object(let object):
-            return applyObject(object, kinds: kinds, counts: &counts).map(CairnValue.object)
+            guard level <= maxDepth else { return nil }
+            return applyObject(object, kinds: kinds, level: level, maxDepth: maxDepth, counts: &counts)
+                .map(CairnValue.object)
         }
     }
 

@@ -194,12 +194,17 @@ public enum DropReason: String, Sendable, CaseIterable {
     case filtered
     /// Sampling left it out.
     case sampled
+    /// Its name is empty.
+    case invalidName = "invalid_name"
+    /// Its `distinct_id` is empty.
+    case invalidIdentity = "invalid_identity"
 }
 
-/// The event processor: values in, bytes out. Decides whether an event is kept
-/// (filter, then sampling), cleans its properties (sanitiser, then privacy rules), and
-/// encodes it as one JSON object (docs/FORMATS.md, "Event"). No files, no threads, no
-/// clock reads except through `EventClock`'s cached time zone offset.
+/// The event processor: values in, bytes out. Decides whether an event is kept (name
+/// and identity, filter, then sampling), cleans its name, ids and properties (privacy
+/// rules, then sanitiser), and encodes it as one JSON object (docs/FORMATS.md, "Event").
+/// No files, no threads, no clock reads except through `EventClock`'s cached time zone
+/// offset.
 public final class Processor: Sendable {
     /// The options it was made with.
     public let options: ProcessorOptions
@@ -207,6 +212,9 @@ public final class Processor: Sendable {
     private let masker: PrivacyMasker
     private let sampler: Sampler
     private let filter: EventFilter
+    /// Whether `admit` reads the name or `distinct_id` at all (name lists, per-event
+    /// rates, a tier sampled below 1); when not, it need not check them.
+    private let admitReadsNames: Bool
     private let common: CommonFragment
     private let sdkVersion: String
     /// Formats event times.
@@ -222,6 +230,9 @@ public final class Processor: Sendable {
         masker = PrivacyMasker(options: options.privacy)
         sampler = Sampler(options: options.sampling)
         filter = EventFilter(options: options.filter)
+        let sampling = options.sampling
+        admitReadsNames = !options.filter.allowNames.isEmpty || !options.filter.denyNames.isEmpty
+            || !sampling.eventRates.isEmpty || !(sampling.rate >= 1) || sampling.tierRates.values.contains { !($0 >= 1) }
         self.common = CommonFragment(common.encodedFragment(sdkVersion: sdkVersion))
         self.sdkVersion = sdkVersion
         self.clock = clock
@@ -240,9 +251,30 @@ public final class Processor: Sendable {
         options.privacy.enabled ? masker.maskURL(url) : url
     }
 
-    /// Whether to keep `event`: nil to keep it, else why not. `day` is the UTC day
-    /// number the sampling decision is stable for (days since 1970-01-01).
+    /// Whether to keep `event`: nil to keep it, else why not. An empty name or
+    /// `distinct_id` is refused; filters and sampling see the name and `distinct_id` as
+    /// `clean(_:counts:)` (the event form) will write them. Sampling is stable for the
+    /// event's UTC day (days since 1970-01-01).
     public func admit(_ event: Event) -> DropReason? {
+        if event.name.isEmpty { return .invalidName }
+        if event.identity.distinctID.isEmpty { return .invalidIdentity }
+        guard !admitReadsNames || (sanitizer.leavesUnchanged(name: event.name)
+                                   && sanitizer.leavesUnchanged(name: event.identity.distinctID))
+        else { return decideCleaned(event) }
+        return decide(event)
+    }
+
+    /// `decide` for an event whose name or `distinct_id` the rules change.
+    @inline(never)
+    private func decideCleaned(_ event: Event) -> DropReason? {
+        var written = event
+        written.name = sanitizer.cleaned(name: event.name)
+        written.identity.distinctID = sanitizer.cleaned(name: event.identity.distinctID)
+        return decide(written)
+    }
+
+    /// Filters, then sampling, on a name and `distinct_id` the rules leave as they are.
+    private func decide(_ event: Event) -> DropReason? {
         var path: String?
         if filter.filtersPaths, case .string(let p)? = event.properties[options.pathProperty] { path = p }
         if !filter.allows(name: event.name, path: path) { return .filtered }
@@ -254,32 +286,58 @@ public final class Processor: Sendable {
         return nil
     }
 
+    /// Cleans everything of `event` the call site gave: its name, `distinct_id` and
+    /// `account_id` (``Sanitizer/sanitize(name:counts:)``; an empty account id is left
+    /// out) and its properties (`clean(_:counts:)`, the properties form), adding
+    /// what changed to `counts`.
+    public func clean(_ event: inout Event, counts: inout RuleCounts) {
+        event.name = sanitizer.sanitize(name: event.name, counts: &counts)
+        event.identity.distinctID = sanitizer.sanitize(name: event.identity.distinctID, counts: &counts)
+        if let account = event.identity.accountID {
+            if account.isEmpty {
+                event.identity.accountID = nil
+                counts.droppedKeys += 1
+            } else {
+                event.identity.accountID = sanitizer.sanitize(name: account, counts: &counts)
+            }
+        }
+        event.properties = clean(event.properties, counts: &counts)
+    }
+
     /// The properties to encode: the privacy rules run first (on whole strings, so no
     /// cut can leave half a card number), then the sanitiser (so the limits hold for
-    /// what is written); what they change is added to `counts`.
+    /// what is written); what they change is added to `counts`. Containers deeper than
+    /// the sanitiser's depth limit are not looked into: it replaces them.
     public func clean(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
-        let masked = options.privacy.enabled ? masker.apply(properties, counts: &counts) : properties
+        let masked = options.privacy.enabled
+            ? masker.apply(properties, maxDepth: sanitizer.maxDepth, counts: &counts) : properties
         return sanitizer.sanitize(masked, counts: &counts)
     }
 
     /// A size that is enough for `event` unless its strings need escaping (then
     /// `encode` overflows and the caller retries with the exact size it reports).
+    /// Containers deeper than the sanitiser's depth limit count as the `null` that
+    /// replaces them, so a hostile nesting costs no more than the limit allows.
     public func estimate(_ event: Event) -> Int {
         var n = 160 + common.bytes.count + event.name.utf8.count + event.identity.distinctID.utf8.count
             + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
             + (event.span == nil ? 0 : 110)
-        for (k, v) in event.properties { n += k.utf8.count + 4 + Self.estimate(v) }
+        for (k, v) in event.properties { n += k.utf8.count + 4 + estimate(v, level: 2) }
         return n
     }
 
-    private static func estimate(_ v: CairnValue) -> Int {
+    private func estimate(_ v: CairnValue, level: Int) -> Int {
         switch v {
         case .null, .bool: return 5
         case .int: return 20
         case .double: return 26
         case .string(let s): return s.utf8.count + 2
-        case .array(let items): return items.reduce(2) { $0 + estimate($1) + 1 }
-        case .object(let m): return m.reduce(2) { $0 + $1.key.utf8.count + 4 + estimate($1.value) }
+        case .array(let items):
+            guard level <= sanitizer.maxDepth else { return 5 }
+            return items.reduce(2) { $0 + estimate($1, level: level + 1) + 1 }
+        case .object(let m):
+            guard level <= sanitizer.maxDepth else { return 5 }
+            return m.reduce(2) { $0 + $1.key.utf8.count + 4 + estimate($1.value, level: level + 1) }
         }
     }
 
@@ -291,19 +349,24 @@ public final class Processor: Sendable {
         return id
     }
 
-    /// Encodes `event` with the given id.
+    /// Encodes `event` with the given id. Its name and ids are written as
+    /// `clean(_:counts:)` (the event form) leaves them even when it did not run (uncounted
+    /// then); its properties are written as they are.
     public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
-        writeHead(event, id: id, into: &w)
+        let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
+        _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
+                      distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
+                      checked: false, id: id, into: &w)
         w.object(event.properties)
         writeTail(into: &w)
     }
 
-    /// The single-pass hot path: encodes `event` straight from the call site's
-    /// properties (plus a new id) when neither the privacy rules nor the sanitiser would
-    /// change any of them, checking each key and value as it is written. The bytes are
-    /// then exactly those of `clean` followed by `encode`. Returns nil when some rule
-    /// applies (the writer's content is then meaningless): the caller runs `clean` and
-    /// `encode` instead.
+    /// The single-pass hot path: encodes `event` straight from the call site's name, ids
+    /// and properties (plus a new id) when neither the privacy rules nor the sanitiser
+    /// would change any of them, checking each as it is written. The bytes are then
+    /// exactly those of `clean` followed by `encode`. Returns nil when some rule applies
+    /// (the writer's content is then meaningless): the caller runs `clean` and `encode`
+    /// instead.
     public func encodeIfClean(_ event: Event, into w: inout JSONWriter) -> (UInt64, UInt64)? {
         let id = ids.next(millis: event.timeMillis)
         return encodeIfClean(event, id: id, into: &w) ? id : nil
@@ -311,8 +374,10 @@ public final class Processor: Sendable {
 
     /// `encodeIfClean` with the given id; false when some rule applies.
     public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
-        writeHead(event, id: id, into: &w)
-        guard writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
+        if let account = event.identity.accountID, account.isEmpty { return false }
+        guard writeHead(event, name: event.name, distinctID: event.identity.distinctID,
+                        accountID: event.identity.accountID, checked: true, id: id, into: &w),
+              writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
         writeTail(into: &w)
         return true
     }
@@ -369,7 +434,11 @@ public final class Processor: Sendable {
         return true
     }
 
-    private func writeHead(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
+    /// Writes the envelope up to `"properties":`. When `checked`, returns false as soon
+    /// as the name rules would change the name or an id (the single-pass check, on the
+    /// bytes being written); else always true.
+    private func writeHead(_ event: Event, name: String, distinctID: String, accountID: String?, checked: Bool,
+                           id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
         w.byte(0x7B)
         w.key("event_id")
         EventIDGenerator.write(id, into: &w)
@@ -381,7 +450,7 @@ public final class Processor: Sendable {
         w.byte(0x22)
         w.byte(0x2C)
         w.key("name")
-        w.string(event.name)
+        guard write(name, checked: checked, into: &w) else { return false }
         w.byte(0x2C)
         w.key("time")
         let offset = clock.write(event.timeMillis, into: &w)
@@ -390,11 +459,11 @@ public final class Processor: Sendable {
         w.int(Int64(offset))
         w.byte(0x2C)
         w.key("distinct_id")
-        w.string(event.identity.distinctID)
-        if let account = event.identity.accountID {
+        guard write(distinctID, checked: checked, into: &w) else { return false }
+        if let account = accountID {
             w.byte(0x2C)
             w.key("account_id")
-            w.string(account)
+            guard write(account, checked: checked, into: &w) else { return false }
         }
         if let session = event.sessionID {
             w.byte(0x2C)
@@ -416,6 +485,17 @@ public final class Processor: Sendable {
         }
         w.byte(0x2C)
         w.key("properties")
+        return true
+    }
+
+    /// Writes a name or id as a JSON string; when `checked`, only if the name rules keep
+    /// it as it is.
+    private func write(_ text: String, checked: Bool, into w: inout JSONWriter) -> Bool {
+        withUTF8Bytes(text) { bytes in
+            if checked && !sanitizer.leavesUnchanged(name: bytes) { return false }
+            w.string(utf8: bytes)
+            return true
+        }
     }
 
     private func writeTail(into w: inout JSONWriter) {

@@ -10,25 +10,34 @@
 public struct RuleCounts: Sendable, Equatable {
     /// Doubles that were NaN or infinite and became `null`.
     public var droppedNonFinite = 0
-    /// Strings cut to ``SanitizerLimits/maxStringLength``.
+    /// Strings cut to ``SanitizerLimits/maxStringLength``, and event names, distinct ids
+    /// and account ids cut to ``SanitizerLimits/maxNameLength``.
     public var truncatedStrings = 0
     /// Keys cut to ``SanitizerLimits/maxKeyLength``.
     public var truncatedKeys = 0
     /// Keys dropped with their values: empty keys, keys that collided with another key
-    /// after truncation, and keys beyond ``SanitizerLimits/maxProperties``.
+    /// after truncation, keys beyond ``SanitizerLimits/maxProperties``, an empty account
+    /// id (left out of its event), and keys ``CairnValue/init(sanitizing:counts:)`` could
+    /// not turn into text or had no room for.
     public var droppedKeys = 0
-    /// Objects and arrays nested deeper than ``SanitizerLimits/maxDepth`` that became `null`
+    /// Objects and arrays nested deeper than ``SanitizerLimits/maxDepth`` (or, when
+    /// converting untyped values, ``CairnValue/conversionDepthLimit``) that became `null`
     /// (one per replaced container; what it held is not counted).
     public var droppedDepth = 0
-    /// Arrays cut to ``SanitizerLimits/maxArrayLength``.
+    /// Arrays cut to ``SanitizerLimits/maxArrayLength``, or cut short when a conversion
+    /// reached ``CairnValue/conversionValueLimit``.
     public var truncatedArrays = 0
-    /// Strings and keys whose control characters or noncharacters were replaced by U+FFFD.
+    /// Strings, keys, event names and ids whose control characters or noncharacters were
+    /// replaced by U+FFFD.
     public var repairedUTF8 = 0
     /// Values replaced by `"[redacted]"` because their key is sensitive.
     public var redactedKeys = 0
     /// Strings in which an e-mail address, phone number, card number, token, JWT, URL
     /// password or sensitive query value was masked.
     public var maskedValues = 0
+    /// Arrays and dictionaries that contained themselves (through any chain of containers),
+    /// written as `"[cycle]"` where the chain closed, by ``CairnValue/init(sanitizing:counts:)``.
+    public var cutCycles = 0
 
     /// All counters zero.
     public init() {}
@@ -44,6 +53,7 @@ public struct RuleCounts: Sendable, Equatable {
         repairedUTF8 += other.repairedUTF8
         redactedKeys += other.redactedKeys
         maskedValues += other.maskedValues
+        cutCycles += other.cutCycles
     }
 
     /// Whether no rule changed anything.
@@ -66,16 +76,21 @@ public struct SanitizerLimits: Sendable, Equatable {
     public var maxProperties: Int
     /// Most elements per array; later elements are dropped.
     public var maxArrayLength: Int
+    /// Longest event name, `distinct_id` and `account_id`; longer ones are cut on a
+    /// character boundary (no ellipsis). Values below 4 act as 4, so one character
+    /// always fits.
+    public var maxNameLength: Int
 
     /// Limits with the defaults: depth 8, keys 128 bytes, strings 4096 bytes, 256 keys
-    /// per object, 256 elements per array.
+    /// per object, 256 elements per array, names and ids 200 bytes.
     public init(maxDepth: Int = 8, maxKeyLength: Int = 128, maxStringLength: Int = 4096,
-                maxProperties: Int = 256, maxArrayLength: Int = 256) {
+                maxProperties: Int = 256, maxArrayLength: Int = 256, maxNameLength: Int = 200) {
         self.maxDepth = maxDepth
         self.maxKeyLength = maxKeyLength
         self.maxStringLength = maxStringLength
         self.maxProperties = maxProperties
         self.maxArrayLength = maxArrayLength
+        self.maxNameLength = maxNameLength
     }
 }
 
@@ -98,6 +113,7 @@ public struct Sanitizer: Sendable {
     let maxStringLength: Int
     let maxProperties: Int
     let maxArrayLength: Int
+    let maxNameLength: Int
 
     /// A sanitiser enforcing `limits`.
     public init(limits: SanitizerLimits = .init()) {
@@ -107,6 +123,7 @@ public struct Sanitizer: Sendable {
         maxStringLength = max(0, limits.maxStringLength)
         maxProperties = max(0, limits.maxProperties)
         maxArrayLength = max(0, limits.maxArrayLength)
+        maxNameLength = max(4, limits.maxNameLength)
     }
 
     /// Returns properties that always encode to valid JSON within the limits, adding what
@@ -120,6 +137,28 @@ public struct Sanitizer: Sendable {
         clean(value, level: 1, counts: &counts) ?? value
     }
 
+    /// Returns an event name, `distinct_id` or `account_id` made safe: every control
+    /// character (tab, LF and CR included) and noncharacter replaced by U+FFFD, then cut
+    /// to ``SanitizerLimits/maxNameLength`` bytes on a character boundary, without an
+    /// ellipsis and never to nothing. When nothing needs changing the input is returned
+    /// as is. An empty name stays empty: refusing it is the processor's decision.
+    public func sanitize(name: String, counts: inout RuleCounts) -> String {
+        guard let fixed = TextRepair.clean(name, limit: maxNameLength, kind: .name) else { return name }
+        if fixed.repaired { counts.repairedUTF8 += 1 }
+        if fixed.truncated { counts.truncatedStrings += 1 }
+        return fixed.text
+    }
+
+    /// `name` as ``sanitize(name:counts:)`` returns it, uncounted.
+    func cleaned(name: String) -> String {
+        TextRepair.clean(name, limit: maxNameLength, kind: .name)?.text ?? name
+    }
+
+    /// Whether ``sanitize(name:counts:)`` keeps `name` as it is.
+    func leavesUnchanged(name: String) -> Bool {
+        withUTF8Bytes(name, leavesUnchanged(name:))
+    }
+
     // Every helper returns nil for "unchanged", so untouched values are never rebuilt.
 
     private func clean(_ value: CairnValue, level: Int, counts: inout RuleCounts) -> CairnValue? {
@@ -131,7 +170,7 @@ public struct Sanitizer: Sendable {
             counts.droppedNonFinite += 1
             return .null
         case .string(let s):
-            guard let fixed = TextRepair.clean(s, limit: maxStringLength, ellipsis: true) else { return nil }
+            guard let fixed = TextRepair.clean(s, limit: maxStringLength, kind: .value) else { return nil }
             if fixed.repaired { counts.repairedUTF8 += 1 }
             if fixed.truncated { counts.truncatedStrings += 1 }
             return .string(fixed.text)
@@ -183,12 +222,18 @@ public struct Sanitizer: Sendable {
 
     /// Whether the sanitiser keeps this key as it is (the processor's single-pass check).
     func leavesUnchanged(key: UnsafeBufferPointer<UInt8>) -> Bool {
-        key.count > 0 && key.count <= maxKeyLength && !TextRepair.needsRepair(key)
+        key.count > 0 && key.count <= maxKeyLength && !TextRepair.needsRepair(key, allowingWhitespace: true)
     }
 
     /// Whether the sanitiser keeps this string value as it is.
     func leavesUnchanged(string: UnsafeBufferPointer<UInt8>) -> Bool {
-        string.count <= maxStringLength && !TextRepair.needsRepair(string)
+        string.count <= maxStringLength && !TextRepair.needsRepair(string, allowingWhitespace: true)
+    }
+
+    /// Whether ``sanitize(name:counts:)`` keeps this name or id as it is: one bounded
+    /// byte scan, no allocation.
+    func leavesUnchanged(name: UnsafeBufferPointer<UInt8>) -> Bool {
+        name.count <= maxNameLength && !TextRepair.needsRepair(name, allowingWhitespace: false)
     }
 
     private struct Entry {
@@ -208,7 +253,7 @@ public struct Sanitizer: Sendable {
         entries.reserveCapacity(object.count)
         for (key, value) in object {
             var entry = Entry(key: key, original: key, value: value, repaired: false, truncated: false)
-            if let fixed = TextRepair.clean(key, limit: maxKeyLength, ellipsis: false) {
+            if let fixed = TextRepair.clean(key, limit: maxKeyLength, kind: .key) {
                 entry.key = fixed.text
                 entry.repaired = fixed.repaired
                 entry.truncated = fixed.truncated
@@ -235,7 +280,7 @@ public struct Sanitizer: Sendable {
     }
 }
 
-/// Control-character repair and length limits for strings and keys.
+/// Control-character repair and length limits for strings, keys, names and ids.
 private enum TextRepair {
     struct Result {
         var text: String
@@ -243,23 +288,34 @@ private enum TextRepair {
         var truncated: Bool
     }
 
-    /// Whether `scalar` is replaced by U+FFFD: C0 controls other than tab, LF and CR,
-    /// DEL, C1 controls, the noncharacters U+FFFE and U+FFFF, and U+FEFF. A byte order
-    /// mark is never meaningful inside a value, and decoders that strip it (Foundation's
-    /// JSON parser drops it at the start of a string) would change keys and values.
-    static func isForbidden(_ scalar: Unicode.Scalar) -> Bool {
+    /// What is being cleaned, which decides the details of the rules.
+    enum Kind {
+        /// A string value: tab, LF and CR are kept; a cut ends in "…".
+        case value
+        /// A key: tab, LF and CR are kept; a cut has no ellipsis and may leave nothing
+        /// (the key is then dropped).
+        case key
+        /// An event name or id: every control character is replaced; a cut has no
+        /// ellipsis and always keeps at least one character.
+        case name
+
+        var allowsWhitespace: Bool { self != .name }
+    }
+
+    /// Whether `scalar` is replaced by U+FFFD: C0 controls (other than tab, LF and CR
+    /// when `allowingWhitespace`), DEL, C1 controls, the noncharacters U+FFFE and U+FFFF,
+    /// and U+FEFF. A byte order mark is never meaningful inside a value, and decoders
+    /// that strip it (Foundation's JSON parser drops it at the start of a string) would
+    /// change keys and values.
+    static func isForbidden(_ scalar: Unicode.Scalar, allowingWhitespace: Bool) -> Bool {
         let v = scalar.value
-        if v < 0x20 { return v != 0x09 && v != 0x0A && v != 0x0D }
+        if v < 0x20 { return !allowingWhitespace || (v != 0x09 && v != 0x0A && v != 0x0D) }
         return (v >= 0x7F && v <= 0x9F) || v == 0xFFFE || v == 0xFFFF || v == 0xFEFF
     }
 
-    /// Whether `text` holds a forbidden scalar; reads UTF-8 bytes without decoding.
-    static func needsRepair(_ text: String) -> Bool {
-        withUTF8Bytes(text, needsRepair(_:))
-    }
-
-    /// Whether these UTF-8 bytes hold a forbidden scalar.
-    static func needsRepair(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    /// Whether these UTF-8 bytes hold a forbidden scalar; reads them without decoding.
+    @inline(__always)
+    static func needsRepair(_ bytes: UnsafeBufferPointer<UInt8>, allowingWhitespace: Bool) -> Bool {
         let n = bytes.count
         var i = 0
         // Whole words of printable ASCII first: no byte below 0x20 (the high bit of
@@ -267,11 +323,14 @@ private enum TextRepair {
         // carry between bytes below 0x80, and x's own high bit catches the rest).
         if let p = bytes.baseAddress {
             let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-            while i &+ 8 <= n {
-                let x = UnsafeRawPointer(p + i).loadUnaligned(as: UInt64.self)
-                if (((x &- ones &* 0x20) & ~x) | (x &+ ones) | x) & highs != 0 { break }
-                i &+= 8
+            @inline(__always) func printable(_ at: Int) -> Bool {
+                let x = UnsafeRawPointer(p + at).loadUnaligned(as: UInt64.self)
+                return (((x &- ones &* 0x20) & ~x) | (x &+ ones) | x) & highs == 0
             }
+            while i &+ 8 <= n && printable(i) { i &+= 8 }
+            // The last bytes as one word, overlapping the ones checked (names and keys
+            // are rarely a multiple of eight long).
+            if i < n && n >= 8 && i &+ 8 > n && printable(n &- 8) { return false }
         }
         while i < n {
             let b = bytes[i]
@@ -280,7 +339,7 @@ private enum TextRepair {
                 continue
             }
             if b < 0x20 {
-                if b != 0x09 && b != 0x0A && b != 0x0D { return true }
+                if !allowingWhitespace || (b != 0x09 && b != 0x0A && b != 0x0D) { return true }
             } else if b == 0x7F {
                 return true
             } else if b == 0xC2 {  // U+0080...U+00BF; C1 controls are C2 80...C2 9F
@@ -296,10 +355,13 @@ private enum TextRepair {
         return false
     }
 
-    /// `text` repaired and cut to `limit` bytes, or nil when it is already fine.
-    static func clean(_ text: String, limit: Int, ellipsis: Bool) -> Result? {
+    /// `text` repaired and cut to `limit` bytes as `kind` requires, or nil when it is
+    /// already fine.
+    static func clean(_ text: String, limit: Int, kind: Kind) -> Result? {
         let tooLong = text.utf8.count > limit
-        if !tooLong && !needsRepair(text) { return nil }
+        if !tooLong && !withUTF8Bytes(text, { needsRepair($0, allowingWhitespace: kind.allowsWhitespace) }) {
+            return nil
+        }
 
         // Build the repaired prefix, a few bytes past the limit so the character
         // boundary at the cut can be judged by the scalar that follows it.
@@ -309,7 +371,7 @@ private enum TextRepair {
         let stop = limit + 8
         for scalar in text.unicodeScalars {
             var kept = scalar
-            if isForbidden(scalar) {
+            if isForbidden(scalar, allowingWhitespace: kind.allowsWhitespace) {
                 kept = "\u{FFFD}"
                 firstRepair = min(firstRepair, bytes)
             }
@@ -322,20 +384,21 @@ private enum TextRepair {
             return Result(text: repaired, repaired: firstRepair != .max, truncated: false)
         }
 
-        let mark = ellipsis && limit >= 3
+        let mark = kind == .value && limit >= 3
         let budget = mark ? limit - 3 : limit
         let utf8 = repaired.utf8
         var cut = utf8.index(utf8.startIndex, offsetBy: budget)
         while cut > utf8.startIndex && UTF8.isContinuation(utf8[cut]) { cut = utf8.index(before: cut) }
         // Prefer a grapheme boundary (never split "é" written as e + U+0301, a flag or an
-        // emoji sequence); give up after 32 scalars so zalgo text stays linear.
+        // emoji sequence); give up after 32 scalars so zalgo text stays linear. A name
+        // whose first character alone is too long is cut inside it rather than emptied.
         let scalarCut = cut
         var tries = 0
         while cut > repaired.startIndex && cut.samePosition(in: repaired) == nil && tries < 32 {
             cut = repaired.unicodeScalars.index(before: cut)
             tries += 1
         }
-        if cut.samePosition(in: repaired) == nil { cut = scalarCut }
+        if cut.samePosition(in: repaired) == nil || (kind == .name && cut == repaired.startIndex) { cut = scalarCut }
         let keptBytes = utf8.distance(from: utf8.startIndex, to: cut)
         var out = String(repaired[..<cut])
         if mark { out.append("\u{2026}") }
@@ -344,9 +407,12 @@ private enum TextRepair {
 }
 
 /// Runs `body` on the UTF-8 bytes of `text`; native strings (always, on Linux) are not
-/// copied. `String.withUTF8` is inlinable, so this costs no generic dispatch per call.
+/// copied. The view's contiguous storage is borrowed without the retain and release of
+/// the mutable copy `String.withUTF8` needs (a few nanoseconds per call, and the hot path
+/// makes one per key, value, name and id); `withUTF8` remains for other strings.
 @inline(__always)
 func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+    if let result = text.utf8.withContiguousStorageIfAvailable(body) { return result }
     var text = text
     return text.withUTF8(body)
 }

@@ -96,6 +96,17 @@ import Testing
         #expect(String(decoding: Self.encode(.int(.min)), as: UTF8.self) == "-9223372036854775808")
     }
 
+    /// `-0.0 == 0.0`, so the check above cannot see a lost sign: look at the text and at
+    /// the sign Foundation reads back.
+    @Test func negativeZeroKeepsItsSign() throws {
+        for (d, text) in [(-0.0, "-0.0"), (0.0, "0.0"), (-2.0, "-2.0"), (-1e14, "-100000000000000.0")] {
+            let bytes = Self.encode(.array([.double(d)]))
+            #expect(String(decoding: bytes, as: UTF8.self) == "[\(text)]")
+            let parsed = try JSONSerialization.jsonObject(with: Data(bytes)) as? [Any]
+            #expect((parsed?.first as? NSNumber)?.doubleValue.sign == d.sign, "\(text)")
+        }
+    }
+
     /// Doubles are written as Swift's `description` writes them (the shortest text that
     /// reads back as the same double), whether or not they take the short-decimal path.
     @Test func doublesAreWrittenAsTheirShortestText() {

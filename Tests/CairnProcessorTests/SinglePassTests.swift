@@ -5,12 +5,12 @@ import Testing
 /// The single-pass hot path (`Processor.encodeIfClean`) against the two-step path it
 /// stands in for (`clean`, then `encode`): whenever it accepts an event, its bytes are
 /// exactly those of the two-step path and the rules had nothing to change; and on the
-/// common case, properties that no rule touches, it does accept.
+/// common case, a name, ids and properties that no rule touches, it does accept.
 @Suite struct SinglePassTests {
-    /// Random properties: mostly plain values, with a share of everything a rule acts on
-    /// (sensitive keys, e-mail addresses, card and phone numbers, tokens, URLs with
-    /// queries, control characters, non-ASCII text, long strings and keys, deep nesting,
-    /// NaN, many keys), from a fixed seed.
+    /// Random events: mostly plain names, ids and values, with a share of everything a
+    /// rule acts on (sensitive keys, e-mail addresses, card and phone numbers, tokens,
+    /// URLs with queries, control characters, non-ASCII text, long strings, keys, names
+    /// and ids, empty account ids, deep nesting, NaN, -0.0, many keys), from a fixed seed.
     struct Generator {
         var state: UInt64
         var hostile: Bool
@@ -41,6 +41,28 @@ import Testing
                          "Debian GNU/Linux 12", "v1.4.2", "café", "日本", "emoji 😀", "quote \" and \\ and /"])
         }
 
+        mutating func name() -> String {
+            if hostile && next() % 4 == 0 {
+                return pick(["a\u{0}b", "tab\tname", "line\nbreak", "cr\r", "del\u{7F}", "c1\u{85}", "\u{FEFF}bom",
+                             String(repeating: "n", count: 300), String(repeating: "é", count: 150),
+                             String(repeating: "a", count: 199) + "e\u{301}", String(repeating: "a", count: 201),
+                             String(decoding: [0x61, 0xFF, 0x62], as: UTF8.self), "q\"uote\\", "ünï", ""])
+            }
+            return pick(["e", "order_placed", "checkout", "http.request", "café", "日本", "app_install"])
+        }
+
+        mutating func identity() -> Identity {
+            let distinct = hostile && next() % 5 == 0
+                ? pick(["", "\u{0}", "user\n1", String(repeating: "u", count: 250), "ünï"])
+                : pick(["user-1", "host-7", "ünï", "4f1c2a9e-8d3b-4c7a-9f0e-1b2c3d4e5f60"])
+            let account: String? = switch next() % 6 {
+            case 0: nil
+            case 1 where hostile: pick(["", "acct\t9", String(repeating: "a", count: 210), "\u{FFFE}"])
+            default: pick(["acct-9", "tenant 42"])
+            }
+            return Identity(distinctID: distinct, accountID: account)
+        }
+
         mutating func value(depth: Int) -> CairnValue {
             switch next() % (depth > 3 ? 6 : 8) {
             case 0: return .null
@@ -48,6 +70,7 @@ import Testing
             case 2: return .int(Int64(next() % 100_000) - 50_000)
             case 3:
                 if hostile && next() % 8 == 0 { return .double(pick([.nan, .infinity, -.infinity])) }
+                if next() % 16 == 0 { return .double(pick([-0.0, 0.0])) }
                 return .double(Double(Int64(next() % 2_000_000) - 1_000_000) / pick([1, 4, 1000, 7]))
             case 4, 5: return .string(string())
             case 6: return .array((0..<Int(next() % 5)).map { _ in value(depth: depth + 1) })
@@ -69,10 +92,9 @@ import Testing
                                                                           "redactme": .redact, "api_key": .keep]))),
         ("some masks off", ProcessorOptions(privacy: PrivacyOptions(maskEmails: false, maskPhoneNumbers: false))),
         ("tight limits", ProcessorOptions(limits: SanitizerLimits(maxDepth: 2, maxKeyLength: 8, maxStringLength: 12,
-                                                                  maxProperties: 5, maxArrayLength: 2))),
+                                                                  maxProperties: 5, maxArrayLength: 2, maxNameLength: 12))),
     ]
 
-    static let identity = Identity(distinctID: "user-1", accountID: "acct-9")
     static let id: (UInt64, UInt64) = (0x0190_0000_0000_7000, 0x8000_0000_0000_0001)
 
     static func singlePass(_ p: Processor, _ event: Event) -> [UInt8]? {
@@ -93,18 +115,19 @@ import Testing
         var g = Generator(state: UInt64(c) + 1, hostile: true)
         var accepted = 0, refused = 0
         for i in 0..<4000 {
-            let event = Event(name: "e", properties: g.properties(), timeMillis: 1_764_000_000_000 + UInt64(i),
-                              identity: Self.identity)
+            let event = Event(name: g.name(), properties: g.properties(), timeMillis: 1_764_000_000_000 + UInt64(i),
+                              identity: g.identity())
             var counts = RuleCounts()
             var cleaned = event
-            cleaned.properties = p.clean(event.properties, counts: &counts)
+            p.clean(&cleaned, counts: &counts)
             guard let fast = Self.singlePass(p, event) else {
                 refused += 1
                 continue
             }
             accepted += 1
-            #expect(counts.isEmpty && cleaned.properties == event.properties,
-                    "\(label) #\(i): accepted although the rules change \(event.properties)")
+            #expect(counts.isEmpty && cleaned.properties == event.properties && cleaned.name == event.name
+                    && cleaned.identity == event.identity,
+                    "\(label) #\(i): accepted although the rules change \(event)")
             #expect(fast == p.record(cleaned, id: Self.id), "\(label) #\(i): bytes differ")
             _ = try JSONSerialization.jsonObject(with: Data(fast))
         }
@@ -118,8 +141,9 @@ import Testing
         let p = Processor(options: options, common: CommonProperties())
         var g = Generator(state: 99, hostile: false)
         for i in 0..<2000 {
-            let event = Event(name: "e", properties: g.properties(), timeMillis: 1_764_000_000_000, identity: Self.identity)
-            #expect(Self.singlePass(p, event) != nil, "\(label) #\(i): \(event.properties) refused")
+            let event = Event(name: g.name(), properties: g.properties(), timeMillis: 1_764_000_000_000,
+                              identity: g.identity())
+            #expect(Self.singlePass(p, event) != nil, "\(label) #\(i): \(event) refused")
         }
     }
 
