@@ -1,24 +1,35 @@
 import CLMDB
 import Foundation
 
-/// An error from the LMDB store: the LMDB (or system) function, its code, and
-/// `mdb_strerror`'s text.
+/// An error from the LMDB store: the LMDB (or system) function, its code, the file
+/// or directory concerned, and `mdb_strerror`'s text.
 public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The function that failed, such as `"mdb_put"`.
     public let function: String
-    /// LMDB's code (negative `MDB_*`) or an `errno` value.
+    /// LMDB's code (negative `MDB_*`), an `errno` value, or one of Cairn's codes below.
     public let code: Int32
-    /// Creates an error for `code` returned by `function`.
-    public init(_ code: Int32, function: String) {
+    /// The file or directory the call was about, when there is one.
+    public let path: String?
+    /// Creates an error for `code` returned by `function` about `path`.
+    public init(_ code: Int32, function: String, path: String? = nil) {
         self.code = code
         self.function = function
+        self.path = path
     }
-    /// LMDB's description of ``code`` (it also describes `errno` values).
+    /// LMDB's description of ``code`` (it also describes `errno` values, as
+    /// `strerror` does).
     public var message: String {
-        code == Self.overCap ? "the snapshot does not fit under the store's size cap" : String(cString: mdb_strerror(code))
+        switch code {
+        case Self.overCap: "the snapshot does not fit under the store's size cap"
+        case Self.inUse: "the store is damaged and another process has it open; it was left as it is"
+        case Self.unsettled: "data.mdb kept changing while it was read"
+        default: String(cString: mdb_strerror(code))
+        }
     }
-    /// `"<function>: <message> (<code>)"`.
-    public var description: String { "\(function): \(message) (\(code))" }
+    /// `"<function> <path>: <message> (<code>)"`, without the path when there is none.
+    public var description: String {
+        "\(function)\(path.map { " \($0)" } ?? ""): \(message) (\(code))"
+    }
     /// The map is full (`MDB_MAP_FULL`).
     public static let mapFull = MDB_MAP_FULL
     /// No space left on the device.
@@ -26,6 +37,12 @@ public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The snapshot cannot fit under the size cap, even after evicting everything of
     /// its priority or lower (a code outside LMDB's range).
     public static let overCap: Int32 = -30000
+    /// The store is damaged, but another process has the environment open, so it is
+    /// neither salvaged nor set aside from under it.
+    public static let inUse: Int32 = -30001
+    /// The data file changed under every one of several reads (another process kept
+    /// committing); nothing could be read consistently.
+    public static let unsettled: Int32 = -30002
 }
 
 /// How important a stored request is: eviction under the size cap takes the lowest
