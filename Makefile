@@ -55,16 +55,16 @@ test: build fuzz-smoke sanitize bench-quick test-swift
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest
 
-# The C core's tests and the crash reader and symbolizer (hostile input) under
-# AddressSanitizer; the ring, frames, store and uploader under
-# ThreadSanitizer (the fuzzers add UBSan).
+# The C core's tests, the crash reader and symbolizer, and the snapshot store's reading
+# of damaged files (hostile input) under AddressSanitizer; the ring, frames, store and
+# uploader under ThreadSanitizer (the fuzzers add UBSan).
 sanitize: asan tsan
 
 asan: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan $(LLD)
 	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp ASAN_OPTIONS=$(ASAN_CRASH_OPTIONS) SWIFT_BACKTRACE=enable=no \
 	  $(SWIFT) test --skip-build --disable-xctest --sanitize=address \
-	  --scratch-path .build/asan --filter 'CCairnTests|SymbolizerTests|CrashEventTests'
+	  --scratch-path .build/asan --filter 'CCairnTests|SymbolizerTests|CrashEventTests|SnapshotStoreTests|StoreFaultTests'
 
 tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan $(LLD)

@@ -94,7 +94,10 @@ let package = Package(
                     dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "CairnTestSupport", "cairn-ring-child",
                                   "cairn-crash-child", "cairn-swift-crash-child"],
                     path: "Tests/CCairnTests"),
-        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB", "CairnTestSupport"],
+        // A child process for the store's fault tests: opens a store read-write, as a service does.
+        .executableTarget(name: "cairn-store-child", dependencies: ["CairnStore"], path: "Tests/StoreChild"),
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB", "CairnTestSupport",
+                                                            "cairn-store-child", "cairn"],
                     path: "Tests/CairnStoreTests"),
         // A child process for the uploader's kill tests: tracks and uploads until killed.
         .executableTarget(name: "cairn-upload-child", dependencies: ["CairnUploader", "CairnStore"],

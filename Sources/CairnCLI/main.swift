@@ -6,6 +6,18 @@
 //   cairn report <crash report>   a raw crash report as a symbolicated crash event (JSON)
 //
 // <data dir> defaults to CAIRN_DATA_DIR, then `.cairn` (as Cairn.Options does).
+//
+// `events` and `status` only read: the store is read with SnapshotStore.inspect, which
+// writes nothing (no lock file, no rename, no repair), works on a read-only directory
+// and beside a running service. They print what is intact; damage goes to stderr.
+//
+// Exit status:
+//   0  done
+//   1  another error (a crash report that cannot be read, an output error)
+//   2  usage
+//   3  no snapshot store in the data directory (no store/ or no store/data.mdb)
+//   4  the store cannot be read (permissions or another I/O error; the errno text is quoted)
+//   5  the store is damaged: what is intact was printed, what is wrong is on stderr
 import CairnCrash
 import CairnStore
 import Foundation
@@ -27,29 +39,33 @@ let args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { fail(usage, status: 2) }
 let dataDir = args.count > 1 ? args[1] : (ProcessInfo.processInfo.environment["CAIRN_DATA_DIR"] ?? ".cairn")
 
-/// Opens the snapshot store without creating one where there is none.
-func openStore() -> SnapshotStore {
+/// Reads the snapshot store without writing to it; exits 3 or 4 when there is none
+/// or it cannot be read.
+func inspectStore() -> StoreInspection {
     let path = dataDir + "/store"
-    guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
-        fail("no snapshot store in \(dataDir) (is it a Cairn data directory?)")
-    }
     do {
-        return try SnapshotStore(directory: path)
+        return try SnapshotStore.inspect(directory: path)
+    } catch where error.code == ENOENT {
+        fail("no snapshot store in \(dataDir): \(error.path ?? path) does not exist", status: 3)
     } catch {
-        fail("cannot open \(path): \(error)")
+        fail("cannot read the snapshot store: \(error)", status: 4)
     }
+}
+
+/// Says on stderr what was wrong with the store, and exits 5; returns when it was intact.
+func reportDamage(_ inspection: StoreInspection) {
+    guard let damage = inspection.damage else { return }
+    fail("the snapshot store in \(dataDir) is damaged: \(damage)", status: 5)
 }
 
 switch command {
 case "events":
-    let store = openStore()
+    let inspection = inspectStore()
     let decoder: FrameDecoder
     do { decoder = try FrameDecoder(maxContentSize: 256 << 20) } catch { fail("\(error)") }
     // The whole store (at most its size cap, 32 MiB by default), oldest first.
-    let snapshots: [Snapshot]
-    do { snapshots = try store.oldest(limit: Int.max) } catch { fail("reading the store: \(error)") }
     var count = 0
-    for snapshot in snapshots {
+    for snapshot in inspection.snapshots {
         guard let records = try? decoder.decodeRecords(snapshot.request.body).records else {
             FileHandle.standardError.write(Data("cairn: snapshot \(snapshot.id) is not a batch; skipped\n".utf8))
             continue
@@ -60,15 +76,15 @@ case "events":
         }
     }
     FileHandle.standardError.write(Data("cairn: \(count) events\n".utf8))
+    reportDamage(inspection)
 case "status":
     let fm = FileManager.default
     let crashDir = dataDir + "/crash"
     let crashFiles = (try? fm.contentsOfDirectory(atPath: crashDir)) ?? []
-    let store = openStore()
-    let s = store.stats
+    let inspection = inspectStore()
     out("data directory: \(dataDir)")
-    out("stored requests: \(s.count) (\(s.bytes) bytes); evicted by age \(s.evictedAge), by size "
-        + "\(s.evictedSize.values.reduce(0, +))")
+    out("stored requests: \(inspection.snapshots.count) (\(inspection.bytes) bytes)"
+        + (inspection.otherVersions > 0 ? ", and \(inspection.otherVersions) of another format version" : ""))
     if let ring = try? fm.attributesOfItem(atPath: dataDir + "/events.ring")[.size] as? Int {
         out("event ring: \(ring) bytes on disk")
     }
@@ -80,6 +96,7 @@ case "status":
         let what = report.message ?? "signal \(report.signal)"
         out("  \(name): \(what)\(report.complete ? "" : " (partial)")")
     }
+    reportDamage(inspection)
 case "report":
     guard args.count == 2 else { fail(usage, status: 2) }
     guard let data = FileManager.default.contents(atPath: args[1]) else { fail("cannot read \(args[1])") }

@@ -1,24 +1,36 @@
 import CLMDB
 import Foundation
+import Glibc
 
-/// An error from the LMDB store: the LMDB (or system) function, its code, and
-/// `mdb_strerror`'s text.
+/// An error from the LMDB store: the LMDB (or system) function, its code, the file
+/// or directory concerned, and `mdb_strerror`'s text.
 public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The function that failed, such as `"mdb_put"`.
     public let function: String
-    /// LMDB's code (negative `MDB_*`) or an `errno` value.
+    /// LMDB's code (negative `MDB_*`), an `errno` value, or one of Cairn's codes below.
     public let code: Int32
-    /// Creates an error for `code` returned by `function`.
-    public init(_ code: Int32, function: String) {
+    /// The file or directory the call was about, when there is one.
+    public let path: String?
+    /// Creates an error for `code` returned by `function` about `path`.
+    public init(_ code: Int32, function: String, path: String? = nil) {
         self.code = code
         self.function = function
+        self.path = path
     }
-    /// LMDB's description of ``code`` (it also describes `errno` values).
+    /// LMDB's description of ``code`` (it also describes `errno` values, as
+    /// `strerror` does).
     public var message: String {
-        code == Self.overCap ? "the snapshot does not fit under the store's size cap" : String(cString: mdb_strerror(code))
+        switch code {
+        case Self.overCap: "the snapshot does not fit under the store's size cap"
+        case Self.inUse: "the store is damaged and another process has it open; it was left as it is"
+        case Self.unsettled: "data.mdb kept changing while it was read"
+        default: String(cString: mdb_strerror(code))
+        }
     }
-    /// `"<function>: <message> (<code>)"`.
-    public var description: String { "\(function): \(message) (\(code))" }
+    /// `"<function> <path>: <message> (<code>)"`, without the path when there is none.
+    public var description: String {
+        "\(function)\(path.map { " \($0)" } ?? ""): \(message) (\(code))"
+    }
     /// The map is full (`MDB_MAP_FULL`).
     public static let mapFull = MDB_MAP_FULL
     /// No space left on the device.
@@ -26,6 +38,12 @@ public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The snapshot cannot fit under the size cap, even after evicting everything of
     /// its priority or lower (a code outside LMDB's range).
     public static let overCap: Int32 = -30000
+    /// The store is damaged, but another process has the environment open, so it is
+    /// neither salvaged nor set aside from under it.
+    public static let inUse: Int32 = -30001
+    /// The data file changed under every one of several reads (another process kept
+    /// committing); nothing could be read consistently.
+    public static let unsettled: Int32 = -30002
 }
 
 /// How important a stored request is: eviction under the size cap takes the lowest
@@ -82,8 +100,17 @@ public struct Snapshot: Sendable, Equatable {
 /// committed with a durable sync; the rest are committed without one and synced by
 /// ``sync()``, which the uploader calls periodically. When the map fills, it grows
 /// up to twice the size cap and then evicts; a full disk fails the call with a
-/// ``StoreError`` and leaves the store as it was. An environment LMDB cannot open is
-/// renamed aside (never deleted) and a fresh one created. The layout is in
+/// ``StoreError`` and leaves the store as it was.
+///
+/// Every file it opens is untrusted. Before LMDB maps `data.mdb`, the file is read
+/// with `pread` and checked (meta pages, length, every page of every tree; see
+/// `LMDBFile`), because LMDB reads a short or damaged file through its mapping and
+/// dies of SIGBUS or SIGSEGV. A damaged store (or one LMDB refuses) is salvaged: the
+/// snapshots that can be proven intact and the readable metadata go into a fresh
+/// store, the damaged directory is renamed aside (never deleted), and
+/// ``Stats/damage`` says what was found, kept and lost. Permission and other I/O
+/// errors are thrown, naming the path, and set nothing aside. ``inspect(directory:)``
+/// reads a store without writing anything, for tools. The layout is in
 /// docs/FORMATS.md, readable with `mdb_dump` and Python's `lmdb`.
 ///
 /// ```swift
@@ -124,16 +151,19 @@ public final class SnapshotStore: @unchecked Sendable {
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
         public var failedPuts: Int
-        /// Whether an unreadable environment was set aside when the store was opened.
+        /// Whether a damaged environment was set aside when the store was opened.
         public var setAside: Bool
+        /// What was found, salvaged and lost when the store was opened damaged; nil when
+        /// it opened intact.
+        public var damage: StoreDamage?
         /// The LMDB map size now.
         public var mapSize: Int
     }
 
     private struct State {
         var mapSize: Int
-        var bytes = 0
-        var count = 0
+        var bytes: Int
+        var count: Int
         var evictedAge = 0
         var evictedSize: [Priority: Int] = [:]
         var failedPuts = 0
@@ -150,7 +180,7 @@ public final class SnapshotStore: @unchecked Sendable {
     /// zero-sized value on the object's header, which other threads read to retain it,
     /// and reported that as a race.)
     private let serial = Locked(0)
-    private let setAside: Bool
+    private let damage: StoreDamage?
 
     /// The directory holding the environment.
     public let directory: String
@@ -159,29 +189,80 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Opens (creating if needed) the store in `directory`.
     ///
-    /// - Throws: ``StoreError`` when the directory cannot be created or no environment
-    ///   can be opened even after setting an unreadable one aside.
+    /// An existing `data.mdb` is checked before LMDB maps it. When it is damaged, or
+    /// LMDB refuses it or fails on the first full read, it is salvaged into a fresh
+    /// store and set aside (see the type's description); ``Stats/damage`` tells.
+    ///
+    /// - Throws: ``StoreError`` naming the path: the directory cannot be created or
+    ///   read (`EACCES`, `ENOTDIR`, `EROFS`, `ENOSPC`…), `data.mdb` is not a file, a
+    ///   damaged store cannot be salvaged (the damaged one is then left in place), or
+    ///   ``StoreError/inUse`` when another process has a damaged store open.
     public init(directory: String, options: Options = Options()) throws(StoreError) {
         self.directory = directory
         self.options = options
         let mapSize = Self.initialMapSize(options)
-        var aside = false
-        var opened: (OpaquePointer, MDB_dbi, MDB_dbi)
+        var damage: StoreDamage?
+        if let analysis = try Self.check(directory), !analysis.intact {
+            damage = try Self.salvage(directory, found: nil, options: options)
+        }
+        var opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
+        var tally: (count: Int, bytes: Int)
         do {
-            opened = try Self.open(directory, mapSize: mapSize)
-        } catch let first {
-            guard Self.isUnreadable(first.code) else { throw first }
-            try Self.setAside(directory)
-            aside = true
-            opened = try Self.open(directory, mapSize: mapSize)
+            tally = try Self.tally(opened.env, opened.snapshots)
+        } catch where Self.isUnreadable(error.code) && damage == nil {
+            mdb_env_close(opened.env)
+            damage = try Self.salvage(directory, found: "LMDB: \(error)", options: options)
+            opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
+            tally = try Self.tally(opened.env, opened.snapshots)
         }
         (env, snapshots, meta) = opened
-        setAside = aside
+        self.damage = damage
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
-        state = Locked(State(mapSize: max(mapSize, Int(info.me_mapsize)),
+        state = Locked(State(mapSize: max(mapSize, Int(info.me_mapsize)), bytes: tally.bytes, count: tally.count,
                             sequence: UInt64(UInt32.random(in: 0...UInt32.max)) << 32))
-        try recount()
+    }
+
+    /// Reads the store in `directory` without writing anything: no lock file, no
+    /// rename, no repair. It works on a read-only directory and beside a running SDK
+    /// (a read that a commit overlapped is made again).
+    ///
+    /// `data.mdb` is read with `pread` and checked as ``init(directory:options:)``
+    /// does; the snapshots and metadata that can be proven intact are returned, with
+    /// the damage found, if any. A version-1 value that does not decode is damage too.
+    ///
+    /// - Throws: ``StoreError`` naming the path: `ENOENT` when there is no store
+    ///   (no directory, or no `data.mdb`), `EACCES` and other `errno` values when it
+    ///   cannot be read, `ENOTDIR` or `EISDIR` for a file where a directory should be
+    ///   or the reverse, ``StoreError/unsettled`` when commits kept overlapping.
+    public static func inspect(directory: String) throws(StoreError) -> StoreInspection {
+        var st = stat()
+        if stat(directory, &st) != 0 { throw StoreError(errno, function: "stat", path: directory) }
+        if st.st_mode & S_IFMT != S_IFDIR { throw StoreError(ENOTDIR, function: "stat", path: directory) }
+        let (analysis, contents) = try examine(directory + "/data.mdb", contents: true)
+        var out = StoreInspection(snapshots: [], bytes: 0, otherVersions: 0, metadata: [], damage: nil)
+        var undecodable = 0
+        for (key, value) in contents.snapshots {
+            if let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) {
+                out.snapshots.append(s)
+                out.bytes += key.count + value.count
+            } else if value.first == SnapshotCodec.version {
+                undecodable += 1
+            } else {
+                out.otherVersions += 1
+            }
+        }
+        out.metadata = contents.metadata.map { StoreMetadataEntry(key: String(decoding: $0.key, as: UTF8.self), value: $0.value) }
+        if !analysis.intact {
+            var d = contents.damage(analysis, setAside: nil)
+            d.salvaged = out.snapshots.count + out.otherVersions
+            out.damage = d
+        } else if undecodable > 0 {
+            out.damage = StoreDamage(found: "\(undecodable) snapshot values do not decode", expected: contents.expected,
+                                     salvaged: out.snapshots.count + out.otherVersions, recoveredFromPages: 0,
+                                     metadataSalvaged: out.metadata.count, setAsidePath: nil)
+        }
+        return out
     }
 
     deinit { mdb_env_close(env) }
@@ -320,7 +401,7 @@ public final class SnapshotStore: @unchecked Sendable {
     public var stats: Stats {
         state.withLock { s in
             Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
-                  failedPuts: s.failedPuts, setAside: setAside, mapSize: s.mapSize)
+                  failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize)
         }
     }
 
@@ -392,16 +473,19 @@ public final class SnapshotStore: @unchecked Sendable {
         return victims
     }
 
-    private func recount() throws(StoreError) {
+    /// Counts the snapshots and their bytes: the first full read of a fresh open.
+    private static func tally(_ env: OpaquePointer, _ dbi: MDB_dbi) throws(StoreError) -> (count: Int, bytes: Int) {
+        var txn: OpaquePointer?
+        let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
+        guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin") }
+        defer { mdb_txn_abort(txn) }
         var bytes = 0, count = 0
-        try read { txn throws(StoreError) in
-            try Self.forEach(txn, self.snapshots) { key, value in
-                bytes += key.count + value.count
-                count += 1
-                return true
-            }
+        try forEach(txn, dbi) { key, value in
+            bytes += key.count + value.count
+            count += 1
+            return true
         }
-        state.withLock { $0.bytes = bytes; $0.count = count }
+        return (count, bytes)
     }
 
     /// Runs `body` in a write transaction and commits it, then runs `committed`, all
@@ -467,19 +551,153 @@ public final class SnapshotStore: @unchecked Sendable {
             || code == MDB_PAGE_NOTFOUND || code == MDB_BAD_DBI || code == MDB_INCOMPATIBLE
     }
 
-    private static func setAside(_ directory: String) throws(StoreError) {
-        let aside = "\(directory).corrupt-\(Int(Date().timeIntervalSince1970))-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
-        if rename(directory, aside) != 0 { throw StoreError(errno, function: "rename") }
+    // MARK: Checking and salvaging
+
+    /// Checks `directory/data.mdb` before LMDB maps it; nil when there is no file yet
+    /// (LMDB creates it) or when other processes kept committing while it was read
+    /// (LMDB then has it open and working).
+    ///
+    /// - Throws: ``StoreError`` for permissions, a directory that is not one, and I/O
+    ///   errors.
+    private static func check(_ directory: String) throws(StoreError) -> LMDBFile.Analysis? {
+        let path = directory + "/data.mdb"
+        do {
+            return try examine(path, contents: false).analysis
+        } catch where error.code == ENOENT && error.path == path {
+            return nil
+        } catch where error.code == StoreError.unsettled {
+            return nil
+        }
     }
 
-    private static func open(_ directory: String, mapSize: Int) throws(StoreError) -> (OpaquePointer, MDB_dbi, MDB_dbi) {
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST { throw StoreError(errno, function: "mkdir") }
+    /// Reads `path` until one read saw no commit happen (the meta pages did not change
+    /// from start to end), at most five times.
+    static func examine(_ path: String, contents: Bool) throws(StoreError)
+        -> (analysis: LMDBFile.Analysis, contents: StoreContents)
+    {
+        for _ in 0..<5 {
+            let file = try LMDBFile(path: path)
+            let analysis = try file.analyze()
+            let found = contents ? try file.contents(analysis) : StoreContents()
+            if try file.stampNow(pageSize: analysis.pageSize) == analysis.stamp { return (analysis, found) }
+        }
+        throw StoreError(StoreError.unsettled, function: "read", path: path)
+    }
+
+    /// Salvages the damaged store in `directory`: what can be proven intact goes into a
+    /// fresh store built beside it, then the damaged directory is renamed aside and the
+    /// fresh one takes its place. On any failure before the renames, the fresh copy is
+    /// removed and the damaged store stays where it was.
+    ///
+    /// - Parameter found: What LMDB reported, when it is LMDB that refused the store.
+    private static func salvage(_ directory: String, found: String?, options: Options) throws(StoreError) -> StoreDamage {
+        if environmentInUse(directory) { throw StoreError(StoreError.inUse, function: "SnapshotStore.init", path: directory) }
+        var analysis: LMDBFile.Analysis?
+        var contents = StoreContents()
+        do {
+            let read = try examine(directory + "/data.mdb", contents: true)
+            analysis = read.analysis
+            contents = read.contents
+        } catch where error.code == ENOENT {
+            // LMDB refused an environment without a data file (its lock file): nothing to read.
+        }
+        let suffix = "\(Int(Date().timeIntervalSince1970))-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
+        let fresh = "\(directory).salvage-\(suffix)", aside = "\(directory).corrupt-\(suffix)"
+        do {
+            try writeFresh(fresh, contents, options: options)
+        } catch {
+            removeFresh(fresh)
+            throw error
+        }
+        if rename(directory, aside) != 0 {
+            let code = errno
+            removeFresh(fresh)
+            throw StoreError(code, function: "rename", path: directory)
+        }
+        if rename(fresh, directory) != 0 {
+            let code = errno
+            _ = rename(aside, directory)
+            removeFresh(fresh)
+            throw StoreError(code, function: "rename", path: fresh)
+        }
+        var damage = analysis.map { contents.damage($0, setAside: aside) }
+            ?? StoreDamage(found: "", expected: nil, salvaged: 0, recoveredFromPages: 0, metadataSalvaged: 0,
+                           setAsidePath: aside)
+        if let found { damage.found = found }
+        return damage
+    }
+
+    /// Whether another process has the LMDB environment in `directory` open: LMDB holds
+    /// a lock on the first byte of `lock.mdb` in every process that has it open.
+    ///
+    /// Only called before this process opens the environment: closing a descriptor of
+    /// `lock.mdb` drops every lock this process holds on it.
+    private static func environmentInUse(_ directory: String) -> Bool {
+        let fd = Glibc.open(directory + "/lock.mdb", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        lock.l_start = 0
+        lock.l_len = 1
+        guard fcntl(fd, F_GETLK, &lock) == 0 else { return false }
+        return lock.l_type != Int16(F_UNLCK)
+    }
+
+    /// Builds a store in `directory` (which must not exist) holding `contents`, synced.
+    private static func writeFresh(_ directory: String, _ contents: StoreContents, options: Options) throws(StoreError) {
+        if mkdir(directory, 0o700) != 0 { throw StoreError(errno, function: "mkdir", path: directory) }
+        let total = contents.snapshots.reduce(0) { $0 + $1.key.count + $1.value.count }
+            + contents.metadata.reduce(0) { $0 + $1.key.count + $1.value.count }
+        // B-tree and overflow pages take at most about twice the data.
+        let mapSize = max(initialMapSize(options), 2 * total + (4 << 20))
+        var damage: StoreDamage?
+        let (env, snapshots, meta) = try open(directory, mapSize: mapSize, damage: &damage, options: options)
+        defer { mdb_env_close(env) }
+        var txn: OpaquePointer?
+        var rc = mdb_txn_begin(env, nil, 0, &txn)
+        guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin", path: directory) }
+        do {
+            for (key, value) in contents.snapshots { try put(txn, snapshots, key: key, value: value) }
+            for (key, value) in contents.metadata { try put(txn, meta, key: key, value: value) }
+        } catch {
+            mdb_txn_abort(txn)
+            throw error
+        }
+        rc = mdb_txn_commit(txn)
+        if rc == 0 { rc = mdb_env_sync(env, 1) }
+        if rc != 0 { throw StoreError(rc, function: "mdb_txn_commit", path: directory) }
+    }
+
+    /// Removes a fresh store this process was building (only LMDB's two files).
+    private static func removeFresh(_ directory: String) {
+        unlink(directory + "/data.mdb")
+        unlink(directory + "/lock.mdb")
+        rmdir(directory)
+    }
+
+    /// Opens the environment in `directory`, creating it if needed. When LMDB refuses
+    /// it (a damaged lock file, or damage the check cannot see), salvages it once and
+    /// opens the fresh one.
+    private static func open(_ directory: String, mapSize: Int, damage: inout StoreDamage?,
+                             options: Options) throws(StoreError) -> (env: OpaquePointer, snapshots: MDB_dbi, meta: MDB_dbi) {
+        do {
+            return try openEnvironment(directory, mapSize: mapSize)
+        } catch where isUnreadable(error.code) && damage == nil {
+            damage = try salvage(directory, found: "LMDB: \(error)", options: options)
+            return try openEnvironment(directory, mapSize: mapSize)
+        }
+    }
+
+    private static func openEnvironment(_ directory: String, mapSize: Int) throws(StoreError) -> (env: OpaquePointer, snapshots: MDB_dbi, meta: MDB_dbi) {
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST { throw StoreError(errno, function: "mkdir", path: directory) }
         var envOut: OpaquePointer?
         var rc = mdb_env_create(&envOut)
         guard rc == 0, let env = envOut else { throw StoreError(rc, function: "mdb_env_create") }
         func fail(_ rc: Int32, _ function: String) -> StoreError {
             mdb_env_close(env)
-            return StoreError(rc, function: function)
+            return StoreError(rc, function: function, path: directory)
         }
         mdb_env_set_maxdbs(env, 4)
         mdb_env_set_mapsize(env, mapSize)

@@ -1,0 +1,534 @@
+@testable import CairnStore
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// The snapshot store against damaged files, bad permissions and a running writer.
+///
+/// One real store is built (batch bodies, overflow values, metadata, deletions and
+/// retries, so the free-page tree has entries); each case of ``StoreFaultTests/cases``
+/// damages a copy of its `data.mdb`, then `cairn status` and `cairn events` read it and
+/// `cairn-store-child` opens it read-write and stores one more snapshot, all as child
+/// processes, so a signal fails the case instead of killing the test runner. A case
+/// passes when no process dies of a signal or hangs, the damage is reported, the
+/// read-only commands changed no byte of the directory, the damaged store was set
+/// aside unchanged, and every snapshot whose pages the damage left alone comes back
+/// byte for byte, in a store that `mdb_dump` reads.
+@Suite struct StoreFaultTests {
+    // MARK: The damage table
+
+    /// What a case does to the files, and whether the damage must be reported.
+    struct Damage: CustomStringConvertible, Sendable {
+        let description: String
+        /// Changes the bytes of `data.mdb`.
+        let apply: @Sendable (inout [UInt8], Template) -> Void
+        /// Whether opening must report damage.
+        let reported: @Sendable (Template) -> Bool
+        /// Bytes to write as `lock.mdb` (none is written otherwise).
+        var lock: [UInt8]? = nil
+
+        init(_ description: String, reported: @escaping @Sendable (Template) -> Bool = { _ in true },
+             lock: [UInt8]? = nil, _ apply: @escaping @Sendable (inout [UInt8], Template) -> Void) {
+            self.description = description
+            self.apply = apply
+            self.reported = reported
+            self.lock = lock
+        }
+
+        static func zero(_ b: inout [UInt8], page: Int, size: Int) {
+            for i in (page * size)..<min(b.count, (page + 1) * size) { b[i] = 0 }
+        }
+
+        static func noise(_ b: inout [UInt8], _ range: Range<Int>, seed: UInt64) {
+            var rng = SplitMix64(seed)
+            for i in range where i < b.count { b[i] = UInt8.random(in: 0...255, using: &rng) }
+        }
+    }
+
+    static let cases: [Damage] = [
+        Damage("truncated to 0 bytes") { b, _ in b = [] },
+        Damage("truncated to 8 KiB") { b, _ in b = Array(b.prefix(8192)) },
+        Damage("truncated to half") { b, _ in b = Array(b.prefix(b.count / 2)) },
+        Damage("one page short") { b, t in b = Array(b.prefix(b.count - t.pageSize)) },
+        Damage("meta page 0 zeroed") { b, t in Damage.zero(&b, page: 0, size: t.pageSize) },
+        Damage("meta page 1 zeroed") { b, t in Damage.zero(&b, page: 1, size: t.pageSize) },
+        Damage("both meta pages zeroed") { b, t in
+            Damage.zero(&b, page: 0, size: t.pageSize)
+            Damage.zero(&b, page: 1, size: t.pageSize)
+        },
+        Damage("a branch page of snapshots zeroed") { b, t in Damage.zero(&b, page: t.branches[0], size: t.pageSize) },
+        Damage("a leaf page of snapshots zeroed") { b, t in Damage.zero(&b, page: t.leaves[1], size: t.pageSize) },
+        Damage("an overflow page zeroed") { b, t in Damage.zero(&b, page: t.overflows[0], size: t.pageSize) },
+        Damage("a page of the free-page tree zeroed") { b, t in Damage.zero(&b, page: t.freeTree[0], size: t.pageSize) },
+        Damage("the last page zeroed", reported: { t in t.used[t.lastPage] }) { b, t in
+            Damage.zero(&b, page: t.lastPage, size: t.pageSize)
+        },
+        Damage("random bytes over the whole file") { b, _ in Damage.noise(&b, 0..<b.count, seed: 11) },
+        Damage("random bytes over one leaf page") { b, t in
+            let p = t.leaves[t.leaves.count / 2]
+            Damage.noise(&b, (p * t.pageSize)..<((p + 1) * t.pageSize), seed: 12)
+        },
+        Damage("random bytes over the last quarter") { b, _ in Damage.noise(&b, (b.count * 3 / 4)..<b.count, seed: 13) },
+        Damage("300 bytes flipped at random places") { b, _ in
+            var rng = SplitMix64(14)
+            for _ in 0..<300 { b[Int.random(in: 0..<b.count, using: &rng)] ^= UInt8.random(in: 1...255, using: &rng) }
+        },
+        Damage("garbage lock.mdb", reported: { _ in false },
+               lock: (0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }) { _, _ in },
+    ]
+
+    @Test(arguments: cases)
+    func damagedStore(_ damage: Damage) throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        var bytes = t.data
+        damage.apply(&bytes, t)
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(bytes)))
+        if let lock = damage.lock { #expect(FileManager.default.createFile(atPath: dir.store + "/lock.mdb", contents: Data(lock))) }
+        let reported = damage.reported(t)
+
+        // Read-only commands: they tell, and change nothing.
+        let before = try Self.tree(dir.path)
+        for command in ["status", "events"] {
+            let r = try Self.run([productsDirectory + "/cairn", command, dir.path])
+            #expect(!r.signaled && !r.timedOut, "cairn \(command): \(r.err)")
+            #expect(r.status == (reported ? 5 : 0), "cairn \(command) exited \(r.status): \(r.err)")
+            if reported { #expect(r.err.contains("is damaged"), "\(r.err)") }
+        }
+        #expect(try Self.tree(dir.path) == before, "the read-only commands changed the directory")
+
+        // A read-write open: salvage, set aside, and a store that works.
+        let r = try Self.run([productsDirectory + "/cairn-store-child", "open", dir.store])
+        #expect(!r.signaled && !r.timedOut && r.status == 0, "cairn-store-child exited \(r.status): \(r.err)")
+        let lines = r.out.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let opened = try #require(lines.first)
+        let damageReport = opened["damage"] as? [String: Any]
+        #expect((damageReport != nil) == reported, "damage: \(String(describing: opened["damage"]))")
+        if let damageReport {
+            let aside = try #require(damageReport["setAside"] as? String)
+            #expect(FileManager.default.contents(atPath: aside + "/data.mdb") == Data(bytes), "set aside unchanged")
+            #expect(damageReport["salvaged"] as? Int == opened["count"] as? Int)
+            let dump = try Self.run(["/usr/bin/env", "mdb_dump", "-s", "snapshots", dir.store])
+            #expect(dump.status == 0, "mdb_dump: \(dump.err)")
+            let entries = dump.out.split(separator: "\n").filter { $0.hasPrefix(" ") }.count / 2
+            #expect(entries == (opened["count"] as? Int ?? -1) + 1)
+        } else {
+            #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["store"])
+        }
+        let listed = lines.dropFirst().filter { $0["id"] != nil }
+        #expect(listed.contains { $0["idempotencyKey"] as? String == "child-put" }, "the store takes new snapshots")
+        let byID = Dictionary(listed.map { ($0["id"] as? String ?? "", $0) }) { first, _ in first }
+
+        // Every snapshot on pages the damage left alone is back, byte for byte.
+        let damaged = Self.damagedPages(t.data, bytes, pageSize: t.pageSize)
+        let lost = t.snapshots.filter { s in
+            t.pagesOf[s.id, default: []].allSatisfy { !damaged.contains($0) }
+                && byID[s.id.description].map { Self.snapshot($0) } != Self.snapshot(s)
+        }
+        #expect(lost.isEmpty, "on intact pages but missing or changed: \(lost.map { "\($0.id) \(t.pagesOf[$0.id] ?? [])" })")
+        // Nothing is invented: every body listed holds the records of one that was
+        // stored (what its zstd checksum covers; the metadata frame's batch id, the
+        // URL and headers have no checksum).
+        let decoder = try FrameDecoder(maxContentSize: 64 << 20)
+        let invented = listed.filter { row in
+            let body = [UInt8](Data(base64Encoded: row["body"] as? String ?? "") ?? Data())
+            return row["idempotencyKey"] as? String != "child-put"
+                && !((try? decoder.decode(body).body).map { t.contents.contains($0) } ?? false)
+        }
+        #expect(invented.isEmpty, "bodies never stored: \(invented.map { $0["id"] ?? "?" })")
+    }
+
+    // MARK: The reader agrees with LMDB
+
+    /// The pass reads the undamaged store as LMDB does: the same entries with the same
+    /// bytes, and the page counts `mdb_stat` gives for every tree and the free list.
+    @Test func intactStoreReadsAsLMDBReadsIt() throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(t.data)))
+        let file = try LMDBFile(path: dir.store + "/data.mdb")
+        let a = try file.analyze()
+        #expect(a.intact, "\(a.faults)")
+        let contents = try file.contents(a)
+        #expect(contents.snapshots.map(\.key) == t.snapshots.map(\.id.bytes))
+        #expect(contents.snapshots.map(\.value) == t.snapshots.map { SnapshotCodec.encode($0) })
+        #expect(contents.metadata.map { String(decoding: $0.key, as: UTF8.self) } == t.metadata.keys.sorted())
+        #expect(contents.metadata.map(\.value) == t.metadata.keys.sorted().map { t.metadata[$0] ?? [] })
+
+        let stat = try Self.run(["/usr/bin/env", "mdb_stat", "-a", "-f", dir.store])
+        #expect(stat.status == 0, "mdb_stat: \(stat.err)")
+        let counts = Self.mdbStat(stat.out)
+        for (name, section) in [("Main DB", LMDBFile.mainTree), ("snapshots", LMDBFile.snapshotsTree),
+                                ("meta", LMDBFile.metaTree), ("Freelist Status", LMDBFile.freeTree)] {
+            let tree = try #require(a.trees[section])
+            let c = counts[name] ?? [:]
+            #expect(c["Branch pages"] == tree.branches.count && c["Leaf pages"] == tree.leaves.count, "\(name): \(c)")
+            #expect(c["Entries"] == tree.entries.count, "\(name): \(c)")
+            let overflowPages = tree.overflows.reduce(0) { n, p in
+                if case .overflow(let pages) = a.pages.kinds[p] { return n + pages }
+                return n
+            }
+            #expect(c["Overflow pages"] == overflowPages, "\(name): \(c)")
+        }
+        #expect(counts["Freelist Status"]?["Free pages"] == a.free.filter { $0 }.count)
+        #expect(t.branches.count > 0 && t.overflows.count > 0 && t.freeTree.count > 0, "the template covers every page kind")
+    }
+
+    /// A store that only ever saw ordinary use is never reported damaged, whatever
+    /// the mix of sizes, deletions, retries, evictions and map growth.
+    @Test func ordinaryUseNeverReadsAsDamage() throws {
+        let dir = Scratch()
+        var rng = SplitMix64(99)
+        let encoder = try FrameEncoder()
+        var ids: [SnapshotID] = []
+        for round in 0..<8 {
+            do {
+                let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 1 << 20))
+                #expect(store.stats.damage == nil, "round \(round): \(String(describing: store.stats.damage))")
+                for n in 0..<30 {
+                    let records = (0..<Int.random(in: 1...40, using: &rng)).map { Template.record(round * 100 + n, $0, &rng) }
+                    let body = try encoder.encode(batchID: UInt64(n), records: records)
+                    let request = UploadRequest(url: "https://collector.example/v1/batch", headers: [], body: body,
+                                                idempotencyKey: "r\(round)-\(n)")
+                    if let id = try? store.put(request, priority: Priority.allCases.randomElement(using: &rng) ?? .sampled) {
+                        ids.append(id)
+                    }
+                    if Bool.random(using: &rng), let victim = ids.randomElement(using: &rng) { try store.delete(victim) }
+                    if Bool.random(using: &rng), let retried = ids.randomElement(using: &rng) {
+                        try store.recordAttempt(retried, nextAttemptAt: UInt64(n))
+                    }
+                }
+                try store.setMetadata("round", [UInt8(round)])
+                try store.sync()
+            }
+            let inspection = try SnapshotStore.inspect(directory: dir.store)
+            #expect(inspection.damage == nil, "round \(round): \(String(describing: inspection.damage))")
+            let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 1 << 20))
+            #expect(inspection.snapshots == (try store.oldest(limit: Int.max)))
+        }
+    }
+
+    // MARK: Errors that are not damage
+
+    /// A store the process may not read: a clear error naming the path and errno's
+    /// text, and nothing set aside. As root (CI), the commands run as `nobody`;
+    /// otherwise `data.mdb` is made unreadable.
+    @Test func permissionDeniedIsAnErrorNotDamage() throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: dir.path)
+        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(t.data)))
+        var prefix: [String] = []
+        if getuid() == 0 {
+            prefix = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+            let probe = try Self.run(prefix + [productsDirectory + "/cairn", "status", "/nonexistent"])
+            try #require(probe.status == 3, "nobody cannot run the built cairn: \(probe.err)")
+        } else {
+            chmod(dir.store + "/data.mdb", 0)
+        }
+        defer { chmod(dir.store + "/data.mdb", 0o600) }
+        let before = try Self.tree(dir.path)
+        let status = try Self.run(prefix + [productsDirectory + "/cairn", "status", dir.path])
+        #expect(status.status == 4 && status.err.contains("Permission denied") && status.err.contains(dir.store),
+                "\(status.status): \(status.err)")
+        let child = try Self.run(prefix + [productsDirectory + "/cairn-store-child", "open", dir.store])
+        #expect(!child.signaled && child.status == 1 && child.err.contains("Permission denied")
+                && child.err.contains(dir.store), "\(child.status): \(child.err)")
+        #expect(try Self.tree(dir.path) == before, "nothing set aside")
+    }
+
+    /// A file where the store's directory should be, and a directory where `data.mdb`
+    /// should be: errors naming the path, nothing set aside.
+    @Test func wrongFileTypesAreErrorsNotDamage() throws {
+        let dir = Scratch()
+        #expect(FileManager.default.createFile(atPath: dir.store, contents: Data("not a store".utf8)))
+        let notDirectory = try Self.run([productsDirectory + "/cairn-store-child", "open", dir.store])
+        #expect(notDirectory.status == 1 && notDirectory.err.contains("Not a directory"), "\(notDirectory.err)")
+        let status = try Self.run([productsDirectory + "/cairn", "status", dir.path])
+        #expect(status.status == 4 && status.err.contains("Not a directory"), "\(status.err)")
+        try FileManager.default.removeItem(atPath: dir.store)
+        try FileManager.default.createDirectory(atPath: dir.store + "/data.mdb", withIntermediateDirectories: true)
+        let isDirectory = try Self.run([productsDirectory + "/cairn-store-child", "open", dir.store])
+        #expect(isDirectory.status == 1 && isDirectory.err.contains("Is a directory")
+                && isDirectory.err.contains(dir.store + "/data.mdb"), "\(isDirectory.err)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["store"])
+        let missing = try Self.run([productsDirectory + "/cairn", "events", dir.path + "/nowhere"])
+        #expect(missing.status == 3 && missing.err.contains("no snapshot store"), "\(missing.err)")
+        #expect(throws: StoreError(ENOENT, function: "stat", path: dir.path + "/nowhere/store")) {
+            try SnapshotStore.inspect(directory: dir.path + "/nowhere/store")
+        }
+    }
+
+    /// On a read-only file system (a tmpfs remounted read-only), `cairn status` reads
+    /// the store; a read-write open fails with EROFS and sets nothing aside.
+    @Test func readOnlyFileSystemIsReadAndNeverWritten() throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        let mount = dir.path + "/ro"
+        try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
+        let mounted = try Self.run(["/usr/bin/env", "mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount])
+        try #require(mounted.status == 0, "mounting a tmpfs needs root: \(mounted.err)")
+        defer { _ = try? Self.run(["/usr/bin/env", "umount", mount]) }
+        try FileManager.default.createDirectory(atPath: mount + "/store", withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: mount + "/store/data.mdb", contents: Data(t.data)))
+        let ro = try Self.run(["/usr/bin/env", "mount", "-o", "remount,ro", mount])
+        try #require(ro.status == 0, "remount read-only: \(ro.err)")
+        let status = try Self.run([productsDirectory + "/cairn", "status", mount])
+        #expect(status.status == 0 && status.out.contains("stored requests: \(t.snapshots.count) "),
+                "\(status.status): \(status.out) \(status.err)")
+        let child = try Self.run([productsDirectory + "/cairn-store-child", "open", mount + "/store"])
+        #expect(child.status == 1 && child.err.contains("Read-only file system"), "\(child.err)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mount) == ["store"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mount + "/store") == ["data.mdb"])
+    }
+
+    /// `cairn status` beside a process that keeps committing: it never mistakes a
+    /// commit for damage, and creates no lock file.
+    @Test func inspectionBesideAWriterSeesNoDamage() throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(t.data)))
+        let status = try Self.run([productsDirectory + "/cairn", "status", dir.path])
+        #expect(status.status == 0, "\(status.err)")
+        #expect(!FileManager.default.fileExists(atPath: dir.store + "/lock.mdb"), "no lock file from a read")
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-store-child")
+        writer.arguments = ["put", dir.store, "400"]
+        writer.standardOutput = FileHandle.nullDevice
+        try writer.run()
+        var reads = 0
+        repeat {
+            let r = try Self.run([productsDirectory + "/cairn", "status", dir.path])
+            #expect(r.status == 0 && !r.signaled, "read \(reads) beside the writer: \(r.status) \(r.err)")
+            reads += 1
+        } while writer.isRunning
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        let last = try Self.run([productsDirectory + "/cairn", "status", dir.path])
+        #expect(last.out.contains("stored requests: \(t.snapshots.count + 400) "), "\(last.out)")
+    }
+
+    /// Python's `lmdb` (not ours) reads a salvaged store: every snapshot decodes.
+    @Test func pythonLmdbReadsASalvagedStore() throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        var bytes = t.data
+        Damage.zero(&bytes, page: t.branches[0], size: t.pageSize)
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(bytes)))
+        let child = try Self.run([productsDirectory + "/cairn-store-child", "open", dir.store])
+        #expect(child.status == 0, "\(child.err)")
+        let py = try Self.run(["/usr/bin/env", "python3", repoRoot.path + "/Tests/Tools/read_store.py", dir.store])
+        #expect(py.status == 0, "read_store.py: \(py.err)")
+        let rows = py.out.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        #expect(rows.count == t.snapshots.count + 1, "salvaged all, plus the child's")
+        let keys = Set(rows.compactMap { $0["idempotency_key"] as? String })
+        #expect(keys.isSuperset(of: t.snapshots.map(\.request.idempotencyKey)))
+    }
+
+    // MARK: Helpers
+
+    /// Pages whose bytes differ, or that the damaged file no longer holds whole.
+    static func damagedPages(_ before: [UInt8], _ after: [UInt8], pageSize: Int) -> Set<Int> {
+        var out = Set<Int>()
+        for p in 0..<(before.count / pageSize) {
+            let range = (p * pageSize)..<((p + 1) * pageSize)
+            if after.count < range.upperBound || before[range] != after[range] { out.insert(p) }
+        }
+        return out
+    }
+
+    /// A snapshot's fields as the child prints them.
+    static func snapshot(_ row: [String: Any]) -> [String] {
+        [row["id"], row["priority"], row["attempts"], row["createdAt"], row["nextAttemptAt"], row["method"], row["url"],
+         row["idempotencyKey"], row["headers"], row["body"]].map { "\($0 ?? "-")" }
+    }
+
+    static func snapshot(_ s: Snapshot) -> [String] {
+        let row: [String: Any] = [
+            "id": s.id.description, "priority": Int(s.priority.rawValue), "attempts": Int(s.attempts),
+            "createdAt": s.createdAt, "nextAttemptAt": s.nextAttemptAt, "method": s.request.method, "url": s.request.url,
+            "idempotencyKey": s.request.idempotencyKey, "headers": s.request.headers.map { [$0.name, $0.value] },
+            "body": Data(s.request.body).base64EncodedString(),
+        ]
+        // Through JSON, as the child's lines are.
+        let data = (try? JSONSerialization.data(withJSONObject: row)) ?? Data()
+        return snapshot((try? JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:])
+    }
+
+    /// Every file and directory under `path`, with the files' bytes.
+    static func tree(_ path: String) throws -> [String: Data] {
+        var out: [String: Data] = [:]
+        let fm = FileManager.default
+        guard let names = fm.enumerator(atPath: path) else { return out }
+        for case let name as String in names {
+            var isDirectory: ObjCBool = false
+            _ = fm.fileExists(atPath: path + "/" + name, isDirectory: &isDirectory)
+            out[name] = isDirectory.boolValue ? Data("directory".utf8) : (fm.contents(atPath: path + "/" + name) ?? Data("unreadable".utf8))
+        }
+        return out
+    }
+
+    /// `mdb_stat -a -f` as numbers by section ("Main DB", "snapshots", "Freelist Status").
+    static func mdbStat(_ text: String) -> [String: [String: Int]] {
+        var out: [String: [String: Int]] = [:]
+        var section = ""
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("Status of ") { section = String(line.dropFirst("Status of ".count)); continue }
+            if line.hasPrefix("Freelist Status") { section = "Freelist Status"; continue }
+            let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            if parts.count == 2, let n = Int(parts[1]), out[section]?[parts[0]] == nil { out[section, default: [:]][parts[0]] = n }
+        }
+        return out
+    }
+
+    struct Ran {
+        var status: Int32
+        var signaled: Bool
+        var timedOut: Bool
+        var out: String
+        var err: String
+    }
+
+    /// Runs `argv` (the first element a path); a process still running after 60 s is
+    /// killed and reported as timed out.
+    static func run(_ argv: [String]) throws -> Ran {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: argv[0])
+        p.arguments = Array(argv.dropFirst())
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        // Both pipes are drained while the child runs, so a chatty child never blocks.
+        let reading = DispatchGroup()
+        let collected = Locked<(Data, Data)>((Data(), Data()))
+        for (handle, isErr) in [(out.fileHandleForReading, false), (err.fileHandleForReading, true)] {
+            DispatchQueue.global().async(group: reading) {
+                let data = handle.readDataToEndOfFile()
+                collected.withLock { if isErr { $0.1 = data } else { $0.0 = data } }
+            }
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while p.isRunning && Date() < deadline { usleep(2_000) }
+        let timedOut = p.isRunning
+        if timedOut { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        reading.wait()
+        let (o, e) = collected.withLock { $0 }
+        return Ran(status: p.terminationStatus, signaled: p.terminationReason == .uncaughtSignal, timedOut: timedOut,
+                   out: String(decoding: o, as: UTF8.self), err: String(decoding: e, as: UTF8.self))
+    }
+}
+
+/// The undamaged store every case starts from, with what it holds and where.
+struct Template: Sendable {
+    /// `data.mdb` as the store left it.
+    let data: [UInt8]
+    /// What it holds (LMDB's view), oldest first.
+    let snapshots: [Snapshot]
+    /// The decompressed body of every snapshot ever stored, deleted ones included.
+    let contents: Set<[UInt8]>
+    let metadata: [String: [UInt8]]
+    let pageSize: Int
+    let lastPage: Int
+    /// Pages of the `snapshots` tree, and of the free-page tree.
+    let branches: [Int], leaves: [Int], overflows: [Int], freeTree: [Int]
+    /// Pages some tree uses.
+    let used: [Bool]
+    /// The pages each snapshot lives on: its leaf, and its overflow pages.
+    let pagesOf: [SnapshotID: [Int]]
+
+    static let shared = Result { try Template() }
+
+    /// A JSON record with 304 hex digits of noise, so batches do not shrink to nothing.
+    static func record(_ n: Int, _ i: Int, _ rng: inout SplitMix64) -> [UInt8] {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = Array(#"{"event":"e\#(n)-\#(i)","noise":""#.utf8)
+        for _ in 0..<19 {
+            var v = rng.next()
+            for _ in 0..<16 {
+                out.append(digits[Int(v & 15)])
+                v >>= 4
+            }
+        }
+        return out + Array(#""}"#.utf8)
+    }
+
+    private init() throws {
+        let dir = Scratch()
+        var rng = SplitMix64(7)
+        let encoder = try FrameEncoder()
+        var contents = Set<[UInt8]>()
+        let decoder = try FrameDecoder(maxContentSize: 64 << 20)
+        let metadata: [String: [UInt8]] = ["install.time": Array("2026-12-02T15:48:52.000Z".utf8),
+                                           "install.zone": Array("Europe/Paris".utf8), "run.state": [1, 2, 3]]
+        func request(_ n: Int, records: Int) throws -> UploadRequest {
+            let body = try encoder.encode(batchID: UInt64(n), records: (0..<records).map { Self.record(n, $0, &rng) })
+            contents.insert(try decoder.decode(body).body)
+            return UploadRequest(url: "https://collector.example/v1/batch?n=\(n)",
+                                 headers: [HTTPHeader("Content-Encoding", "zstd"), HTTPHeader("Idempotency-Key", "key-\(n)")],
+                                 body: body, idempotencyKey: "key-\(n)")
+        }
+        do {
+            let store = try SnapshotStore(directory: dir.store)
+            var ids: [SnapshotID] = []
+            // Mostly values that fit in a leaf, every tenth one on overflow pages.
+            for n in 0..<60 {
+                ids.append(try store.put(try request(n, records: n % 10 == 3 ? 40 : 3), priority: n % 7 == 0 ? .critical : .sampled,
+                                         now: 1_700_000_000_000 + UInt64(n) * 1000))
+            }
+            for (key, value) in metadata { try store.setMetadata(key, value) }
+            for id in ids[5..<13] { try store.delete(id) }
+            for id in ids[20..<25] { try store.recordAttempt(id, nextAttemptAt: 1_800_000_000_000) }
+            // Last, a new overflow value: the newest commit adds pages.
+            try store.put(try request(60, records: 40), priority: .important, now: 1_700_000_100_000)
+            try store.sync()
+            snapshots = try store.oldest(limit: Int.max)
+        }
+        data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir.store + "/data.mdb")))
+        self.contents = contents
+        self.metadata = metadata
+        let file = try LMDBFile(path: dir.store + "/data.mdb")
+        let a = try file.analyze()
+        guard a.intact, let meta = a.meta, let tree = a.trees[LMDBFile.snapshotsTree],
+              let free = a.trees[LMDBFile.freeTree] else { throw LMDBFile.Fault("the template store reads as damaged: \(a.faults)") }
+        pageSize = a.pageSize
+        lastPage = Int(meta.lastPage)
+        branches = tree.branches
+        leaves = tree.leaves
+        overflows = tree.overflows
+        freeTree = free.branches + free.leaves + free.overflows
+        used = a.used
+        var pagesOf: [SnapshotID: [Int]] = [:]
+        for e in tree.entries {
+            let node = a.pages.nodes[e.node]
+            var pages = [e.page]
+            if case .overflow(let n) = a.pages.kind(node.page) { pages += (Int(node.page)..<(Int(node.page) + n)) }
+            pagesOf[SnapshotID(bytes: try file.key(node, page: e.page, pageSize: a.pageSize))] = pages
+        }
+        self.pagesOf = pagesOf
+    }
+}
+
+/// A small seeded generator (SplitMix64), so every damage is the same on every run.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(_ seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
