@@ -644,7 +644,7 @@ public final class Cairn: @unchecked Sendable {
     /// they changed.
     private func clean(_ event: inout Event) {
         var counts = RuleCounts()
-        event.properties = processor.clean(event.properties, counts: &counts)
+        processor.clean(&event, counts: &counts)
         if !counts.isEmpty { drops.add(counts) }
     }
 

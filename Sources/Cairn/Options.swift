@@ -189,10 +189,11 @@ extension Cairn {
                     return nil
                 }
             }
-            func integer(_ key: String, option: String) -> Int? {
+            func integer(_ key: String, option: String, _ range: ClosedRange<Int>, zero: Bool = false) -> Int? {
                 guard let v = value(key) else { return nil }
-                guard let n = Int(v) else {
-                    problems.append(.init(option: option, variable: key, raw: env[key] ?? "", expected: "an integer"))
+                guard let n = Int(v), range.contains(n) || (zero && n == 0) else {
+                    let within = "an integer in \(range.lowerBound) ... \(range.upperBound)" + (zero ? " or 0" : "")
+                    problems.append(.init(option: option, variable: key, raw: env[key] ?? "", expected: within))
                     return nil
                 }
                 return n
@@ -219,12 +220,14 @@ extension Cairn {
                                           raw: env["CAIRN_SAMPLE_RATE"] ?? "", expected: "a number between 0 and 1"))
                 }
             }
-            if let n = integer("CAIRN_BATCH_EVENTS", option: "maxBatchEvents") { o.maxBatchEvents = n }
-            if let ms = integer("CAIRN_BATCH_AGE_MS", option: "maxBatchAge") { o.maxBatchAge = .milliseconds(ms) }
-            if let ms = integer("CAIRN_HEALTH_INTERVAL_MS", option: "healthInterval") {
+            if let n = integer("CAIRN_BATCH_EVENTS", option: "maxBatchEvents", 1...10_000) { o.maxBatchEvents = n }
+            if let ms = integer("CAIRN_BATCH_AGE_MS", option: "maxBatchAge", 1...3_600_000) {
+                o.maxBatchAge = .milliseconds(ms)
+            }
+            if let ms = integer("CAIRN_HEALTH_INTERVAL_MS", option: "healthInterval", 100...86_400_000, zero: true) {
                 o.healthInterval = ms == 0 ? nil : .milliseconds(ms)
             }
-            if let ms = integer("CAIRN_SHUTDOWN_TIMEOUT_MS", option: "shutdownTimeout") {
+            if let ms = integer("CAIRN_SHUTDOWN_TIMEOUT_MS", option: "shutdownTimeout", 0...600_000) {
                 o.shutdownTimeout = .milliseconds(ms)
             }
             o.environmentProblems = problems

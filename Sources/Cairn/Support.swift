@@ -24,7 +24,7 @@ final class DropCounters: Sendable {
                                 ("key_truncated", c.truncatedKeys), ("key_dropped", c.droppedKeys),
                                 ("too_deep", c.droppedDepth), ("array_truncated", c.truncatedArrays),
                                 ("text_repaired", c.repairedUTF8), ("privacy_redacted", c.redactedKeys),
-                                ("privacy_masked", c.maskedValues)] where n > 0 {
+                                ("privacy_masked", c.maskedValues), ("cycle_cut", c.cutCycles)] where n > 0 {
                 m.byReason[reason, default: 0] += n
             }
         }

@@ -164,6 +164,9 @@ public final class Uploader: @unchecked Sendable {
     private var encoder: FrameEncoder?
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
     private var lastSync: ContinuousClock.Instant
+    /// Until a replay fails, stored requests are due whatever their backoff said: a new
+    /// process (often with a corrected URL or key) tries them all at once.
+    private var replayAllDue = true
 
     /// Creates an uploader; nothing runs until ``start()``.
     ///
@@ -310,7 +313,8 @@ public final class Uploader: @unchecked Sendable {
         if r.droppedTooBig > 0 { all["ring_too_big"] = Int(r.droppedTooBig) }
         if r.skippedCorrupt > 0 { all["ring_corrupt"] = Int(r.skippedCorrupt) }
         if let s = store?.stats {
-            if s.setAside { all["store_corrupt"] = 1 }
+            // Requests lost to damage (at least one when their number is unknown).
+            if let d = s.damage { all["store_corrupt"] = max(1, d.lost ?? 1) }
             if s.evictedAge > 0 { all["store_age"] = s.evictedAge }
             let bySize = s.evictedSize.values.reduce(0, +)
             if bySize > 0 { all["store_size"] = bySize }
@@ -328,7 +332,7 @@ public final class Uploader: @unchecked Sendable {
             if r.skippedCorrupt > 0 { notes.append("ring: \(r.skippedCorrupt) torn regions skipped (\(r.skippedBytes) bytes)") }
             if r.recovered > 0 { notes.append("ring: \(r.recovered) records recovered from the last run") }
             if store == nil { notes.append("no snapshot store: undelivered batches stay in the ring") }
-            if store?.stats.setAside == true { notes.append("snapshot store was unreadable: set aside, fresh store created") }
+            if let d = store?.stats.damage { notes.append("snapshot store damaged: \(d)") }
             if let n = store?.stats.count, n > 0 { notes.append("snapshot store: \(n) requests to replay") }
             for note in notes { FileHandle.standardError.write(Data("[cairn] \(note)\n".utf8)) }
         }
@@ -485,6 +489,9 @@ public final class Uploader: @unchecked Sendable {
         }
     }
 
+    /// Stored requests whose next attempt is due by this time are replayed now.
+    private var replayReadyAt: UInt64 { replayAllDue ? .max : SnapshotStore.nowMillis() }
+
     /// What one replay did: nothing was due, the request was delivered or dropped for
     /// good, or it stays stored for a later attempt.
     private enum Replay { case nothingDue, finished, notDelivered }
@@ -493,7 +500,7 @@ public final class Uploader: @unchecked Sendable {
     private func replayOne() -> Replay {
         guard !options.storeOnly, let store,
               !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }),
-              let snapshot = try? store.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).first,
+              let snapshot = try? store.oldest(limit: 1, readyAt: replayReadyAt).first,
               breaker.allows(at: clock.now) else { return .nothingDue }
         let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts))
         switch action {
@@ -509,6 +516,7 @@ public final class Uploader: @unchecked Sendable {
             try? store.delete(snapshot.id)
             count(drop: reason, 1)
         case .retry, .pauseAndRetry:
+            replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.
             let delay = options.backoff.delay(afterAttempt: Int(snapshot.attempts) + 1, random: Double.random(in: 0.5..<1))
             try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + milliseconds(delay))
@@ -587,7 +595,7 @@ public final class Uploader: @unchecked Sendable {
         // and while the collector fails, when they are safe where they are.
         let failing = state.withLock { $0.collectorFailing } || !breaker.allows(at: clock.now)
         let idle = pending == nil && (options.storeOnly || store == nil || failing
-            || ((try? store?.oldest(limit: 1, readyAt: SnapshotStore.nowMillis()).isEmpty) ?? true))
+            || ((try? store?.oldest(limit: 1, readyAt: replayReadyAt).isEmpty) ?? true))
         // No signal here: it would wake this very worker, which would find nothing to do,
         // mark itself idle and signal again: a busy loop. `flush` polls `idle`.
         state.withLock { $0.idle = idle }

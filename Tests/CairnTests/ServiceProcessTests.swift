@@ -232,7 +232,7 @@ import Testing
         #expect(event["type"] as? String == "crash" && props["signal"] as? String == "SIGSEGV")
         #expect((props["frames"] as? [[String: Any]])?.first?["symbol"] as? String == "crash_here")
         let missing = try Self.cli(["events", dir.path + "/nowhere"])
-        #expect(missing.status == 1 && missing.err.contains("no snapshot store"))
+        #expect(missing.status == 3 && missing.err.contains("no snapshot store"))
     }
 
     @Test func badEnvironmentSaysWhichOptionAndWhy() throws {

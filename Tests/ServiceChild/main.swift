@@ -20,6 +20,12 @@ import Cairn
 import CairnProcessor
 import Foundation
 
+// A service starts with no signal blocked (systemd, a shell, Kubernetes); a child of the
+// test process would inherit the mask of the thread that spawned it.
+var noSignals = sigset_t()
+sigemptyset(&noSignals)
+sigprocmask(SIG_SETMASK, &noSignals, nil)
+
 let args = CommandLine.arguments
 guard args.count >= 2 else { exit(2) }
 let mode = args[1]
