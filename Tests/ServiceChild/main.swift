@@ -13,7 +13,8 @@
 //                 then wait to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
 //   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
 //                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
-// CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
+// CAIRN_TEST_EVENT_NAME names the events of run, serve and shutdown (default
+// "child_event"); CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK).
 import Cairn
@@ -56,10 +57,11 @@ if env["CAIRN_TEST_SAFE_START"] == "1" {
         exit(1)
     }
 }
+let eventName = env["CAIRN_TEST_EVENT_NAME"] ?? "child_event"
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 switch mode {
 case "run":
-    for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
+    for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
 case "install":
     cairn.track("app_install")
 case "crash":
@@ -79,12 +81,12 @@ case "burst":
     print("{" + drops.joined(separator: ",") + "}")
     exit(0)
 case "serve":
-    for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
+    for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     if let ms = env["CAIRN_TEST_FLUSH_MS"].flatMap({ Int($0) }) { _ = cairn.flush(timeout: .milliseconds(ms)) }
     say("ready")
     while true { pause() }
 case "shutdown":
-    for i in 0..<n { cairn.track("child_event", properties: ["i": .int(Int64(i))]) }
+    for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     let began = DispatchTime.now().uptimeNanoseconds
     let flushed = cairn.shutdown(timeout: options.shutdownTimeout)
     say(String(format: "%.0f %@", Double(DispatchTime.now().uptimeNanoseconds - began) / 1e6, flushed ? "true" : "false"))
