@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,20 @@ static void *consumer(void *arg)
     return NULL;
 }
 
+/* Opens the ring the parent has just closed. A process that a test running beside
+ * the parent's is spawning shares the parent's descriptors until it calls exec, and
+ * with them the ring's lock: wait that moment out. */
+static int open_ring(const char *path, const cairn_ring_options_t *opts)
+{
+    int rc = cairn_ring_open(path, opts, &ring);
+    for (int attempt = 0; rc == CAIRN_ELOCKED && attempt < 1000; attempt++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        rc = cairn_ring_open(path, opts, &ring);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4 && argc != 5) {
@@ -110,7 +125,7 @@ int main(int argc, char **argv)
     cairn_ring_options_t opts;
     cairn_ring_options_init(&opts);
     opts.capacity = CAIRN_RING_MIN_CAPACITY; /* small, so runs wrap many times */
-    int rc = cairn_ring_open(argv[1], &opts, &ring);
+    int rc = open_ring(argv[1], &opts);
     if (rc != 0) {
         fprintf(stderr, "open: %s\n", cairn_strerror(rc));
         return 1;

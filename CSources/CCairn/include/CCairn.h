@@ -133,10 +133,34 @@ typedef enum cairn_ring_origin {
     CAIRN_RING_CREATED = 0,
     /** A valid ring was reopened with its unconsumed records. */
     CAIRN_RING_REOPENED = 1,
-    /** The file was unreadable as a ring (garbage, truncated, wrong version, zeroed
-     *  header); it was renamed aside and a fresh ring created. */
-    CAIRN_RING_SET_ASIDE = 2
+    /** Nothing in the file could be trusted (no sound header and no intact record), or
+     *  it was written in a newer format; it was renamed aside and a fresh ring
+     *  created. */
+    CAIRN_RING_SET_ASIDE = 2,
+    /** The header was damaged or the file truncated or extended; the header was
+     *  rebuilt (from the records where needed) and every record still proven intact
+     *  by its checksum kept. cairn_ring_stats_t.repairs says what was repaired. */
+    CAIRN_RING_REPAIRED = 3
 } cairn_ring_origin_t;
+
+/** @name What cairn_ring_open() repaired (bits of cairn_ring_stats_t.repairs)
+ *  One bit per header field that was rewritten, plus how the window was found. */
+/** @{ */
+#define CAIRN_RING_REPAIR_MAGIC       0x001u /**< magic */
+#define CAIRN_RING_REPAIR_VERSION     0x002u /**< version */
+#define CAIRN_RING_REPAIR_HEADER_SIZE 0x004u /**< header size */
+#define CAIRN_RING_REPAIR_CAPACITY    0x008u /**< capacity (taken from the file size) */
+#define CAIRN_RING_REPAIR_SALT        0x010u /**< salt (inferred from the records) */
+#define CAIRN_RING_REPAIR_FLAGS       0x020u /**< flags */
+#define CAIRN_RING_REPAIR_HEADER_CRC  0x040u /**< header checksum */
+#define CAIRN_RING_REPAIR_WRITE_POS   0x080u /**< write position */
+#define CAIRN_RING_REPAIR_READ_POS    0x100u /**< read position, or its check copy */
+#define CAIRN_RING_REPAIR_FILE_SIZE   0x200u /**< file length (zeros restored or extra bytes cut) */
+/** The read position could not be trusted and was inferred from the records: records
+ *  that had already been consumed may be delivered again (Cairn's events carry ids,
+ *  so a collector drops the duplicates). */
+#define CAIRN_RING_REPAIR_WINDOW_INFERRED 0x400u
+/** @} */
 
 /** Counters of one open ring. Counts are since cairn_ring_open(). */
 typedef struct cairn_ring_stats {
@@ -151,6 +175,10 @@ typedef struct cairn_ring_stats {
     uint64_t skipped_bytes;   /**< bytes in those regions */
     uint32_t origin;          /**< a cairn_ring_origin_t */
     uint32_t max_record;      /**< largest payload accepted */
+    uint64_t restored_bytes;  /**< bytes a truncated file lacked, restored as zeros at open */
+    uint64_t cut_bytes;       /**< bytes past the end of the ring, cut from a longer file */
+    uint32_t repairs;         /**< CAIRN_RING_REPAIR_* bits; 0 unless origin is REPAIRED */
+    uint32_t repaired_fields; /**< header fields rewritten at open (fields among `repairs`) */
 } cairn_ring_stats_t;
 
 /** A reservation made by cairn_ring_reserve(); write the payload into `data`. */
@@ -183,18 +211,22 @@ void cairn_ring_options_init(cairn_ring_options_t *opts);
  *
  * A valid ring is reopened: its unconsumed records are kept, records torn by a
  * producer that died mid-write are skipped and counted, and later records are still
- * found. A file that is not a readable ring is renamed to
- * `<path>.corrupt-<unix seconds>-<pid>` and a fresh ring is created in its place. The
- * file's blocks are allocated up front, so writing through the mapping cannot fault
- * on a full disk. The file is locked (flock) for as long as the handle is open.
+ * found. The file is never trusted: a damaged header is rebuilt (the salt and the
+ * cursors from the records, whose own checksums prove them intact), a truncated file
+ * is extended back with zeros and a longer one cut to size, and the origin is then
+ * CAIRN_RING_REPAIRED. Only a file in which nothing can be trusted (no sound header
+ * and no intact record), or one of a newer format, is renamed to
+ * `<path>.corrupt-<unix seconds>-<pid>` and replaced by a fresh ring. The file's
+ * blocks are allocated up front, so writing through the mapping cannot fault on a
+ * full disk. The file is locked (flock) for as long as the handle is open.
  *
  * @param path  File path, NUL-terminated; its directory must exist.
  * @param opts  Options, or NULL for the defaults.
  * @param out   Receives the handle on success, NULL on failure.
  * @return 0; CAIRN_EINVAL for a NULL argument or an option out of range;
  *         CAIRN_ELOCKED if another handle owns the file; CAIRN_ENOMEM; or an errno
- *         value from open, flock, fallocate, mmap or rename (ENOSPC when the disk
- *         cannot hold the ring).
+ *         value from open, flock, fallocate, ftruncate, mmap or rename (ENOSPC when the
+ *         disk cannot hold the ring).
  *
  * Ownership: the caller owns the handle and releases it with cairn_ring_close().
  * Thread-safety: safe from any thread; each call makes an independent handle.
