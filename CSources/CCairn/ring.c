@@ -601,9 +601,10 @@ static int plan_from_records(int fixed_ok, uint64_t stored_salt, uint64_t read, 
      * and the header's write position agree on it (stale records can let a reading
      * shifted by whole laps explain a few more). A reading keeps the cursors when it
      * is anchored and its window fits them: the window ends at the header's write
-     * position when no record passes it (records beyond were torn), else at the
-     * highest record's end; a read position that its check copy confirms may lie past
-     * that end (everything after it was torn), and the window is then empty. */
+     * position when no record passes it (records beyond were torn). When the write
+     * position is wrong, the read position alone is kept only on evidence of its own
+     * (a header that checks out, or its check copy), below the highest record's end
+     * or, confirmed by its check copy, past it (everything after it was torn). */
     int best = -1, keep = -1;
     window_t bw = {0, 0, 0, 0}, kw = {0, 0, 0, 0};
     uint64_t keep_write = 0;
@@ -614,9 +615,14 @@ static int plan_from_records(int fixed_ok, uint64_t stored_salt, uint64_t read, 
             bw = w;
         }
         if (!readings[i].anchored) continue;
-        uint64_t end = read_ok && w.end <= write ? write : w.end;
-        if (read_checked && read > end && read - end <= cap) end = read;
-        if (!cursors_ok(read, end, cap)) continue;
+        uint64_t end = w.end;
+        if (read_ok && w.end <= write) {
+            end = write;
+        } else {
+            if (!fixed_ok && !read_checked) continue;
+            if (read_checked && read > end && read - end <= cap) end = read;
+            if (!cursors_ok(read, end, cap)) continue;
+        }
         if (keep < 0 || w.bytes > kw.bytes || (w.bytes == kw.bytes && w.records > kw.records)) {
             keep = i;
             kw = w;

@@ -12,9 +12,10 @@
  *     producers), then damage to its header (bytes flipped, zeroed, random salt or
  *     cursors, random bytes) or to its length (truncated, extended). Planning and
  *     restoring run as in cairn_ring_open. Every record recovered must be one that was
- *     written, in order (nothing invented); after damage to the header alone every
- *     intact unconsumed record must come back, and after a truncation every one that
- *     lies wholly in what remains;
+ *     written, delivered once (nothing invented), the unconsumed ones in order, and
+ *     consumed ones only when the read cursor was found damaged; after damage to the
+ *     header alone every intact unconsumed record must come back, and after a
+ *     truncation every one that lies wholly in what remains;
  * After a restore, the header must be sound, the window must walk cleanly from the read
  * to the write cursor through valid records and padding only, and (after a reboot or
  * a repair) no word in the free space may read as a record header of any lap.
