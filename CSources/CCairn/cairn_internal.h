@@ -100,6 +100,12 @@ int cairn__ring_plan(const unsigned char *hdr, uint64_t file_size, const unsigne
 uint32_t cairn__ring_restore(unsigned char *hdr, unsigned char *data, const cairn__ring_plan_t *plan,
                              int after_reboot, cairn__recovery_t *out);
 
+/* Validates the drop table in header `hdr` (see ring.c): damaged or half-claimed
+ * slots that hold counts are renamed `unknown` (the catch-all slot `other`), empty
+ * ones freed, duplicate names merged, `reported` clamped to `counted`. Never fails.
+ * Returns the number of slots it changed. */
+uint32_t cairn__ring_check_drops(unsigned char *hdr);
+
 /* Size of the ring file header; data starts at this offset. */
 #define CAIRN_RING_HEADER_SIZE 4096u
 

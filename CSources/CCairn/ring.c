@@ -43,6 +43,14 @@
  * consumer: a damaged cursor would otherwise silently skip records. Where they
  * disagree the lower one wins, so damage repeats records rather than losing them.
  *
+ * The header also holds the drop table: named counters that producers bump with one
+ * atomic add and that outlive the process. A slot is claimed by a CAS on its claim
+ * word, which carries the name's length and CRC: a thread meeting a claim in progress
+ * for its own name finishes it (the same bytes) rather than waiting for a thread that
+ * may never run again, so claiming is lock-free and signal-safe and every name gets one
+ * slot. A claim cut short by a kill is finished, or renamed `unknown` with its counts
+ * kept, at the next open.
+ *
  * The mapping is MAP_SHARED over a file whose blocks are allocated at creation, so a
  * published record survives the process being killed, and writes cannot SIGBUS on a
  * full disk. Counters that producers update live on the producer's cache line, next
@@ -68,7 +76,7 @@
 #endif
 
 /* Header layout (byte offsets). Bytes 0..35 are fixed at creation and covered by
- * the header CRC; the boot id, cursors and counters after them change. */
+ * the header CRC; the boot id, cursors, counters and drop table after them change. */
 enum {
     H_MAGIC = 0,          /* 8 bytes "CAIRNRNG" */
     H_VERSION = 8,        /* u32 */
@@ -85,7 +93,18 @@ enum {
     H_READ_CHECK = 136,   /* u64, ~read position; 0 when absent (an older writer) */
     H_DROPPED_FULL = 192, /* u64, cold line */
     H_DROPPED_BIG = 200,  /* u64 */
+    H_DROPS = 1024,       /* the drop table, to the end of the header */
 };
+
+/* A drop table slot: u64 counted, u64 reported, u64 claim word, 24 bytes of name. The
+ * claim word is the state (bits 0..7), the name's length (bits 8..15) and its CRC32C
+ * (bits 32..63); a free slot is all zero. */
+enum { D_COUNTED = 0, D_REPORTED = 8, D_CLAIM = 16, D_NAME = 24, DROP_SLOT_SIZE = 48 };
+#define CLAIM_CLAIMING 1u /* claimed, name being written */
+#define CLAIM_NAMED 2u    /* name complete */
+#define CLAIM_STATE(c) ((c) & 0xFFu)
+_Static_assert(H_DROPS + CAIRN_RING_DROP_SLOTS * DROP_SLOT_SIZE == CAIRN_RING_HEADER_SIZE,
+               "the drop table fills the rest of the header");
 
 static const char ring_magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'N', 'G'};
 
@@ -124,6 +143,8 @@ struct cairn_ring {
     uint32_t reclaim_bytes;
     size_t page_size;
     int fd;
+    /* Drop table slots of the ring's own refusals, claimed at the first one (-1). */
+    int slot_full, slot_big;
     /* Consumer-only state. */
     uint64_t peeked_to;    /* furthest `next` handed out by peek */
     uint64_t reclaimed_to; /* pages before this position have been dropped */
@@ -133,6 +154,7 @@ struct cairn_ring {
     cairn__recovery_t recovery;
     uint32_t origin;
     uint32_t repairs;
+    uint32_t drop_slots_repaired;
     uint64_t restored_bytes, cut_bytes;
 };
 
@@ -732,6 +754,213 @@ uint32_t cairn__ring_restore(unsigned char *hdr, unsigned char *data, const cair
     return repairs;
 }
 
+/* ---- The drop table ------------------------------------------------------------ */
+
+static int reason_ok(const char *reason, size_t len)
+{
+    if (len == 0 || len > CAIRN_RING_DROP_REASON_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = reason[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return 0;
+    }
+    return 1;
+}
+
+/* The claim word of a slot for `reason`, without its state. */
+static uint64_t claim_tag(const char *reason, size_t len)
+{
+    return (uint64_t)cairn__crc32c(0, reason, len) << 32 | (uint64_t)len << 8;
+}
+
+/* The name field of a slot for `reason`, as the three words stored in it. */
+static void pack_name(const char *reason, size_t len, uint64_t words[3])
+{
+    unsigned char b[24];
+    memset(b, 0, sizeof b);
+    memcpy(b, reason, len);
+    for (int i = 0; i < 3; i++) words[i] = cairn__le64(b + 8 * i);
+}
+
+static uint64_t *drop_field(const cairn_ring_t *ring, int slot, int field)
+{
+    return (uint64_t *)(ring->map + H_DROPS + (size_t)slot * DROP_SLOT_SIZE + field);
+}
+
+/* Does slot `i` hold the name `words` (tag `tag`)? With `may_claim`, a free slot is
+ * claimed for it first. A claim of the same name in progress is finished here, with
+ * the same bytes, rather than waited for. */
+static int claim_or_match(cairn_ring_t *ring, int i, uint64_t tag, const uint64_t words[3], int may_claim)
+{
+    uint64_t *claim = drop_field(ring, i, D_CLAIM);
+    uint64_t c = load_acq(claim);
+    if (c == 0) {
+        if (!may_claim) return 0;
+        if (__atomic_compare_exchange_n(claim, &c, tag | CLAIM_CLAIMING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            c = tag | CLAIM_CLAIMING;
+    }
+    if ((c & ~(uint64_t)0xFF) != tag) return 0;
+    uint64_t *name = drop_field(ring, i, D_NAME);
+    if (CLAIM_STATE(c) == CLAIM_CLAIMING) {
+        for (int k = 0; k < 3; k++) __atomic_store_n(&name[k], words[k], __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(claim, &c, tag | CLAIM_NAMED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    } else if (CLAIM_STATE(c) != CLAIM_NAMED) {
+        return 0;
+    }
+    for (int k = 0; k < 3; k++)
+        if (__atomic_load_n(&name[k], __ATOMIC_RELAXED) != words[k]) return 0;
+    return 1;
+}
+
+static int claim_other(cairn_ring_t *ring)
+{
+    uint64_t words[3];
+    pack_name("other", 5, words);
+    claim_or_match(ring, CAIRN_RING_DROP_OTHER, claim_tag("other", 5), words, 1);
+    return CAIRN_RING_DROP_OTHER;
+}
+
+int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len)
+{
+    if (!ring || !reason || !reason_ok(reason, len)) return CAIRN_EINVAL;
+    if (len == 5 && memcmp(reason, "other", 5) == 0) return claim_other(ring);
+    uint64_t words[3];
+    const uint64_t tag = claim_tag(reason, len);
+    pack_name(reason, len, words);
+    /* Look everywhere before claiming: open may have freed a slot before the name's. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < CAIRN_RING_DROP_OTHER; i++)
+            if (claim_or_match(ring, i, tag, words, pass)) return i;
+    return claim_other(ring);
+}
+
+/* Is `slot` a slot index whose name is complete? */
+static int named_slot(const cairn_ring_t *ring, int slot)
+{
+    return ring && slot >= 0 && slot < CAIRN_RING_DROP_SLOTS &&
+           CLAIM_STATE(load_acq(drop_field(ring, slot, D_CLAIM))) == CLAIM_NAMED;
+}
+
+int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n)
+{
+    if (!named_slot(ring, slot)) return CAIRN_EINVAL;
+    __atomic_fetch_add(drop_field(ring, slot, D_COUNTED), n, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size_t max)
+{
+    if (!ring || (!out && max)) return CAIRN_EINVAL;
+    int used = 0;
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS; i++) {
+        if (!named_slot(ring, i)) continue;
+        if ((size_t)used < max) {
+            cairn_ring_drop_t *d = &out[used];
+            memset(d, 0, sizeof *d);
+            const uint64_t *name = drop_field(ring, i, D_NAME);
+            unsigned char bytes[24];
+            for (int k = 0; k < 3; k++) cairn__put64(bytes + 8 * k, __atomic_load_n(&name[k], __ATOMIC_RELAXED));
+            memcpy(d->reason, bytes, CAIRN_RING_DROP_REASON_MAX);
+            d->slot = i;
+            d->reported = __atomic_load_n(drop_field(ring, i, D_REPORTED), __ATOMIC_RELAXED);
+            d->counted = __atomic_load_n(drop_field(ring, i, D_COUNTED), __ATOMIC_RELAXED);
+            if (d->reported > d->counted) d->reported = d->counted;
+        }
+        used++;
+    }
+    return used;
+}
+
+int cairn_ring_mark_reported(cairn_ring_t *ring, int slot, uint64_t reported)
+{
+    if (!named_slot(ring, slot)) return CAIRN_EINVAL;
+    if (reported > __atomic_load_n(drop_field(ring, slot, D_COUNTED), __ATOMIC_RELAXED)) return CAIRN_EINVAL;
+    uint64_t *field = drop_field(ring, slot, D_REPORTED);
+    if (reported > __atomic_load_n(field, __ATOMIC_RELAXED)) __atomic_store_n(field, reported, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* Does the slot at `s` hold a well-formed name matching its claim word? */
+static int slot_name_ok(const unsigned char *s, uint64_t claim)
+{
+    size_t len = (claim >> 8) & 0xFF;
+    const char *name = (const char *)s + D_NAME;
+    if ((claim & 0xFFFF0000u) != 0 || !reason_ok(name, len)) return 0;
+    for (size_t k = len; k < 24; k++)
+        if (name[k]) return 0;
+    return (uint32_t)(claim >> 32) == cairn__crc32c(0, name, len);
+}
+
+static void name_slot(unsigned char *s, const char *reason)
+{
+    size_t len = strlen(reason);
+    memset(s + D_NAME, 0, 24);
+    memcpy(s + D_NAME, reason, len);
+    cairn__put64(s + D_CLAIM, claim_tag(reason, len) | CLAIM_NAMED);
+}
+
+static uint64_t add_saturating(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+/* Adds slot `from`'s counts to slot `to`'s and frees `from`. */
+static void merge_slot(unsigned char *to, unsigned char *from)
+{
+    cairn__put64(to + D_COUNTED, add_saturating(cairn__le64(to + D_COUNTED), cairn__le64(from + D_COUNTED)));
+    cairn__put64(to + D_REPORTED, add_saturating(cairn__le64(to + D_REPORTED), cairn__le64(from + D_REPORTED)));
+    memset(from, 0, DROP_SLOT_SIZE);
+}
+
+uint32_t cairn__ring_check_drops(unsigned char *hdr)
+{
+    static const unsigned char zero[DROP_SLOT_SIZE];
+    uint32_t changed = 0;
+    unsigned char *other = hdr + H_DROPS + (size_t)CAIRN_RING_DROP_OTHER * DROP_SLOT_SIZE;
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS; i++) {
+        unsigned char *s = hdr + H_DROPS + (size_t)i * DROP_SLOT_SIZE;
+        const uint64_t claim = cairn__le64(s + D_CLAIM);
+        const int well_formed = (CLAIM_STATE(claim) == CLAIM_NAMED || CLAIM_STATE(claim) == CLAIM_CLAIMING) &&
+                                slot_name_ok(s, claim);
+        const int is_other = well_formed && ((claim >> 8) & 0xFF) == 5 && memcmp(s + D_NAME, "other", 5) == 0;
+        if (well_formed && (s != other || is_other)) {
+            /* A claim whose name was complete when its process died: finish it. */
+            if (CLAIM_STATE(claim) == CLAIM_CLAIMING) {
+                cairn__put64(s + D_CLAIM, (claim & ~(uint64_t)0xFF) | CLAIM_NAMED);
+                changed++;
+            }
+        } else if (memcmp(s, zero, DROP_SLOT_SIZE) != 0) {
+            /* Damaged, or claimed by a process that died before naming it: its counts
+             * are kept under a name that says so; an empty one is freed. */
+            if (cairn__le64(s + D_COUNTED) || cairn__le64(s + D_REPORTED))
+                name_slot(s, s == other ? "other" : "unknown");
+            else
+                memset(s, 0, DROP_SLOT_SIZE);
+            changed++;
+        }
+        if (cairn__le64(s + D_REPORTED) > cairn__le64(s + D_COUNTED)) {
+            cairn__put64(s + D_REPORTED, cairn__le64(s + D_COUNTED));
+            changed++;
+        }
+    }
+    /* One slot per name: `other` belongs in the catch-all slot, duplicates merge. */
+    for (int i = 0; i < CAIRN_RING_DROP_OTHER; i++) {
+        unsigned char *s = hdr + H_DROPS + (size_t)i * DROP_SLOT_SIZE;
+        const uint64_t claim = cairn__le64(s + D_CLAIM);
+        if (CLAIM_STATE(claim) != CLAIM_NAMED) continue;
+        if (((claim >> 8) & 0xFF) == 5 && memcmp(s + D_NAME, "other", 5) == 0) {
+            if (CLAIM_STATE(cairn__le64(other + D_CLAIM)) != CLAIM_NAMED) name_slot(other, "other");
+            merge_slot(other, s);
+            changed++;
+            continue;
+        }
+        for (int j = i + 1; j < CAIRN_RING_DROP_OTHER; j++) {
+            unsigned char *t = hdr + H_DROPS + (size_t)j * DROP_SLOT_SIZE;
+            if (cairn__le64(t + D_CLAIM) == claim && memcmp(t + D_NAME, s + D_NAME, 24) == 0) {
+                merge_slot(s, t);
+                changed++;
+            }
+        }
+    }
+    return changed;
+}
+
 void cairn_ring_options_init(cairn_ring_options_t *opts)
 {
     if (!opts) return;
@@ -950,6 +1179,8 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     r->high_water = (uint64_t *)(r->map + H_HIGH_WATER);
     r->dropped_full = (uint64_t *)(r->map + H_DROPPED_FULL);
     r->dropped_big = (uint64_t *)(r->map + H_DROPPED_BIG);
+    r->slot_full = -1;
+    r->slot_big = -1;
     long ps = sysconf(_SC_PAGESIZE);
     r->page_size = ps > 0 ? (size_t)ps : 4096;
     uint32_t limit = (uint32_t)(capacity / 4);
@@ -970,6 +1201,7 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
         if (r->repairs) origin = CAIRN_RING_REPAIRED;
     }
     r->area.salt = cairn__le64(r->map + H_SALT);
+    r->drop_slots_repaired = cairn__ring_check_drops(r->map);
     r->origin = origin;
     r->peeked_to = *r->read_pos;
     r->reclaimed_to = r->peeked_to;
@@ -995,11 +1227,24 @@ void cairn_ring_close(cairn_ring_t *ring)
     free(ring);
 }
 
+/* Counts one of the ring's own refusals: in this open's counter, and persistently in
+ * the drop table under `reason` (its slot is claimed at the first refusal). */
+static void count_refusal(cairn_ring_t *ring, uint64_t *this_open, int *slot, const char *reason, size_t len)
+{
+    count(this_open);
+    int s = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (s < 0) {
+        s = cairn_ring_drop_slot(ring, reason, len); /* a valid name: always a slot */
+        __atomic_store_n(slot, s, __ATOMIC_RELAXED);
+    }
+    count(drop_field(ring, s, D_COUNTED));
+}
+
 int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t *res)
 {
     if (!ring || !res) return CAIRN_EINVAL;
     if (len > ring->max_record) {
-        count(ring->dropped_big);
+        count_refusal(ring, ring->dropped_big, &ring->slot_big, "ring_too_big", 12);
         return CAIRN_ETOOBIG;
     }
     const uint64_t need = align_up(CAIRN_RING_RECORD_HEADER + len);
@@ -1019,7 +1264,7 @@ int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t 
             continue;
         }
         if (end - tail > cap) {
-            count(ring->dropped_full);
+            count_refusal(ring, ring->dropped_full, &ring->slot_full, "ring_full", 9);
             return CAIRN_EFULL;
         }
         if (__atomic_compare_exchange_n(ring->write_pos, &head, end, 1, __ATOMIC_RELAXED,
@@ -1226,5 +1471,6 @@ int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *s)
     s->cut_bytes = ring->cut_bytes;
     s->repairs = ring->repairs;
     s->repaired_fields = (uint32_t)__builtin_popcount(ring->repairs & HEADER_FIELD_REPAIRS);
+    s->drop_slots_repaired = ring->drop_slots_repaired;
     return 0;
 }

@@ -1,4 +1,4 @@
-/* fuzz_ring.c: libFuzzer target for ring recovery and header repair.
+/* fuzz_ring.c: libFuzzer target for ring recovery, header repair and the drop table.
  *
  * The first input byte picks a mode:
  *   - raw: a header and a data area taken from the input (its bytes repeated to the
@@ -16,6 +16,9 @@
  *     consumed ones only when the read cursor was found damaged; after damage to the
  *     header alone every intact unconsumed record must come back, and after a
  *     truncation every one that lies wholly in what remains;
+ *   - drops: random drop table bytes are checked; the table must then hold only
+ *     well-formed names, each once, with reported <= counted, and a second check must
+ *     change nothing.
  * After a restore, the header must be sound, the window must walk cleanly from the read
  * to the write cursor through valid records and padding only, and (after a reboot or
  * a repair) no word in the free space may read as a record header of any lap.
@@ -28,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { F_CAPACITY = 16, F_SALT = 24, F_CRC = 36, F_WRITE = 64, F_READ = 128, F_READ_CHECK = 136 };
+enum { F_CAPACITY = 16, F_SALT = 24, F_CRC = 36, F_WRITE = 64, F_READ = 128, F_READ_CHECK = 136, F_DROPS = 1024 };
 
 typedef struct {
     const uint8_t *p;
@@ -411,14 +414,66 @@ done:
     free(file);
 }
 
+/* ---- drops mode --------------------------------------------------------------- */
+
+static void drops_mode(input_t in)
+{
+    unsigned char hdr[CAIRN_RING_HEADER_SIZE];
+    memset(hdr, 0, sizeof hdr);
+    /* Slots are either random bytes or near-valid ones: a name, a claim word whose
+     * state, length or CRC may be off, counts in any order. */
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS && in.n; i++) {
+        unsigned char *s = hdr + F_DROPS + 48 * i;
+        unsigned how = (unsigned)take(&in, 1);
+        if (how % 4 == 0) {
+            for (int k = 0; k < 48; k++) s[k] = (unsigned char)take(&in, 1);
+            continue;
+        }
+        if (how % 4 == 1) continue;
+        static const char *names[] = {"sampled", "filtered", "ring_full", "other", "unknown", "x"};
+        const char *name = names[(how >> 2) % 6];
+        size_t len = strlen(name);
+        memcpy(s + 24, name, len);
+        uint64_t claim = (uint64_t)cairn__crc32c(0, name, len) << 32 | (uint64_t)len << 8 | (1 + (how >> 5) % 2);
+        claim ^= (how & 0x80) ? take(&in, 8) : 0;
+        cairn__put64(s + 16, claim);
+        cairn__put64(s, take(&in, 2));
+        cairn__put64(s + 8, take(&in, 2));
+    }
+    cairn__ring_check_drops(hdr);
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS; i++) {
+        const unsigned char *s = hdr + F_DROPS + 48 * i;
+        uint64_t claim = cairn__le64(s + 16);
+        if (claim == 0) {
+            for (int k = 0; k < 48; k++)
+                if (s[k]) abort(); /* a free slot is all zero */
+            continue;
+        }
+        size_t len = (claim >> 8) & 0xFF;
+        if ((claim & 0xFF) != 2 || len == 0 || len > 23 || (claim & 0xFFFF0000u)) abort();
+        for (size_t k = 0; k < 24; k++) {
+            char c = (char)s[24 + k];
+            if (k < len ? !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') : c != 0) abort();
+        }
+        if ((uint32_t)(claim >> 32) != cairn__crc32c(0, s + 24, len)) abort();
+        if (cairn__le64(s + 8) > cairn__le64(s)) abort();
+        int is_other = len == 5 && memcmp(s + 24, "other", 5) == 0;
+        if (is_other != (i == CAIRN_RING_DROP_OTHER)) abort();
+        for (int j = 0; j < i; j++)
+            if (memcmp(hdr + F_DROPS + 48 * j + 16, s + 16, 32) == 0) abort();
+    }
+    if (cairn__ring_check_drops(hdr) != 0) abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
     input_t in = {data + 1, size - 1};
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0: raw_mode(in); break;
     case 1: built_mode(in); break;
-    default: repair_mode(in); break;
+    case 2: repair_mode(in); break;
+    default: drops_mode(in); break;
     }
     return 0;
 }

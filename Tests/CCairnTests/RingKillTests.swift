@@ -7,11 +7,12 @@ import Testing
 /// random moment; the ring is then reopened here and checked against what the child
 /// reported before it died.
 ///
-/// Two reporting producer threads and one silent thread of large records (so kills
-/// land inside appends) append while a consumer thread drains. The child reports every
-/// append that returned success, and every record it read before committing it. After
-/// each kill the ring must hold every reported append that the child had not consumed,
-/// invent nothing, and keep each thread's order.
+/// In the record tests, two reporting producer threads and one silent thread of large
+/// records (so kills land inside appends) append while a consumer thread drains. The
+/// child reports every append that returned success, and every record it read before
+/// committing it. After each kill the ring must hold every reported append that the
+/// child had not consumed, invent nothing, and keep each thread's order. In the drop
+/// test, threads count drops and report their totals: the counts must survive.
 @Suite struct RingKillTests {
     /// Hands the reader thread's bytes to the test.
     final class Collected: @unchecked Sendable {
@@ -176,5 +177,49 @@ import Testing
         }
         #expect(totals.appended > 8 * 50, "the children must have appended for real")
         print("ring kill test, zeroed header: \(totals.appended) acknowledged appends, \(totals.recovered) recovered (\(totals.duplicates) consumed ones again)")
+    }
+
+    /// Threads count drops into the drop table and claim new reasons in a race until
+    /// the child is killed: every count a thread had reported is in the file, and
+    /// every reason has exactly one slot.
+    @Test func dropCountsSurviveSigkill() throws {
+        let dir = TempDir()
+        let ringPath = dir.file("events.ring")
+        var rng = SplitMix(seed: UInt64(Date().timeIntervalSince1970 * 1000) ^ 0xD7)
+        let threads = 4
+        var confirmedSum = [Int](repeating: 0, count: threads)
+        for run in 1...6 {
+            let reports = try Self.runAndKill([ringPath, "drops", String(threads)], rng: &rng, label: "run \(run)")
+            var confirmed = [Int](repeating: 0, count: threads)
+            var claimed: [Int: Set<Int>] = [:] // claim number -> slots the threads got
+            for r in reports {
+                if r.kind == UInt8(ascii: "D"), r.a < threads { confirmed[r.a] = max(confirmed[r.a], r.b) }
+                if r.kind == UInt8(ascii: "N") { claimed[r.b, default: []].insert(r.a) }
+            }
+            for (c, slots) in claimed { #expect(slots.count == 1, "run \(run): c\(c) got slots \(slots.sorted())") }
+
+            let ring = try CRing.reopen(ringPath)
+            var table = [cairn_ring_drop_t](repeating: cairn_ring_drop_t(), count: Int(CAIRN_RING_DROP_SLOTS))
+            let used = cairn_ring_read_drops(ring.handle, &table, table.count)
+            #expect(used > 0)
+            var counted: [String: UInt64] = [:]
+            for d in table.prefix(Int(max(used, 0))) {
+                let name = withUnsafeBytes(of: d.reason) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                #expect(counted[name] == nil, "run \(run): \(name) has two slots")
+                counted[name] = d.counted
+            }
+            // Counts are cumulative over the runs. A thread reports every 64 counts, so
+            // at most 64 per run can be counted and not yet reported.
+            for t in 0..<threads {
+                confirmedSum[t] += confirmed[t]
+                let have = counted["t\(t)", default: 0]
+                #expect(have >= UInt64(confirmedSum[t]) && have <= UInt64(confirmedSum[t] + 64 * run),
+                        "run \(run) thread \(t): counted \(have), confirmed \(confirmedSum[t])")
+            }
+            let all = confirmedSum.reduce(0, +)
+            let shared = counted["shared", default: 0]
+            #expect(shared >= UInt64(all) && shared <= UInt64(all + 64 * threads * run), "run \(run): shared \(shared) vs \(all)")
+        }
+        #expect(confirmedSum.reduce(0, +) > 6 * 64, "the children must have counted for real")
     }
 }

@@ -1,6 +1,13 @@
 /* cairn-ring-child: a process for the ring kill tests.
  *
  * Usage: cairn-ring-child <ring path> <run id> <producer threads> [<silent threads>]
+ *        cairn-ring-child <ring path> drops <threads>
+ *
+ * In the drops form, each thread counts drops one at a time into its own reason
+ * (`t<thread>`) and into one shared reason (`shared`), claiming along the way a new
+ * reason (`c<n>`) every 4096 counts, in a race with the other threads. After every 64
+ * counts it reports how many it has counted ('D', thread, total); after each claim,
+ * the slot it got ('N', slot, n).
  *
  * Producer threads append records as fast as they can, each a JSON object naming the
  * run, the thread and a per-thread sequence number, padded with filler derived from
@@ -78,6 +85,31 @@ static void *producer(void *arg)
     return NULL;
 }
 
+static void *drop_counter(void *arg)
+{
+    uint32_t thread = (uint32_t)(uintptr_t)arg;
+    char name[16];
+    int len = snprintf(name, sizeof name, "t%u", thread);
+    int own = cairn_ring_drop_slot(ring, name, (size_t)len);
+    int shared = cairn_ring_drop_slot(ring, "shared", 6);
+    if (own < 0 || shared < 0) die(8, "drop slot failed\n");
+    for (uint64_t n = 1;; n++) {
+        if (cairn_ring_count_drops(ring, own, 1) != 0 || cairn_ring_count_drops(ring, shared, 1) != 0)
+            die(8, "count failed\n");
+        if (n % 64 == 0) report('D', thread, n);
+        if (n % 4096 == 0) {
+            /* Every thread claims the same sequence of names: each race must end with
+             * one slot per name. */
+            uint32_t c = (uint32_t)(n / 4096);
+            len = snprintf(name, sizeof name, "c%u", c);
+            int slot = cairn_ring_drop_slot(ring, name, (size_t)len);
+            if (slot < 0) die(8, "claim failed\n");
+            report('N', (uint32_t)slot, c);
+        }
+    }
+    return NULL;
+}
+
 static void *consumer(void *arg)
 {
     (void)arg;
@@ -113,10 +145,27 @@ static int open_ring(const char *path, const cairn_ring_options_t *opts)
     return rc;
 }
 
+/* The drops form: threads count drops until the parent kills the process. */
+static int count_drops_until_killed(const char *path, int threads)
+{
+    int rc = open_ring(path, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "open: %s\n", cairn_strerror(rc));
+        return 1;
+    }
+    pthread_t th[16];
+    for (int i = 0; i < threads && i < 16; i++) pthread_create(&th[i], NULL, drop_counter, (void *)(uintptr_t)i);
+    report('S', 0, 0); /* started */
+    pthread_join(th[0], NULL);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[2], "drops") == 0) return count_drops_until_killed(argv[1], atoi(argv[3]));
     if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads> [<silent threads>]\n", argv[0]);
+        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads> [<silent threads>]\n"
+                        "       %s <ring path> drops <threads>\n", argv[0], argv[0]);
         return 2;
     }
     run_id = (unsigned)strtoul(argv[2], NULL, 10);

@@ -162,14 +162,17 @@ typedef enum cairn_ring_origin {
 #define CAIRN_RING_REPAIR_WINDOW_INFERRED 0x400u
 /** @} */
 
-/** Counters of one open ring. Counts are since cairn_ring_open(). */
+/** Counters of one open ring. Counts are since cairn_ring_open(); the cumulative,
+ *  persistent drop counts are in the drop table (cairn_ring_read_drops()). */
 typedef struct cairn_ring_stats {
     uint64_t capacity;        /**< data capacity in bytes */
     uint64_t used;            /**< bytes between the read and write cursors */
     uint64_t high_water;      /**< largest `used` seen since open */
     uint64_t appended;        /**< records published */
-    uint64_t dropped_full;    /**< appends refused with CAIRN_EFULL */
-    uint64_t dropped_too_big; /**< appends refused with CAIRN_ETOOBIG */
+    uint64_t dropped_full;    /**< appends refused with CAIRN_EFULL since open (also counted,
+                                   persistently, in the drop table as `ring_full`) */
+    uint64_t dropped_too_big; /**< appends refused with CAIRN_ETOOBIG since open (also in the
+                                   drop table, as `ring_too_big`) */
     uint64_t recovered;       /**< unconsumed records found intact at open */
     uint64_t skipped_corrupt; /**< torn or damaged regions skipped at open */
     uint64_t skipped_bytes;   /**< bytes in those regions */
@@ -179,6 +182,7 @@ typedef struct cairn_ring_stats {
     uint64_t cut_bytes;       /**< bytes past the end of the ring, cut from a longer file */
     uint32_t repairs;         /**< CAIRN_RING_REPAIR_* bits; 0 unless origin is REPAIRED */
     uint32_t repaired_fields; /**< header fields rewritten at open (fields among `repairs`) */
+    uint32_t drop_slots_repaired; /**< drop table slots found damaged at open and fixed */
 } cairn_ring_stats_t;
 
 /** A reservation made by cairn_ring_reserve(); write the payload into `data`. */
@@ -386,6 +390,98 @@ int cairn_ring_sync(cairn_ring_t *ring);
  * Async-signal-safe: yes.
  */
 int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
+
+/* ------------------------------------------------------------------------------ */
+/* Drop table                                                                       */
+/* ------------------------------------------------------------------------------ */
+
+/** Number of slots in a ring's drop table. */
+#define CAIRN_RING_DROP_SLOTS 64
+/** Longest drop reason, in bytes (`[a-z0-9_]`). */
+#define CAIRN_RING_DROP_REASON_MAX 23
+/** The catch-all slot, reason `other`: drops whose reason finds no free slot. */
+#define CAIRN_RING_DROP_OTHER 63 /* CAIRN_RING_DROP_SLOTS - 1 */
+
+/** One used slot of the drop table, as read by cairn_ring_read_drops(). */
+typedef struct cairn_ring_drop {
+    char reason[CAIRN_RING_DROP_REASON_MAX + 1]; /**< NUL-terminated, `[a-z0-9_]` */
+    int32_t slot;      /**< slot index, for cairn_ring_count_drops() and _mark_reported() */
+    uint64_t counted;  /**< drops counted since the ring file was created */
+    uint64_t reported; /**< drops known to be reported (<= counted) */
+} cairn_ring_drop_t;
+
+/**
+ * Finds the drop table slot of `reason`, claiming a free one for a new reason.
+ *
+ * The ring file's header holds a table of named drop counters that survive the
+ * process (SIGKILL included): producers count what they shed with
+ * cairn_ring_count_drops(), the consumer reads them with cairn_ring_read_drops() and
+ * records with cairn_ring_mark_reported() how many have been reported. Look a reason's
+ * slot up once and keep it; counting into a known slot is one atomic add. The ring
+ * itself counts its refusals as `ring_full` (CAIRN_EFULL) and `ring_too_big`
+ * (CAIRN_ETOOBIG).
+ *
+ * @param ring    The ring.
+ * @param reason  The reason's bytes, `[a-z0-9_]`, not NUL-terminated.
+ * @param len     Their number, 1 to CAIRN_RING_DROP_REASON_MAX.
+ * @return The slot index (>= 0). When the table is full, CAIRN_RING_DROP_OTHER, the
+ *         catch-all slot `other` (the reason `other` always maps to it).
+ *         CAIRN_EINVAL for a NULL argument or a reason that is empty, too long or has
+ *         a byte outside `[a-z0-9_]`.
+ *
+ * Ownership: the bytes are copied into the table.
+ * Thread-safety: safe from any number of threads (lock-free); concurrent calls with
+ *                the same reason return the same slot.
+ * Async-signal-safe: yes (atomics only, no allocation, no locks, no system calls).
+ */
+int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len);
+
+/**
+ * Adds `n` drops to the counter of `slot`.
+ *
+ * @param ring  The ring.
+ * @param slot  A slot returned by cairn_ring_drop_slot() on this ring.
+ * @param n     Number of drops.
+ * @return 0; CAIRN_EINVAL for a NULL ring or a slot that is out of range or unclaimed.
+ *
+ * Thread-safety: safe from any number of threads (one relaxed atomic add).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n);
+
+/**
+ * Copies the used slots of the drop table, in slot order.
+ *
+ * @param ring  The ring.
+ * @param out   Array receiving up to `max` slots; may be NULL when `max` is 0.
+ * @param max   Capacity of `out`; CAIRN_RING_DROP_SLOTS always suffices.
+ * @return The number of used slots (which may exceed `max`: only `max` are copied),
+ *         or CAIRN_EINVAL for a NULL ring, or a NULL `out` with `max` > 0.
+ *
+ * Ownership: the caller owns `out`.
+ * Thread-safety: safe from any thread; each slot's values are read individually
+ *                (`reported` is clamped to `counted`).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size_t max);
+
+/**
+ * Records that the drops of `slot` up to `reported` (a `counted` value read earlier)
+ * have been reported in a request that was acknowledged or stored. The next report
+ * then needs only `counted - reported`, even after a restart. Never moves backwards:
+ * a value below the current one is ignored.
+ *
+ * @param ring      The ring.
+ * @param slot      A used slot.
+ * @param reported  The new reported count, at most the slot's `counted`.
+ * @return 0; CAIRN_EINVAL for a NULL ring, a slot out of range or unclaimed, or a
+ *         value above `counted`.
+ *
+ * Thread-safety: the ring's single consumer only (with cairn_ring_peek() and
+ *                cairn_ring_commit()).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_mark_reported(cairn_ring_t *ring, int slot, uint64_t reported);
 
 /* ------------------------------------------------------------------------------ */
 /* Batch frames                                                                     */
