@@ -205,7 +205,7 @@ import Testing
             var counted: [String: UInt64] = [:]
             for d in table.prefix(Int(max(used, 0))) {
                 let name = withUnsafeBytes(of: d.reason) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                #expect(counted[name] == nil, "run \(run): \(name) has two slots")
+                #expect(!counted.keys.contains(name), "run \(run): \(name) has two slots")
                 counted[name] = d.counted
             }
             // Counts are cumulative over the runs. A thread reports every 64 counts, so
