@@ -444,6 +444,7 @@ int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len);
  * @param n     Number of drops.
  * @return 0; CAIRN_EINVAL for a NULL ring or a slot that is out of range or unclaimed.
  *
+ * Ownership: nothing is retained; the count lives in the ring file.
  * Thread-safety: safe from any number of threads (one relaxed atomic add).
  * Async-signal-safe: yes.
  */
@@ -477,6 +478,7 @@ int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size
  * @return 0; CAIRN_EINVAL for a NULL ring, a slot out of range or unclaimed, or a
  *         value above `counted`.
  *
+ * Ownership: nothing is retained; the value lives in the ring file.
  * Thread-safety: the ring's single consumer only (with cairn_ring_peek() and
  *                cairn_ring_commit()).
  * Async-signal-safe: yes.
