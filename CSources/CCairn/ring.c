@@ -637,18 +637,18 @@ static int plan_from_records(int fixed_ok, uint64_t stored_salt, uint64_t read, 
             bw = w;
         }
         if (!readings[i].anchored) continue;
-        uint64_t end = w.end;
+        uint64_t window_end = w.end;
         if (read_ok && w.end <= write) {
-            end = write;
+            window_end = write;
         } else {
             if (!fixed_ok && !read_checked) continue;
-            if (read_checked && read > end && read - end <= cap) end = read;
-            if (!cursors_ok(read, end, cap)) continue;
+            if (read_checked && read > window_end && read - window_end <= cap) window_end = read;
+            if (!cursors_ok(read, window_end, cap)) continue;
         }
         if (keep < 0 || w.bytes > kw.bytes || (w.bytes == kw.bytes && w.records > kw.records)) {
             keep = i;
             kw = w;
-            keep_write = end;
+            keep_write = window_end;
         }
     }
     free(s.starts);
