@@ -179,19 +179,19 @@ import Testing
         print("ring kill test, zeroed header: \(totals.appended) acknowledged appends, \(totals.recovered) recovered (\(totals.duplicates) consumed ones again)")
     }
 
-    /// Threads count drops into the drop table and claim new reasons in a race until
-    /// the child is killed: every count a thread had reported is in the file, and
-    /// every reason has exactly one slot.
+    /// Threads count drops into the drop table and race to claim the same reasons
+    /// until the child is killed: every count a thread had reported is in the file,
+    /// and every reason has exactly one slot, in every run.
     @Test func dropCountsSurviveSigkill() throws {
         let dir = TempDir()
         let ringPath = dir.file("events.ring")
         var rng = SplitMix(seed: UInt64(Date().timeIntervalSince1970 * 1000) ^ 0xD7)
         let threads = 4
         var confirmedSum = [Int](repeating: 0, count: threads)
+        var claimed: [Int: Set<Int>] = [:] // reason c<n> -> the slots threads got, over all runs
         for run in 1...6 {
             let reports = try Self.runAndKill([ringPath, "drops", String(threads)], rng: &rng, label: "run \(run)")
             var confirmed = [Int](repeating: 0, count: threads)
-            var claimed: [Int: Set<Int>] = [:] // claim number -> slots the threads got
             for r in reports {
                 if r.kind == UInt8(ascii: "D"), r.a < threads { confirmed[r.a] = max(confirmed[r.a], r.b) }
                 if r.kind == UInt8(ascii: "N") { claimed[r.b, default: []].insert(r.a) }

@@ -4,10 +4,10 @@
  *        cairn-ring-child <ring path> drops <threads>
  *
  * In the drops form, each thread counts drops one at a time into its own reason
- * (`t<thread>`) and into one shared reason (`shared`), claiming along the way a new
- * reason (`c<n>`) every 4096 counts, in a race with the other threads. After every 64
- * counts it reports how many it has counted ('D', thread, total); after each claim,
- * the slot it got ('N', slot, n).
+ * (`t<thread>`) and into one shared reason (`shared`), and every 4096 counts looks up
+ * the next of 16 more reasons (`c0` to `c15`, round and round), racing the other
+ * threads to claim them. After every 64 counts it reports how many it has counted
+ * ('D', thread, total); after each look-up, the slot it got ('N', slot, n).
  *
  * Producer threads append records as fast as they can, each a JSON object naming the
  * run, the thread and a per-thread sequence number, padded with filler derived from
@@ -98,9 +98,9 @@ static void *drop_counter(void *arg)
             die(8, "count failed\n");
         if (n % 64 == 0) report('D', thread, n);
         if (n % 4096 == 0) {
-            /* Every thread claims the same sequence of names: each race must end with
-             * one slot per name. */
-            uint32_t c = (uint32_t)(n / 4096);
+            /* Every thread claims the same names, few enough that the table never
+             * fills: each race must end with one slot per name. */
+            uint32_t c = (uint32_t)(n / 4096 % 16);
             len = snprintf(name, sizeof name, "c%u", c);
             int slot = cairn_ring_drop_slot(ring, name, (size_t)len);
             if (slot < 0) die(8, "claim failed\n");
