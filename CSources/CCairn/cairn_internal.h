@@ -54,22 +54,57 @@ static inline uint64_t cairn__ring_publish_word(const cairn__ring_area_t *a, uin
 
 /* What recovery found. */
 typedef struct cairn__recovery {
-    uint64_t recovered;
-    uint64_t skipped_regions;
-    uint64_t skipped_bytes;
+    uint64_t recovered;       /* data records in the window, intact */
+    uint64_t skipped_regions; /* torn or damaged regions rewritten as padding */
+    uint64_t skipped_bytes;   /* bytes in those regions */
+    uint64_t taken_in;        /* data records found beyond the write cursor and taken in */
 } cairn__recovery_t;
 
 /* Ring recovery over a data area in memory (see ring.c), exposed so the fuzzer can
- * drive it without files. Walks the records in [read_pos, *write_pos), rewrites torn
- * regions as padding, and counts. After a reboot (`after_reboot`), first extends
- * *write_pos over valid records found beyond it, then clears any publish word in the
- * free space that matches its own position. Returns 0. */
+ * drive it without files. Walks the records from read_pos on: records beyond
+ * *write_pos that follow one another from it are taken in (the header missed them),
+ * a record the write cursor points inside is kept whole, and torn regions inside the
+ * window are rewritten as padding and counted. With `clear_stale` (after a reboot or
+ * a repair), every word outside the window's records that reads as a publish word of
+ * its offset, of any lap, is cleared. Returns 0. */
 int cairn__ring_recover(const cairn__ring_area_t *area, uint64_t read_pos, uint64_t *write_pos,
-                        int after_reboot, cairn__recovery_t *out);
+                        int clear_stale, cairn__recovery_t *out);
 
-/* Checks a ring file header (the first CAIRN_RING_HEADER_SIZE bytes) against the
- * file size. Returns 0, CAIRN_ECORRUPT, CAIRN_ETRUNCATED or CAIRN_EVERSION. */
-int cairn__ring_check_header(const unsigned char *hdr, size_t hdr_len, uint64_t file_size);
+/* How to open an existing ring file: the header values to use and what they repair. */
+typedef struct cairn__ring_plan {
+    uint64_t capacity;
+    uint64_t salt;
+    uint64_t read_pos;
+    uint64_t write_pos;
+    uint32_t repairs; /* CAIRN_RING_REPAIR_* bits; 0 for a sound file */
+} cairn__ring_plan_t;
+
+/* Plans the opening of an existing ring file from its header `hdr`
+ * (CAIRN_RING_HEADER_SIZE bytes; bytes past the end of a shorter file read as zero),
+ * the file's size, and the `avail` bytes of data area that the file holds at `data`
+ * (NULL when avail is 0). A sound file is planned as it is. A damaged header is
+ * repaired from the records, whose checksums need neither the salt nor the position
+ * (docs/FORMATS.md, "Recovery"). Returns 0 with *plan filled; CAIRN_EVERSION for a
+ * file of a newer format (its header checks out, its version or flags are unknown);
+ * CAIRN_ECORRUPT when nothing in it can be trusted (no sound header, no intact
+ * record); CAIRN_ENOMEM. */
+int cairn__ring_plan(const unsigned char *hdr, uint64_t file_size, const unsigned char *data,
+                     uint64_t avail, cairn__ring_plan_t *plan);
+
+/* Carries out a plan on a ring in memory, before any producer runs: writes the
+ * header's fixed part, cursors and read check into `hdr`, then recovers the window of
+ * the data area `data` (plan->capacity bytes; clearing stale words after a reboot or
+ * any repair) and stores the final write cursor. Returns the plan's repairs, plus
+ * CAIRN_RING_REPAIR_WRITE_POS when, within one boot, records were found beyond the
+ * write cursor. */
+uint32_t cairn__ring_restore(unsigned char *hdr, unsigned char *data, const cairn__ring_plan_t *plan,
+                             int after_reboot, cairn__recovery_t *out);
+
+/* Validates the drop table in header `hdr` (see ring.c): damaged or half-claimed
+ * slots that hold counts are renamed `unknown` (the catch-all slot `other`), empty
+ * ones freed, duplicate names merged, `reported` clamped to `counted`. Never fails.
+ * Returns the number of slots it changed. */
+uint32_t cairn__ring_check_drops(unsigned char *hdr);
 
 /* Size of the ring file header; data starts at this offset. */
 #define CAIRN_RING_HEADER_SIZE 4096u

@@ -19,10 +19,37 @@
  * before publishing stays unpublished; at the next open, recovery walks the unconsumed
  * window, and where a record is not valid it looks for the next valid header (word
  * and CRC), rewrites the gap as padding, and counts it. CRC work during recovery is
- * budgeted, so no file makes open slow. Within one boot the page cache holds every
- * byte written through the mapping; after a reboot (the boot id in the header
- * differs), recovery also takes in records the stale header missed and clears stale
- * words that producers might otherwise reuse.
+ * budgeted, so no file makes open slow. Records that follow one another from the
+ * write cursor are taken in: within one boot the page cache holds every byte written
+ * through the mapping, so only damage can put them there, but after a reboot (the
+ * boot id in the header differs) the header may be older than the data pages. After a
+ * reboot recovery also clears stale words that producers might otherwise reuse.
+ *
+ * Every file read back is untrusted. A record's CRC covers its stored publish word, so
+ * it proves the record intact with neither the salt nor the position known. When the
+ * header is damaged, open finds such records by scanning the data area and rebuilds
+ * what was lost: the capacity from the file size; the salt from the records' words
+ * (each is the salt XOR its position, so records of one lap agree, and two adjacent
+ * laps fix the salt up to a shift of every position, which reads the same); the
+ * cursors from the highest record, one capacity below it. Each way of reading the
+ * file is scored by the intact records it explains and the best one wins; what the
+ * header still says (salt, cursors) wins ties. A truncated file is extended with
+ * zeros, which read as no record. After any repair (or a reboot), every word outside
+ * the window's records that reads as a publish word of its offset, in any lap, is
+ * cleared, so no stale header can be taken for a record a producer has yet to
+ * publish. Only a file in which nothing checks out is set aside.
+ *
+ * The read cursor has a check copy (its complement) beside it, written by the same
+ * consumer: a damaged cursor would otherwise silently skip records. Where they
+ * disagree the lower one wins, so damage repeats records rather than losing them.
+ *
+ * The header also holds the drop table: named counters that producers bump with one
+ * atomic add and that outlive the process. A slot is claimed by a CAS on its claim
+ * word, which carries the name's length and CRC: a thread meeting a claim in progress
+ * for its own name finishes it (the same bytes) rather than waiting for a thread that
+ * may never run again, so claiming is lock-free and signal-safe and every name gets one
+ * slot. A claim cut short by a kill is finished, or renamed `unknown` with its counts
+ * kept, at the next open.
  *
  * The mapping is MAP_SHARED over a file whose blocks are allocated at creation, so a
  * published record survives the process being killed, and writes cannot SIGBUS on a
@@ -49,7 +76,7 @@
 #endif
 
 /* Header layout (byte offsets). Bytes 0..35 are fixed at creation and covered by
- * the header CRC; the boot id, cursors and counters after them change. */
+ * the header CRC; the boot id, cursors, counters and drop table after them change. */
 enum {
     H_MAGIC = 0,          /* 8 bytes "CAIRNRNG" */
     H_VERSION = 8,        /* u32 */
@@ -63,9 +90,21 @@ enum {
     H_APPENDED = 72,      /* u64 */
     H_HIGH_WATER = 80,    /* u64 */
     H_READ_POS = 128,     /* u64, consumer cache line */
+    H_READ_CHECK = 136,   /* u64, ~read position; 0 when absent (an older writer) */
     H_DROPPED_FULL = 192, /* u64, cold line */
     H_DROPPED_BIG = 200,  /* u64 */
+    H_DROPS = 1024,       /* the drop table, to the end of the header */
 };
+
+/* A drop table slot: u64 counted, u64 reported, u64 claim word, 24 bytes of name. The
+ * claim word is the state (bits 0..7), the name's length (bits 8..15) and its CRC32C
+ * (bits 32..63); a free slot is all zero. */
+enum { D_COUNTED = 0, D_REPORTED = 8, D_CLAIM = 16, D_NAME = 24, DROP_SLOT_SIZE = 48 };
+#define CLAIM_CLAIMING 1u /* claimed, name being written */
+#define CLAIM_NAMED 2u    /* name complete */
+#define CLAIM_STATE(c) ((c) & 0xFFu)
+_Static_assert(H_DROPS + CAIRN_RING_DROP_SLOTS * DROP_SLOT_SIZE == CAIRN_RING_HEADER_SIZE,
+               "the drop table fills the rest of the header");
 
 static const char ring_magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'N', 'G'};
 
@@ -80,6 +119,12 @@ static const char ring_magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'N', 'G'};
 #define KIND_DATA 0u
 #define KIND_PADDING 1u
 
+/* The repair bits that name a header field. */
+#define HEADER_FIELD_REPAIRS                                                                     \
+    (CAIRN_RING_REPAIR_MAGIC | CAIRN_RING_REPAIR_VERSION | CAIRN_RING_REPAIR_HEADER_SIZE |       \
+     CAIRN_RING_REPAIR_CAPACITY | CAIRN_RING_REPAIR_SALT | CAIRN_RING_REPAIR_FLAGS |             \
+     CAIRN_RING_REPAIR_HEADER_CRC | CAIRN_RING_REPAIR_WRITE_POS | CAIRN_RING_REPAIR_READ_POS)
+
 /* Largest position accepted in a file: far beyond what a ring writes in centuries
  * (2^62 bytes), and low enough that position arithmetic can never overflow. */
 #define MAX_POSITION (1ull << 62)
@@ -90,7 +135,7 @@ static const char ring_magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'N', 'G'};
 struct cairn_ring {
     unsigned char *map;  /* whole file */
     cairn__ring_area_t area; /* data area (map + CAIRN_RING_HEADER_SIZE), capacity, salt */
-    uint64_t *write_pos, *read_pos;
+    uint64_t *write_pos, *read_pos, *read_check;
     uint64_t *appended, *high_water, *dropped_full, *dropped_big;
     uint64_t mask;
     size_t map_len;
@@ -98,6 +143,8 @@ struct cairn_ring {
     uint32_t reclaim_bytes;
     size_t page_size;
     int fd;
+    /* Drop table slots of the ring's own refusals, claimed at the first one (-1). */
+    int slot_full, slot_big;
     /* Consumer-only state. */
     uint64_t peeked_to;    /* furthest `next` handed out by peek */
     uint64_t reclaimed_to; /* pages before this position have been dropped */
@@ -106,6 +153,9 @@ struct cairn_ring {
     /* Set at open. */
     cairn__recovery_t recovery;
     uint32_t origin;
+    uint32_t repairs;
+    uint32_t drop_slots_repaired;
+    uint64_t restored_bytes, cut_bytes;
 };
 
 static inline uint64_t align_up(uint64_t v) { return (v + (CAIRN_RING_ALIGN - 1)) & ~(uint64_t)(CAIRN_RING_ALIGN - 1); }
@@ -143,6 +193,18 @@ static void fill_padding(const cairn__ring_area_t *a, uint64_t from, uint64_t to
     }
 }
 
+/* Size of a record (header, payload, alignment) from its length-and-kind word, or 0
+ * for a word no writer produces: an unknown kind, or padding of a length that is not
+ * a multiple of 16. */
+static uint64_t record_size(uint32_t len_kind)
+{
+    uint32_t kind = len_kind >> KIND_SHIFT;
+    uint64_t len = len_kind & LEN_MASK;
+    if (kind == KIND_DATA) return align_up(CAIRN_RING_RECORD_HEADER + len);
+    if (kind == KIND_PADDING && len % CAIRN_RING_ALIGN == 0) return CAIRN_RING_RECORD_HEADER + len;
+    return 0;
+}
+
 /* Is there a complete, valid record at `pos`, ending at or before `limit`? On success
  * stores its total size (header, payload, alignment) in *total. With a CRC budget,
  * checks the CRC and charges the bytes it covered; *crc_budget == 0 fails the check. */
@@ -153,15 +215,10 @@ static int valid_record_at(const cairn__ring_area_t *a, uint64_t pos, uint64_t l
     const unsigned char *h = a->data + off;
     if (load_acq((const uint64_t *)h) != cairn__ring_publish_word(a, pos)) return 0;
     uint32_t len_kind = cairn__le32(h + 8);
-    uint32_t kind = len_kind >> KIND_SHIFT;
-    uint64_t len = len_kind & LEN_MASK;
-    if (kind != KIND_DATA && kind != KIND_PADDING) return 0;
-    uint64_t size = kind == KIND_PADDING ? CAIRN_RING_RECORD_HEADER + len
-                                         : align_up(CAIRN_RING_RECORD_HEADER + len);
-    if (size % CAIRN_RING_ALIGN != 0 || size > a->capacity - off || pos > limit || size > limit - pos)
-        return 0;
+    uint64_t size = record_size(len_kind);
+    if (size == 0 || size > a->capacity - off || pos > limit || size > limit - pos) return 0;
     if (crc_budget) {
-        uint64_t covered = kind == KIND_DATA ? len : 0;
+        uint64_t covered = (len_kind >> KIND_SHIFT) == KIND_DATA ? (len_kind & LEN_MASK) : 0;
         if (*crc_budget < covered + 12) {
             *crc_budget = 0;
             return 0;
@@ -176,32 +233,61 @@ static int valid_record_at(const cairn__ring_area_t *a, uint64_t pos, uint64_t l
     return 1;
 }
 
+/* Clears the word at `pos` when it reads as a publish word of pos's offset in any lap. */
+static void clear_if_header(const cairn__ring_area_t *a, uint64_t pos)
+{
+    uint64_t *w = word_at(a, pos);
+    if (((*w ^ a->salt ^ 1) & (a->capacity - 1)) == (pos & (a->capacity - 1))) *w = 0;
+}
+
+/* Clears every word outside the records of the clean window [read, write) that could
+ * pass for a record header: inside padding, and in the free space. A stale header
+ * there carries an old position; but after a repair the salt may be the true one
+ * shifted by some laps, and then an old header can read as a future position. */
+static void clear_stale(const cairn__ring_area_t *a, uint64_t read, uint64_t write)
+{
+    uint64_t pos = read, total;
+    uint32_t len_kind;
+    while (pos < write && valid_record_at(a, pos, write, NULL, &total, &len_kind)) {
+        if ((len_kind >> KIND_SHIFT) == KIND_PADDING)
+            for (uint64_t q = pos + CAIRN_RING_ALIGN; q < pos + total; q += CAIRN_RING_ALIGN) clear_if_header(a, q);
+        pos += total;
+    }
+    for (uint64_t q = write; q < read + a->capacity; q += CAIRN_RING_ALIGN) clear_if_header(a, q);
+}
+
 int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t *write_pos,
-                        int after_reboot, cairn__recovery_t *out)
+                        int clear_stale_words, cairn__recovery_t *out)
 {
     memset(out, 0, sizeof *out);
     uint64_t budget = RECOVERY_CRC_BUDGET * a->capacity;
-    uint64_t write = *write_pos, total;
+    const uint64_t limit = read_pos + a->capacity;
+    uint64_t write = *write_pos, pos = read_pos, total;
     uint32_t len_kind;
-    if (after_reboot) {
-        /* The kernel wrote the mapping back in no particular order, so records
-         * published after the header's last write-back may lie beyond write_pos:
-         * they are real, take them in. */
-        while (write < read_pos + a->capacity && valid_record_at(a, write, read_pos + a->capacity,
-                                                                 &budget, &total, &len_kind))
-            write += total;
-    }
-    uint64_t pos = read_pos;
-    while (pos < write) {
-        if (valid_record_at(a, pos, write, &budget, &total, &len_kind)) {
+    for (;;) {
+        if (pos >= write) {
+            /* Records that follow one another from the write cursor are real: the kernel
+             * wrote the header back before them (a reboot), or the cursor was damaged.
+             * Nothing else can have published a record at a position not yet reached. */
+            if (pos >= limit || !valid_record_at(a, pos, limit, &budget, &total, &len_kind)) break;
+            if ((len_kind >> KIND_SHIFT) == KIND_DATA) {
+                out->recovered++;
+                out->taken_in++;
+            }
+            pos += total;
+            write = pos;
+            continue;
+        }
+        if (valid_record_at(a, pos, limit, &budget, &total, &len_kind)) {
             if ((len_kind >> KIND_SHIFT) == KIND_DATA) out->recovered++;
             pos += total;
+            if (pos > write) write = pos; /* a damaged write cursor pointed inside it */
             continue;
         }
         /* Torn or damaged: the next valid header is where the data resumes. Each
          * candidate is looked at once and CRCs are budgeted, so this is linear. */
         uint64_t next = pos + CAIRN_RING_ALIGN;
-        while (next < write && budget > 0 && !valid_record_at(a, next, write, &budget, &total, &len_kind))
+        while (next < write && budget > 0 && !valid_record_at(a, next, limit, &budget, &total, &len_kind))
             next += CAIRN_RING_ALIGN;
         if (next > write || budget == 0) next = write;
         fill_padding(a, pos, next);
@@ -209,35 +295,670 @@ int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t
         out->skipped_bytes += next - pos;
         pos = next;
     }
-    if (after_reboot) {
-        /* Beyond the window, a record left by a lap the header never saw could match
-         * a position that producers are about to reuse: clear every such word. */
-        for (uint64_t q = write; q < read_pos + a->capacity; q += CAIRN_RING_ALIGN) {
-            uint64_t *w = word_at(a, q);
-            if (*w == cairn__ring_publish_word(a, q)) *w = 0;
-        }
-    }
+    if (clear_stale_words) clear_stale(a, read_pos, write);
     *write_pos = write;
     return 0;
 }
 
-int cairn__ring_check_header(const unsigned char *hdr, size_t hdr_len, uint64_t file_size)
+/* ---- Repairing a damaged header ---------------------------------------------- */
+
+static int capacity_ok(uint64_t c)
 {
-    if (hdr_len < CAIRN_RING_HEADER_SIZE || file_size < CAIRN_RING_HEADER_SIZE) return CAIRN_ETRUNCATED;
-    if (memcmp(hdr + H_MAGIC, ring_magic, sizeof ring_magic) != 0) return CAIRN_ECORRUPT;
-    if (cairn__crc32c(0, hdr, H_CRC) != cairn__le32(hdr + H_CRC)) return CAIRN_ECORRUPT;
-    /* Unknown flags would change how the file reads: treat them as a newer version. */
-    if (cairn__le32(hdr + H_VERSION) != CAIRN_RING_FORMAT_VERSION || cairn__le32(hdr + H_FLAGS) != 0)
-        return CAIRN_EVERSION;
-    uint64_t cap = cairn__le64(hdr + H_CAPACITY);
-    if (cairn__le32(hdr + H_HEADER_SIZE) != CAIRN_RING_HEADER_SIZE || cap < CAIRN_RING_MIN_CAPACITY ||
-        cap > CAIRN_RING_MAX_CAPACITY || (cap & (cap - 1)) != 0 || (cairn__le64(hdr + H_SALT) & 1))
+    return c >= CAIRN_RING_MIN_CAPACITY && c <= CAIRN_RING_MAX_CAPACITY && (c & (c - 1)) == 0;
+}
+
+/* Do the cursors describe a window of a ring of `cap` bytes? */
+static int cursors_ok(uint64_t read, uint64_t write, uint64_t cap)
+{
+    return read % CAIRN_RING_ALIGN == 0 && write % CAIRN_RING_ALIGN == 0 && read <= write &&
+           write - read <= cap && write <= MAX_POSITION;
+}
+
+/* The smallest capacity holding `want` bytes, within the accepted range. */
+static uint64_t round_capacity(uint64_t want)
+{
+    uint64_t cap = CAIRN_RING_MIN_CAPACITY;
+    while (cap < want && cap < CAIRN_RING_MAX_CAPACITY) cap <<= 1;
+    return cap;
+}
+
+/* Writes the fixed part of a header (bytes 0..39): constants, capacity, salt, CRC. */
+static void put_fixed(unsigned char *h, uint64_t capacity, uint64_t salt)
+{
+    memcpy(h + H_MAGIC, ring_magic, sizeof ring_magic);
+    cairn__put32(h + H_VERSION, CAIRN_RING_FORMAT_VERSION);
+    cairn__put32(h + H_HEADER_SIZE, CAIRN_RING_HEADER_SIZE);
+    cairn__put64(h + H_CAPACITY, capacity);
+    cairn__put64(h + H_SALT, salt);
+    cairn__put32(h + H_FLAGS, 0);
+    cairn__put32(h + H_CRC, cairn__crc32c(0, h, H_CRC));
+}
+
+/* The most frequent keys of a stream, in constant space (Misra-Gries): a key making
+ * up more than 1/(HEAVY_SLOTS + 1) of the stream is sure to be kept. */
+#define HEAVY_SLOTS 8
+typedef struct {
+    uint64_t key[HEAVY_SLOTS];
+    uint64_t count[HEAVY_SLOTS];
+} heavy_t;
+
+static void heavy_add(heavy_t *h, uint64_t key)
+{
+    int empty = -1;
+    for (int i = 0; i < HEAVY_SLOTS; i++) {
+        if (h->count[i] && h->key[i] == key) {
+            h->count[i]++;
+            return;
+        }
+        if (!h->count[i] && empty < 0) empty = i;
+    }
+    if (empty >= 0) {
+        h->key[empty] = key;
+        h->count[empty] = 1;
+        return;
+    }
+    for (int i = 0; i < HEAVY_SLOTS; i++) h->count[i]--;
+}
+
+/* Copies up to `max` kept keys, most counted first; returns how many. */
+static int heavy_top(const heavy_t *h, uint64_t *keys, int max)
+{
+    heavy_t t = *h;
+    int n = 0;
+    while (n < max) {
+        int best = -1;
+        for (int i = 0; i < HEAVY_SLOTS; i++)
+            if (t.count[i] && (best < 0 || t.count[i] > t.count[best])) best = i;
+        if (best < 0) break;
+        keys[n++] = t.key[best];
+        t.count[best] = 0;
+    }
+    return n;
+}
+
+/* The records of a data area found by their checksums alone. */
+typedef struct {
+    const unsigned char *data;
+    uint64_t capacity;    /* the ring's, a power of two */
+    uint64_t end;         /* bytes of data area the file holds, at most the capacity */
+    uint64_t *starts;     /* bit i set: an intact record starts at offset 16 * i */
+    size_t words;
+    uint64_t data_records;
+    heavy_t laps;         /* word ^ (offset | 1) per record: the salt XOR the record's lap */
+} scan_t;
+
+/* Is there a record at data offset `off` whose CRC holds (the CRC covers the stored
+ * publish word, so neither salt nor position is needed), ending by `s->end`? */
+static int intact_at(const scan_t *s, uint64_t off, uint64_t *budget, uint64_t *size, int *is_data)
+{
+    if (s->end - off < CAIRN_RING_RECORD_HEADER) return 0;
+    const unsigned char *h = s->data + off;
+    uint32_t len_kind = cairn__le32(h + 8);
+    uint64_t sz = record_size(len_kind);
+    if (sz == 0 || sz > s->end - off) return 0;
+    int data_kind = (len_kind >> KIND_SHIFT) == KIND_DATA;
+    uint64_t covered = data_kind ? (len_kind & LEN_MASK) : 0;
+    if (*budget < covered + 12) {
+        *budget = 0;
+        return 0;
+    }
+    *budget -= covered + 12;
+    if (cairn__crc32c_after(cairn__le64(h), len_kind, h + CAIRN_RING_RECORD_HEADER, covered) !=
+        cairn__le32(h + 12))
+        return 0;
+    *size = sz;
+    *is_data = data_kind;
+    return 1;
+}
+
+/* Finds the intact records. An intact data record is skipped whole: a later record
+ * starting inside it would have overwritten some of its bytes. Padding is not (its
+ * content was never written, so older records can lie inside it). CRC work is
+ * budgeted like recovery's. */
+static void scan(scan_t *s)
+{
+    uint64_t budget = RECOVERY_CRC_BUDGET * s->capacity, off = 0, size = 0;
+    int is_data = 0;
+    while (off + CAIRN_RING_RECORD_HEADER <= s->end && budget > 0) {
+        if (!intact_at(s, off, &budget, &size, &is_data)) {
+            off += CAIRN_RING_ALIGN;
+            continue;
+        }
+        uint64_t i = off / CAIRN_RING_ALIGN;
+        s->starts[i / 64] |= 1ull << (i % 64);
+        heavy_add(&s->laps, cairn__le64(s->data + off) ^ (off | 1));
+        if (is_data) s->data_records++;
+        off += is_data ? size : CAIRN_RING_ALIGN;
+    }
+}
+
+typedef struct {
+    const scan_t *s;
+    size_t word;
+    uint64_t bits;
+} scan_iter_t;
+
+static scan_iter_t scan_begin(const scan_t *s)
+{
+    scan_iter_t it = {s, 0, s->words ? s->starts[0] : 0};
+    return it;
+}
+
+/* The offset of the next intact record, in offset order; 0 when there is none. */
+static int scan_next(scan_iter_t *it, uint64_t *off)
+{
+    while (it->bits == 0) {
+        if (it->word + 1 >= it->s->words) return 0;
+        it->bits = it->s->starts[++it->word];
+    }
+    unsigned bit = (unsigned)__builtin_ctzll(it->bits);
+    it->bits &= it->bits - 1;
+    *off = ((uint64_t)it->word * 64 + bit) * CAIRN_RING_ALIGN;
+    return 1;
+}
+
+/* The position of the intact record at `off` under `salt`, or UINT64_MAX when its
+ * publish word does not fit its offset (or lies beyond any position a ring reaches). */
+static uint64_t position_of(const scan_t *s, uint64_t off, uint64_t salt)
+{
+    uint64_t p = cairn__le64(s->data + off) ^ salt ^ 1;
+    if ((p & (s->capacity - 1)) != off || p > MAX_POSITION - s->capacity) return UINT64_MAX;
+    return p;
+}
+
+static uint64_t size_at(const scan_t *s, uint64_t off) { return record_size(cairn__le32(s->data + off + 8)); }
+static int data_at(const scan_t *s, uint64_t off) { return (cairn__le32(s->data + off + 8) >> KIND_SHIFT) == KIND_DATA; }
+
+/* A way to read a file whose header cannot be taken as it is: a salt, and the laps
+ * whose records count. Its positions are the header's (`anchored`) when the salt is
+ * the stored one or was voted from the header's write position; a salt inferred from
+ * lap groups shifts every position by whole laps. */
+typedef struct {
+    uint64_t salt;
+    int anchored;
+    uint64_t lap_lo, lap_hi;
+} reading_t;
+
+/* What a reading explains: the intact records in the capacity before the end of its
+ * highest record. Under the right reading the records there (with the tail of one
+ * that starts before) tile the data area but for torn regions, so the reading that
+ * covers the most bytes is preferred: a stale record left inside padding can raise a
+ * wrong reading's record count, but not its bytes past the right one's. */
+typedef struct {
+    uint64_t bytes;   /* bytes of the window covered by records, data and padding */
+    uint64_t records; /* data records starting in the window */
+    uint64_t first;   /* position of the first record, or `end` */
+    uint64_t end;
+} window_t;
+
+static int in_laps(const scan_t *s, const reading_t *r, uint64_t p)
+{
+    uint64_t lap = p / s->capacity;
+    return lap >= r->lap_lo && lap <= r->lap_hi;
+}
+
+static window_t evaluate(const scan_t *s, const reading_t *r)
+{
+    window_t w = {0, 0, 0, 0};
+    uint64_t off, p, end = 0;
+    scan_iter_t it = scan_begin(s);
+    while (scan_next(&it, &off))
+        if ((p = position_of(s, off, r->salt)) != UINT64_MAX && in_laps(s, r, p) && p + size_at(s, off) > end)
+            end = p + size_at(s, off);
+    uint64_t lo = end > s->capacity ? end - s->capacity : 0;
+    w.end = end;
+    w.first = end;
+    it = scan_begin(s);
+    while (scan_next(&it, &off)) {
+        p = position_of(s, off, r->salt);
+        if (p == UINT64_MAX || p >= end || p + size_at(s, off) <= lo || !in_laps(s, r, p)) continue;
+        w.bytes += p + size_at(s, off) - (p > lo ? p : lo);
+        if (p < lo) continue;
+        if (p < w.first) w.first = p;
+        if (data_at(s, off)) w.records++;
+    }
+    return w;
+}
+
+/* The salt that the header's write position implies: each record in the capacity
+ * before it has the one position there that fits its offset, and word ^ (position |
+ * 1) is the salt; the value most records give. Returns 0 when no record gives one. */
+static int vote_salt(const scan_t *s, uint64_t write, uint64_t *salt)
+{
+    heavy_t votes;
+    memset(&votes, 0, sizeof votes);
+    uint64_t lo = write > s->capacity ? write - s->capacity : 0, off;
+    scan_iter_t it = scan_begin(s);
+    while (scan_next(&it, &off)) {
+        uint64_t p = lo + ((off - lo) & (s->capacity - 1));
+        if (p >= write) continue;
+        uint64_t v = cairn__le64(s->data + off) ^ (p | 1);
+        if (!(v & 1)) heavy_add(&votes, v);
+    }
+    return heavy_top(&votes, salt, 1);
+}
+
+/* Readings from the lap groups. Records of one lap share word ^ (offset | 1): the salt
+ * XOR the lap's first position. Each of the two largest groups is read as lap 0 alone,
+ * and with each of its partner groups: a group whose value differs from it as laps L
+ * and L + 1 do (the lowest such L), read as those two laps in either order. Positions
+ * then differ from the true ones by whole laps, all in step. Partners are counted
+ * exactly and tried most numerous first, up to MAX_PARTNERS: a lap that has just
+ * begun may hold fewer records than older laps left inside padding, so all are
+ * scored rather than the largest taken. Returns how many readings it added. */
+#define MAX_PARTNERS 6
+static int lap_readings(const scan_t *s, reading_t *out)
+{
+    const uint64_t cap = s->capacity;
+    const unsigned shift = (unsigned)__builtin_ctzll(cap);
+    uint64_t keys[2], off;
+    int n = 0, k = heavy_top(&s->laps, keys, 2);
+    for (int g = 0; g < k; g++) {
+        if (keys[g] & 1) continue;
+        out[n++] = (reading_t){keys[g], 0, 0, 0};  /* lap 0 alone */
+        /* partners[b]: records whose value differs from this group's by lap bits
+         * 2^(b+1) - 1, that is laps L and L + 1 for an L with b trailing ones. */
+        uint64_t partners[64];
+        memset(partners, 0, sizeof partners);
+        scan_iter_t it = scan_begin(s);
+        while (scan_next(&it, &off)) {
+            uint64_t d = (cairn__le64(s->data + off) ^ (off | 1)) ^ keys[g];
+            if (d == 0 || (d & (cap - 1))) continue;
+            d >>= shift;
+            if ((d & (d + 1)) == 0) partners[__builtin_popcountll(d) - 1]++;
+        }
+        for (int pick = 0; pick < MAX_PARTNERS; pick++) {
+            int b = -1;
+            for (int i = 0; i < 64; i++)
+                if (partners[i] && (b < 0 || partners[i] > partners[b])) b = i;
+            if (b < 0) break;
+            partners[b] = 0;
+            uint64_t lap = ((2ull << b) - 1) >> 1; /* the lowest L with b trailing ones */
+            if (lap + 2 > MAX_POSITION / cap) continue;
+            out[n++] = (reading_t){keys[g] ^ (lap << shift), 0, lap, lap + 1};       /* this group older */
+            out[n++] = (reading_t){keys[g] ^ ((lap + 1) << shift), 0, lap, lap + 1}; /* this group newer */
+        }
+    }
+    return n;
+}
+
+#define MAX_READINGS (2 + 2 * (1 + 2 * MAX_PARTNERS))
+
+/* Plans from the records: the salt, the cursors, or both were lost. */
+static int plan_from_records(int fixed_ok, uint64_t stored_salt, uint64_t read, int read_ok, int read_checked,
+                             uint64_t write, const unsigned char *data, uint64_t end, cairn__ring_plan_t *plan)
+{
+    const uint64_t cap = plan->capacity;
+    scan_t s;
+    memset(&s, 0, sizeof s);
+    s.data = data;
+    s.capacity = cap;
+    s.end = data ? end : 0;
+    s.words = (size_t)((cap / CAIRN_RING_ALIGN + 63) / 64);
+    s.starts = calloc(s.words, sizeof *s.starts);
+    if (!s.starts) return CAIRN_ENOMEM;
+    scan(&s);
+    if (!fixed_ok && s.data_records == 0) {
+        free(s.starts);
         return CAIRN_ECORRUPT;
-    if (file_size != CAIRN_RING_HEADER_SIZE + cap) return CAIRN_ETRUNCATED;
-    uint64_t w = cairn__le64(hdr + H_WRITE_POS), r = cairn__le64(hdr + H_READ_POS);
-    if (w % CAIRN_RING_ALIGN || r % CAIRN_RING_ALIGN || w < r || w - r > cap || w > MAX_POSITION)
-        return CAIRN_ECORRUPT;
+    }
+
+    /* The readings: the salt voted from the header's write position, the stored salt,
+     * salts inferred from lap groups. The stored salt's positions are the header's
+     * only if the header's write position agrees (or cannot say): a damaged salt can
+     * read as the true one shifted by whole laps. */
+    reading_t readings[MAX_READINGS];
+    int n = 0;
+    const int write_ok = write % CAIRN_RING_ALIGN == 0 && write <= MAX_POSITION;
+    uint64_t vote = 0;
+    const int voted = !fixed_ok && write_ok && vote_salt(&s, write, &vote);
+    if (voted) readings[n++] = (reading_t){vote, 1, 0, UINT64_MAX};
+    if (fixed_ok || !(stored_salt & 1))
+        readings[n++] = (reading_t){stored_salt, fixed_ok || !voted || vote == stored_salt, 0, UINT64_MAX};
+    if (!fixed_ok) n += lap_readings(&s, readings + n);
+
+    /* The best reading overall covers the most bytes, then holds the most data
+     * records. But the header's cursors are kept whenever a reading that keeps them
+     * delivers as many records, or whatever the others deliver when the stored salt
+     * and the header's write position agree on it (stale records can let a reading
+     * shifted by whole laps explain a few more). A reading keeps the cursors when it
+     * is anchored and its window fits them: the window ends at the header's write
+     * position when no record passes it (records beyond were torn). When the write
+     * position is wrong, the read position alone is kept only on evidence of its own
+     * (a header that checks out, or its check copy), below the highest record's end
+     * or, confirmed by its check copy, past it (everything after it was torn). */
+    int best = -1, keep = -1;
+    window_t bw = {0, 0, 0, 0}, kw = {0, 0, 0, 0};
+    uint64_t keep_write = 0;
+    for (int i = 0; i < n; i++) {
+        window_t w = evaluate(&s, &readings[i]);
+        if (best < 0 || w.bytes > bw.bytes || (w.bytes == bw.bytes && w.records > bw.records)) {
+            best = i;
+            bw = w;
+        }
+        if (!readings[i].anchored) continue;
+        uint64_t window_end = w.end;
+        if (read_ok && w.end <= write) {
+            window_end = write;
+        } else {
+            if (!fixed_ok && !read_checked) continue;
+            if (read_checked && read > window_end && read - window_end <= cap) window_end = read;
+            if (!cursors_ok(read, window_end, cap)) continue;
+        }
+        if (keep < 0 || w.bytes > kw.bytes || (w.bytes == kw.bytes && w.records > kw.records)) {
+            keep = i;
+            kw = w;
+            keep_write = window_end;
+        }
+    }
+    free(s.starts);
+    const int confirmed = keep >= 0 && voted && readings[keep].salt == vote && vote == stored_salt;
+    if (keep >= 0 && (confirmed || kw.records >= bw.records)) {
+        plan->salt = readings[keep].salt;
+        plan->read_pos = read;
+        plan->write_pos = keep_write;
+        return 0;
+    }
+    if (best < 0 || (!fixed_ok && bw.records == 0)) return CAIRN_ECORRUPT;
+    plan->salt = readings[best].salt;
+    plan->read_pos = bw.first;
+    plan->write_pos = bw.end;
+    plan->repairs |= CAIRN_RING_REPAIR_WINDOW_INFERRED;
     return 0;
+}
+
+/* Sets a repair bit for each header field that the plan changes. */
+static void note_repairs(const unsigned char *hdr, uint64_t file_size, cairn__ring_plan_t *plan)
+{
+    unsigned char fixed[H_CRC + 4];
+    put_fixed(fixed, plan->capacity, plan->salt);
+    uint32_t r = plan->repairs;
+    if (memcmp(hdr + H_MAGIC, ring_magic, sizeof ring_magic) != 0) r |= CAIRN_RING_REPAIR_MAGIC;
+    if (cairn__le32(hdr + H_VERSION) != CAIRN_RING_FORMAT_VERSION) r |= CAIRN_RING_REPAIR_VERSION;
+    if (cairn__le32(hdr + H_HEADER_SIZE) != CAIRN_RING_HEADER_SIZE) r |= CAIRN_RING_REPAIR_HEADER_SIZE;
+    if (cairn__le64(hdr + H_CAPACITY) != plan->capacity) r |= CAIRN_RING_REPAIR_CAPACITY;
+    if (cairn__le64(hdr + H_SALT) != plan->salt) r |= CAIRN_RING_REPAIR_SALT;
+    if (cairn__le32(hdr + H_FLAGS) != 0) r |= CAIRN_RING_REPAIR_FLAGS;
+    if (cairn__le32(hdr + H_CRC) != cairn__le32(fixed + H_CRC)) r |= CAIRN_RING_REPAIR_HEADER_CRC;
+    if (cairn__le64(hdr + H_WRITE_POS) != plan->write_pos) r |= CAIRN_RING_REPAIR_WRITE_POS;
+    if (cairn__le64(hdr + H_READ_POS) != plan->read_pos) r |= CAIRN_RING_REPAIR_READ_POS;
+    if (file_size != CAIRN_RING_HEADER_SIZE + plan->capacity) r |= CAIRN_RING_REPAIR_FILE_SIZE;
+    plan->repairs = r;
+}
+
+int cairn__ring_plan(const unsigned char *hdr, uint64_t file_size, const unsigned char *data,
+                     uint64_t avail, cairn__ring_plan_t *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    const int magic_ok = memcmp(hdr + H_MAGIC, ring_magic, sizeof ring_magic) == 0;
+    const int crc_ok = cairn__crc32c(0, hdr, H_CRC) == cairn__le32(hdr + H_CRC);
+    /* A header that checks out with a version or flags we do not know is a newer
+     * writer's: its file must not be read as ours. */
+    if (magic_ok && crc_ok &&
+        (cairn__le32(hdr + H_VERSION) != CAIRN_RING_FORMAT_VERSION || cairn__le32(hdr + H_FLAGS) != 0))
+        return CAIRN_EVERSION;
+    const uint64_t stored_cap = cairn__le64(hdr + H_CAPACITY), stored_salt = cairn__le64(hdr + H_SALT);
+    const int fixed_ok = magic_ok && crc_ok && cairn__le32(hdr + H_HEADER_SIZE) == CAIRN_RING_HEADER_SIZE &&
+                         capacity_ok(stored_cap) && !(stored_salt & 1);
+    /* A sound header's capacity stands (the file may have been cut or extended);
+     * otherwise the file size says it, unless the file size is the damaged part. */
+    const uint64_t data_size = file_size > CAIRN_RING_HEADER_SIZE ? file_size - CAIRN_RING_HEADER_SIZE : 0;
+    if (fixed_ok || (capacity_ok(stored_cap) && !capacity_ok(data_size)))
+        plan->capacity = stored_cap;
+    else
+        plan->capacity = capacity_ok(data_size) ? data_size : round_capacity(data_size);
+    const uint64_t cap = plan->capacity;
+
+    uint64_t write = cairn__le64(hdr + H_WRITE_POS), read = cairn__le64(hdr + H_READ_POS);
+    const uint64_t check = cairn__le64(hdr + H_READ_CHECK);
+    int read_ok = cursors_ok(read, write, cap);
+    const int read_checked = check != 0 && ~check == read;
+    if (check != 0 && ~check != read) {
+        /* The cursor and its check copy disagree: one of them was damaged (or the
+         * consumer died between its two stores). The lower one loses nothing. */
+        plan->repairs |= CAIRN_RING_REPAIR_READ_POS;
+        if (cursors_ok(~check, write, cap) && (!read_ok || ~check < read)) {
+            read = ~check;
+            read_ok = 1;
+        }
+    }
+    if (fixed_ok && read_ok) {
+        plan->salt = stored_salt;
+        plan->read_pos = read;
+        plan->write_pos = write;
+    } else {
+        int rc = plan_from_records(fixed_ok, stored_salt, read, read_ok, read_checked, write, data,
+                                   avail < cap ? avail : cap, plan);
+        if (rc != 0) return rc;
+    }
+    note_repairs(hdr, file_size, plan);
+    return 0;
+}
+
+uint32_t cairn__ring_restore(unsigned char *hdr, unsigned char *data, const cairn__ring_plan_t *plan,
+                             int after_reboot, cairn__recovery_t *out)
+{
+    /* The header first, so that a process killed during recovery leaves a file whose
+     * header already reads right. */
+    put_fixed(hdr, plan->capacity, plan->salt);
+    cairn__put64(hdr + H_WRITE_POS, plan->write_pos);
+    cairn__put64(hdr + H_READ_POS, plan->read_pos);
+    cairn__put64(hdr + H_READ_CHECK, ~plan->read_pos);
+    cairn__ring_area_t area = {data, plan->capacity, plan->salt};
+    uint64_t write = plan->write_pos;
+    cairn__ring_recover(&area, plan->read_pos, &write, after_reboot || plan->repairs != 0, out);
+    cairn__put64(hdr + H_WRITE_POS, write);
+    uint32_t repairs = plan->repairs;
+    /* Within one boot the header's write position is exact: moving it is a repair. */
+    if (write != plan->write_pos && !after_reboot) repairs |= CAIRN_RING_REPAIR_WRITE_POS;
+    return repairs;
+}
+
+/* ---- The drop table ------------------------------------------------------------ */
+
+static int reason_ok(const char *reason, size_t len)
+{
+    if (len == 0 || len > CAIRN_RING_DROP_REASON_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = reason[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return 0;
+    }
+    return 1;
+}
+
+/* The claim word of a slot for `reason`, without its state. */
+static uint64_t claim_tag(const char *reason, size_t len)
+{
+    return (uint64_t)cairn__crc32c(0, reason, len) << 32 | (uint64_t)len << 8;
+}
+
+/* The name field of a slot for `reason`, as the three words stored in it. */
+static void pack_name(const char *reason, size_t len, uint64_t words[3])
+{
+    unsigned char b[24];
+    memset(b, 0, sizeof b);
+    memcpy(b, reason, len);
+    for (int i = 0; i < 3; i++) words[i] = cairn__le64(b + 8 * i);
+}
+
+static uint64_t *drop_field(const cairn_ring_t *ring, int slot, int field)
+{
+    return (uint64_t *)(ring->map + H_DROPS + (size_t)slot * DROP_SLOT_SIZE + field);
+}
+
+/* Does slot `i` hold the name `words` (tag `tag`)? With `may_claim`, a free slot is
+ * claimed for it first. A claim of the same name in progress is finished here, with
+ * the same bytes, rather than waited for. */
+static int claim_or_match(cairn_ring_t *ring, int i, uint64_t tag, const uint64_t words[3], int may_claim)
+{
+    uint64_t *claim = drop_field(ring, i, D_CLAIM);
+    uint64_t c = load_acq(claim);
+    if (c == 0) {
+        if (!may_claim) return 0;
+        if (__atomic_compare_exchange_n(claim, &c, tag | CLAIM_CLAIMING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            c = tag | CLAIM_CLAIMING;
+    }
+    if ((c & ~(uint64_t)0xFF) != tag) return 0;
+    uint64_t *name = drop_field(ring, i, D_NAME);
+    if (CLAIM_STATE(c) == CLAIM_CLAIMING) {
+        for (int k = 0; k < 3; k++) __atomic_store_n(&name[k], words[k], __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(claim, &c, tag | CLAIM_NAMED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    } else if (CLAIM_STATE(c) != CLAIM_NAMED) {
+        return 0;
+    }
+    for (int k = 0; k < 3; k++)
+        if (__atomic_load_n(&name[k], __ATOMIC_RELAXED) != words[k]) return 0;
+    return 1;
+}
+
+static int claim_other(cairn_ring_t *ring)
+{
+    uint64_t words[3];
+    pack_name("other", 5, words);
+    claim_or_match(ring, CAIRN_RING_DROP_OTHER, claim_tag("other", 5), words, 1);
+    return CAIRN_RING_DROP_OTHER;
+}
+
+int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len)
+{
+    if (!ring || !reason || !reason_ok(reason, len)) return CAIRN_EINVAL;
+    if (len == 5 && memcmp(reason, "other", 5) == 0) return claim_other(ring);
+    uint64_t words[3];
+    const uint64_t tag = claim_tag(reason, len);
+    pack_name(reason, len, words);
+    /* Look everywhere before claiming: open may have freed a slot before the name's. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < CAIRN_RING_DROP_OTHER; i++)
+            if (claim_or_match(ring, i, tag, words, pass)) return i;
+    return claim_other(ring);
+}
+
+/* Is `slot` a slot index whose name is complete? */
+static int named_slot(const cairn_ring_t *ring, int slot)
+{
+    return ring && slot >= 0 && slot < CAIRN_RING_DROP_SLOTS &&
+           CLAIM_STATE(load_acq(drop_field(ring, slot, D_CLAIM))) == CLAIM_NAMED;
+}
+
+int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n)
+{
+    if (!named_slot(ring, slot)) return CAIRN_EINVAL;
+    __atomic_fetch_add(drop_field(ring, slot, D_COUNTED), n, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size_t max)
+{
+    if (!ring || (!out && max)) return CAIRN_EINVAL;
+    int used = 0;
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS; i++) {
+        if (!named_slot(ring, i)) continue;
+        if ((size_t)used < max) {
+            cairn_ring_drop_t *d = &out[used];
+            memset(d, 0, sizeof *d);
+            const uint64_t *name = drop_field(ring, i, D_NAME);
+            unsigned char bytes[24];
+            for (int k = 0; k < 3; k++) cairn__put64(bytes + 8 * k, __atomic_load_n(&name[k], __ATOMIC_RELAXED));
+            memcpy(d->reason, bytes, CAIRN_RING_DROP_REASON_MAX);
+            d->slot = i;
+            d->reported = __atomic_load_n(drop_field(ring, i, D_REPORTED), __ATOMIC_RELAXED);
+            d->counted = __atomic_load_n(drop_field(ring, i, D_COUNTED), __ATOMIC_RELAXED);
+            if (d->reported > d->counted) d->reported = d->counted;
+        }
+        used++;
+    }
+    return used;
+}
+
+int cairn_ring_mark_reported(cairn_ring_t *ring, int slot, uint64_t reported)
+{
+    if (!named_slot(ring, slot)) return CAIRN_EINVAL;
+    if (reported > __atomic_load_n(drop_field(ring, slot, D_COUNTED), __ATOMIC_RELAXED)) return CAIRN_EINVAL;
+    uint64_t *field = drop_field(ring, slot, D_REPORTED);
+    if (reported > __atomic_load_n(field, __ATOMIC_RELAXED)) __atomic_store_n(field, reported, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* Does the slot at `s` hold a well-formed name matching its claim word? */
+static int slot_name_ok(const unsigned char *s, uint64_t claim)
+{
+    size_t len = (claim >> 8) & 0xFF;
+    const char *name = (const char *)s + D_NAME;
+    if ((claim & 0xFFFF0000u) != 0 || !reason_ok(name, len)) return 0;
+    for (size_t k = len; k < 24; k++)
+        if (name[k]) return 0;
+    return (uint32_t)(claim >> 32) == cairn__crc32c(0, name, len);
+}
+
+static void name_slot(unsigned char *s, const char *reason)
+{
+    size_t len = strlen(reason);
+    memset(s + D_NAME, 0, 24);
+    memcpy(s + D_NAME, reason, len);
+    cairn__put64(s + D_CLAIM, claim_tag(reason, len) | CLAIM_NAMED);
+}
+
+static uint64_t add_saturating(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+/* Adds slot `from`'s counts to slot `to`'s and frees `from`. */
+static void merge_slot(unsigned char *to, unsigned char *from)
+{
+    cairn__put64(to + D_COUNTED, add_saturating(cairn__le64(to + D_COUNTED), cairn__le64(from + D_COUNTED)));
+    cairn__put64(to + D_REPORTED, add_saturating(cairn__le64(to + D_REPORTED), cairn__le64(from + D_REPORTED)));
+    memset(from, 0, DROP_SLOT_SIZE);
+}
+
+uint32_t cairn__ring_check_drops(unsigned char *hdr)
+{
+    static const unsigned char zero[DROP_SLOT_SIZE];
+    uint32_t changed = 0;
+    unsigned char *other = hdr + H_DROPS + (size_t)CAIRN_RING_DROP_OTHER * DROP_SLOT_SIZE;
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS; i++) {
+        unsigned char *s = hdr + H_DROPS + (size_t)i * DROP_SLOT_SIZE;
+        const uint64_t claim = cairn__le64(s + D_CLAIM);
+        const int well_formed = (CLAIM_STATE(claim) == CLAIM_NAMED || CLAIM_STATE(claim) == CLAIM_CLAIMING) &&
+                                slot_name_ok(s, claim);
+        const int is_other = well_formed && ((claim >> 8) & 0xFF) == 5 && memcmp(s + D_NAME, "other", 5) == 0;
+        if (well_formed && (s != other || is_other)) {
+            /* A claim whose name was complete when its process died: finish it. */
+            if (CLAIM_STATE(claim) == CLAIM_CLAIMING) {
+                cairn__put64(s + D_CLAIM, (claim & ~(uint64_t)0xFF) | CLAIM_NAMED);
+                changed++;
+            }
+        } else if (memcmp(s, zero, DROP_SLOT_SIZE) != 0) {
+            /* Damaged, or claimed by a process that died before naming it: its counts
+             * are kept under a name that says so; an empty one is freed. */
+            if (cairn__le64(s + D_COUNTED) || cairn__le64(s + D_REPORTED))
+                name_slot(s, s == other ? "other" : "unknown");
+            else
+                memset(s, 0, DROP_SLOT_SIZE);
+            changed++;
+        }
+        if (cairn__le64(s + D_REPORTED) > cairn__le64(s + D_COUNTED)) {
+            cairn__put64(s + D_REPORTED, cairn__le64(s + D_COUNTED));
+            changed++;
+        }
+    }
+    /* One slot per name: `other` belongs in the catch-all slot, duplicates merge. */
+    for (int i = 0; i < CAIRN_RING_DROP_OTHER; i++) {
+        unsigned char *s = hdr + H_DROPS + (size_t)i * DROP_SLOT_SIZE;
+        const uint64_t claim = cairn__le64(s + D_CLAIM);
+        if (CLAIM_STATE(claim) != CLAIM_NAMED) continue;
+        if (((claim >> 8) & 0xFF) == 5 && memcmp(s + D_NAME, "other", 5) == 0) {
+            if (CLAIM_STATE(cairn__le64(other + D_CLAIM)) != CLAIM_NAMED) name_slot(other, "other");
+            merge_slot(other, s);
+            changed++;
+            continue;
+        }
+        for (int j = i + 1; j < CAIRN_RING_DROP_OTHER; j++) {
+            unsigned char *t = hdr + H_DROPS + (size_t)j * DROP_SLOT_SIZE;
+            if (cairn__le64(t + D_CLAIM) == claim && memcmp(t + D_NAME, s + D_NAME, 24) == 0) {
+                merge_slot(s, t);
+                changed++;
+            }
+        }
+    }
+    return changed;
 }
 
 void cairn_ring_options_init(cairn_ring_options_t *opts)
@@ -293,12 +1014,8 @@ static int create_ring(int fd, uint64_t capacity)
     }
     unsigned char hdr[CAIRN_RING_HEADER_SIZE];
     memset(hdr, 0, sizeof hdr);
-    memcpy(hdr + H_MAGIC, ring_magic, sizeof ring_magic);
-    cairn__put32(hdr + H_VERSION, CAIRN_RING_FORMAT_VERSION);
-    cairn__put32(hdr + H_HEADER_SIZE, CAIRN_RING_HEADER_SIZE);
-    cairn__put64(hdr + H_CAPACITY, capacity);
-    cairn__put64(hdr + H_SALT, new_salt());
-    cairn__put32(hdr + H_CRC, cairn__crc32c(0, hdr, H_CRC));
+    put_fixed(hdr, capacity, new_salt());
+    cairn__put64(hdr + H_READ_CHECK, ~(uint64_t)0);
     ssize_t n;
     do n = pwrite(fd, hdr, sizeof hdr, 0); while (n < 0 && errno == EINTR);
     if (n < 0) return errno;
@@ -364,31 +1081,33 @@ static int open_locked(const char *path, int *fd_out)
     return CAIRN_ELOCKED;
 }
 
-/* Reads and checks the header of an existing file. Returns 0 for a usable ring, a
- * format error for a file to set aside, or an errno for an I/O failure. */
-static int check_file(int fd, uint64_t *capacity)
+/* Reads the header of an existing file and plans how to open it (cairn__ring_plan).
+ * The data area is read through a read-only mapping of what the file holds: nothing
+ * is written before the plan is made, so a file that is set aside keeps its bytes.
+ * Returns 0, a format error for a file to set aside, CAIRN_ENOMEM, or an errno. */
+static int plan_file(int fd, uint64_t size, cairn__ring_plan_t *plan)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0) return errno;
     unsigned char hdr[CAIRN_RING_HEADER_SIZE];
-    size_t got = 0;
-    while (got < sizeof hdr) {
-        ssize_t n = pread(fd, hdr + got, sizeof hdr - got, (off_t)got);
+    memset(hdr, 0, sizeof hdr);
+    size_t want = size < sizeof hdr ? (size_t)size : sizeof hdr, got = 0;
+    while (got < want) {
+        ssize_t n = pread(fd, hdr + got, want - got, (off_t)got);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return errno;
         if (n == 0) break;
         got += (size_t)n;
     }
-    int rc = cairn__ring_check_header(hdr, got, (uint64_t)st.st_size);
-    if (rc == 0) *capacity = cairn__le64(hdr + H_CAPACITY);
+    const uint64_t most = CAIRN_RING_HEADER_SIZE + (uint64_t)CAIRN_RING_MAX_CAPACITY;
+    const uint64_t map_len = size < most ? size : most;
+    unsigned char *map = NULL;
+    if (map_len > CAIRN_RING_HEADER_SIZE) {
+        map = mmap(NULL, (size_t)map_len, PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) return errno;
+    }
+    int rc = cairn__ring_plan(hdr, size, map ? map + CAIRN_RING_HEADER_SIZE : NULL,
+                              map ? map_len - CAIRN_RING_HEADER_SIZE : 0, plan);
+    if (map) munmap(map, (size_t)map_len);
     return rc;
-}
-
-static uint64_t round_capacity(uint64_t want)
-{
-    uint64_t cap = CAIRN_RING_MIN_CAPACITY;
-    while (cap < want) cap <<= 1;
-    return cap;
 }
 
 int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ring_t **out)
@@ -403,17 +1122,21 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
 
     int fd = -1, rc;
     uint32_t origin = CAIRN_RING_REOPENED;
-    uint64_t capacity = 0;
+    cairn__ring_plan_t plan;
+    memset(&plan, 0, sizeof plan);
+    uint64_t capacity, restored = 0, cut = 0;
     if ((rc = open_locked(path, &fd)) != 0) return rc;
 
     struct stat st;
     if (fstat(fd, &st) != 0) { rc = errno; goto fail; }
-    if (st.st_size == 0) {
+    uint64_t size = (uint64_t)st.st_size;
+    if (size == 0) {
         origin = CAIRN_RING_CREATED;
     } else {
-        rc = check_file(fd, &capacity);
-        if (rc > 0) goto fail; /* I/O error: leave the file alone */
+        rc = plan_file(fd, size, &plan);
+        if (rc > 0 || rc == CAIRN_ENOMEM) goto fail; /* leave the file alone */
         if (rc < 0) origin = CAIRN_RING_SET_ASIDE;
+        else if (plan.repairs) origin = CAIRN_RING_REPAIRED;
     }
     if (origin == CAIRN_RING_SET_ASIDE) {
         if ((rc = set_aside(path)) != 0) goto fail;
@@ -423,12 +1146,21 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
         if (fstat(fd, &st) != 0) { rc = errno; goto fail; }
         if (st.st_size != 0) { rc = CAIRN_ELOCKED; goto fail; } /* another process made one */
     }
-    if (origin != CAIRN_RING_REOPENED) {
+    if (origin == CAIRN_RING_CREATED || origin == CAIRN_RING_SET_ASIDE) {
         capacity = round_capacity(o.capacity);
         if ((rc = create_ring(fd, capacity)) != 0) goto fail;
     } else {
-        /* Make sure every block exists (a copied or restored file may be sparse). */
-        if ((rc = posix_fallocate(fd, 0, (off_t)(CAIRN_RING_HEADER_SIZE + capacity))) != 0) goto fail;
+        capacity = plan.capacity;
+        const uint64_t full = CAIRN_RING_HEADER_SIZE + capacity;
+        /* Make sure every block exists: a copied or restored file may be sparse, a
+         * truncated one short (its missing bytes come back as zeros: no record). */
+        if ((rc = posix_fallocate(fd, 0, (off_t)full)) != 0) goto fail;
+        if (size < full) restored = full - size;
+        if (size > full) {
+            /* Bytes past the ring belong to no record: cut, the file is a ring again. */
+            if (ftruncate(fd, (off_t)full) != 0) { rc = errno; goto fail; }
+            cut = size - full;
+        }
     }
 
     cairn_ring_t *r = calloc(1, sizeof *r);
@@ -440,19 +1172,22 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     if (r->map == MAP_FAILED) { rc = errno; free(r); goto fail; }
     r->area.data = r->map + CAIRN_RING_HEADER_SIZE;
     r->area.capacity = capacity;
-    r->area.salt = cairn__le64(r->map + H_SALT);
     r->write_pos = (uint64_t *)(r->map + H_WRITE_POS);
     r->read_pos = (uint64_t *)(r->map + H_READ_POS);
+    r->read_check = (uint64_t *)(r->map + H_READ_CHECK);
     r->appended = (uint64_t *)(r->map + H_APPENDED);
     r->high_water = (uint64_t *)(r->map + H_HIGH_WATER);
     r->dropped_full = (uint64_t *)(r->map + H_DROPPED_FULL);
     r->dropped_big = (uint64_t *)(r->map + H_DROPPED_BIG);
+    r->slot_full = -1;
+    r->slot_big = -1;
     long ps = sysconf(_SC_PAGESIZE);
     r->page_size = ps > 0 ? (size_t)ps : 4096;
     uint32_t limit = (uint32_t)(capacity / 4);
     r->max_record = o.max_record == 0 || o.max_record > limit ? limit : o.max_record;
     r->reclaim_bytes = o.reclaim_bytes;
-    r->origin = origin;
+    r->restored_bytes = restored;
+    r->cut_bytes = cut;
 
     /* Within one boot the page cache holds every byte any process wrote to the
      * mapping; after a reboot only what the kernel happened to write back survives. */
@@ -461,11 +1196,13 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     static const unsigned char unknown[16];
     int rebooted = memcmp(boot, r->map + H_BOOT_ID, sizeof boot) != 0 || memcmp(boot, unknown, sizeof boot) == 0;
     memcpy(r->map + H_BOOT_ID, boot, sizeof boot);
-    if (origin == CAIRN_RING_REOPENED) {
-        uint64_t write = *r->write_pos;
-        cairn__ring_recover(&r->area, *r->read_pos, &write, rebooted, &r->recovery);
-        *r->write_pos = write;
+    if (origin == CAIRN_RING_REOPENED || origin == CAIRN_RING_REPAIRED) {
+        r->repairs = cairn__ring_restore(r->map, r->area.data, &plan, rebooted, &r->recovery);
+        if (r->repairs) origin = CAIRN_RING_REPAIRED;
     }
+    r->area.salt = cairn__le64(r->map + H_SALT);
+    r->drop_slots_repaired = cairn__ring_check_drops(r->map);
+    r->origin = origin;
     r->peeked_to = *r->read_pos;
     r->reclaimed_to = r->peeked_to;
     r->populated_to = r->peeked_to;
@@ -490,11 +1227,24 @@ void cairn_ring_close(cairn_ring_t *ring)
     free(ring);
 }
 
+/* Counts one of the ring's own refusals: in this open's counter, and persistently in
+ * the drop table under `reason` (its slot is claimed at the first refusal). */
+static void count_refusal(cairn_ring_t *ring, uint64_t *this_open, int *slot, const char *reason, size_t len)
+{
+    count(this_open);
+    int s = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (s < 0) {
+        s = cairn_ring_drop_slot(ring, reason, len); /* a valid name: always a slot */
+        __atomic_store_n(slot, s, __ATOMIC_RELAXED);
+    }
+    count(drop_field(ring, s, D_COUNTED));
+}
+
 int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t *res)
 {
     if (!ring || !res) return CAIRN_EINVAL;
     if (len > ring->max_record) {
-        count(ring->dropped_big);
+        count_refusal(ring, ring->dropped_big, &ring->slot_big, "ring_too_big", 12);
         return CAIRN_ETOOBIG;
     }
     const uint64_t need = align_up(CAIRN_RING_RECORD_HEADER + len);
@@ -514,7 +1264,7 @@ int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t 
             continue;
         }
         if (end - tail > cap) {
-            count(ring->dropped_full);
+            count_refusal(ring, ring->dropped_full, &ring->slot_full, "ring_full", 9);
             return CAIRN_EFULL;
         }
         if (__atomic_compare_exchange_n(ring->write_pos, &head, end, 1, __ATOMIC_RELAXED,
@@ -685,6 +1435,9 @@ int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto)
     if (!ring) return CAIRN_EINVAL;
     uint64_t tail = load_acq(ring->read_pos);
     if (!is_boundary(ring, upto, tail, load_acq(ring->write_pos))) return CAIRN_EINVAL;
+    /* The check copy first: a consumer killed between the two stores leaves the
+     * cursor where it was, as if it had died a moment earlier. */
+    __atomic_store_n(ring->read_check, ~upto, __ATOMIC_RELAXED);
     store_rel(ring->read_pos, upto);
     if (ring->reclaim_bytes) manage_pages(ring, upto);
     return 0;
@@ -714,6 +1467,11 @@ int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *s)
     s->skipped_bytes = ring->recovery.skipped_bytes;
     s->origin = ring->origin;
     s->max_record = ring->max_record;
+    s->restored_bytes = ring->restored_bytes;
+    s->cut_bytes = ring->cut_bytes;
+    s->repairs = ring->repairs;
+    s->repaired_fields = (uint32_t)__builtin_popcount(ring->repairs & HEADER_FIELD_REPAIRS);
+    s->drop_slots_repaired = ring->drop_slots_repaired;
     return 0;
 }
 

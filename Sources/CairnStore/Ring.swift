@@ -46,12 +46,50 @@ public final class Ring: @unchecked Sendable {
         case created = 0
         /// An existing ring was reopened with its unconsumed records.
         case reopened = 1
-        /// The file was not a readable ring; it was renamed aside
+        /// Nothing in the file could be trusted (no sound header and no intact record),
+        /// or it was written in a newer format: it was renamed aside
         /// (`<path>.corrupt-<seconds>-<pid>`) and a fresh ring created.
         case setAside = 2
+        /// The header was damaged or the file truncated or extended: the header was
+        /// rebuilt and every record still proven intact by its checksum kept.
+        /// ``Stats/repairs`` says what was repaired.
+        case repaired = 3
     }
 
-    /// Counters of an open ring, since it was opened.
+    /// What opening the ring repaired: one member per header field rewritten, plus how
+    /// the window was found.
+    public struct Repairs: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt32
+        /// Creates a set from the C core's `CAIRN_RING_REPAIR_*` bits.
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+        /// The magic number.
+        public static let magic = Repairs(rawValue: CAIRN_RING_REPAIR_MAGIC)
+        /// The format version.
+        public static let version = Repairs(rawValue: CAIRN_RING_REPAIR_VERSION)
+        /// The header size.
+        public static let headerSize = Repairs(rawValue: CAIRN_RING_REPAIR_HEADER_SIZE)
+        /// The capacity, taken from the file size.
+        public static let capacity = Repairs(rawValue: CAIRN_RING_REPAIR_CAPACITY)
+        /// The salt, inferred from the records.
+        public static let salt = Repairs(rawValue: CAIRN_RING_REPAIR_SALT)
+        /// The flags.
+        public static let flags = Repairs(rawValue: CAIRN_RING_REPAIR_FLAGS)
+        /// The header checksum.
+        public static let headerChecksum = Repairs(rawValue: CAIRN_RING_REPAIR_HEADER_CRC)
+        /// The write position.
+        public static let writePosition = Repairs(rawValue: CAIRN_RING_REPAIR_WRITE_POS)
+        /// The read position, or its check copy.
+        public static let readPosition = Repairs(rawValue: CAIRN_RING_REPAIR_READ_POS)
+        /// The file's length: zeros restored to a truncated file, extra bytes cut.
+        public static let fileSize = Repairs(rawValue: CAIRN_RING_REPAIR_FILE_SIZE)
+        /// The read position was lost and inferred from the records: records already
+        /// consumed may be delivered again (their event ids let a collector drop them).
+        public static let windowInferred = Repairs(rawValue: CAIRN_RING_REPAIR_WINDOW_INFERRED)
+    }
+
+    /// Counters of an open ring, since it was opened. The persistent, cumulative drop
+    /// counts are in the drop table (``drops()``).
     public struct Stats: Sendable, Equatable {
         /// Data capacity in bytes.
         public var capacity: UInt64
@@ -61,9 +99,11 @@ public final class Ring: @unchecked Sendable {
         public var highWater: UInt64
         /// Records published.
         public var appended: UInt64
-        /// Appends refused because the ring was full.
+        /// Appends refused because the ring was full, since open (the drop table counts
+        /// them persistently as `ring_full`).
         public var droppedFull: UInt64
-        /// Appends refused because the record was too large.
+        /// Appends refused because the record was too large, since open (the drop table
+        /// counts them persistently as `ring_too_big`).
         public var droppedTooBig: UInt64
         /// Unconsumed records found intact when the ring was opened.
         public var recovered: UInt64
@@ -75,7 +115,48 @@ public final class Ring: @unchecked Sendable {
         public var origin: Origin
         /// Largest record accepted.
         public var maxRecord: UInt32
+        /// What opening repaired; empty unless ``origin`` is ``Origin/repaired``.
+        public var repairs: Repairs
+        /// Header fields rewritten when the ring was opened.
+        public var repairedFields: UInt32
+        /// Bytes a truncated file lacked, restored as zeros when it was opened.
+        public var restoredBytes: UInt64
+        /// Bytes past the end of the ring, cut from a longer file when it was opened.
+        public var cutBytes: UInt64
+        /// Drop table slots found damaged when the ring was opened, and fixed.
+        public var dropSlotsRepaired: UInt32
     }
+
+    /// A drop reason's counters in the ring's drop table, which lives in the ring file
+    /// and so outlives the process (a `kill -9` included).
+    public struct Drop: Sendable, Equatable {
+        /// The slot, for ``Ring/countDrops(slot:_:)`` and ``Ring/markReported(slot:upTo:)``.
+        public var slot: Int32
+        /// The reason, `[a-z0-9_]`, at most ``Ring/maxDropReasonLength`` bytes.
+        public var reason: String
+        /// Drops counted since the ring file was created.
+        public var counted: UInt64
+        /// Drops known to have been reported (at most ``counted``).
+        public var reported: UInt64
+        /// Drops still to report.
+        public var unreported: UInt64 { counted > reported ? counted - reported : 0 }
+
+        /// Creates a value, as ``Ring/drops()`` does (and as tests of code that reads
+        /// the table may).
+        public init(slot: Int32, reason: String, counted: UInt64, reported: UInt64) {
+            self.slot = slot
+            self.reason = reason
+            self.counted = counted
+            self.reported = reported
+        }
+    }
+
+    /// Longest drop reason, in bytes.
+    public static let maxDropReasonLength = Int(CAIRN_RING_DROP_REASON_MAX)
+
+    /// The catch-all drop slot, reason `other`: reasons that find the table full count
+    /// here.
+    public static let otherDropSlot = Int32(CAIRN_RING_DROP_OTHER)
 
     /// A record returned by ``Ring/peek(from:maxRecords:maxBytes:)``.
     ///
@@ -107,6 +188,12 @@ public final class Ring: @unchecked Sendable {
 
     /// Opens the ring file at `path`, creating it (and nothing else: its directory
     /// must exist) if needed.
+    ///
+    /// The file is never trusted: a damaged header is rebuilt from the records, whose
+    /// own checksums prove them intact, a truncated or extended file is brought back to
+    /// size, and only a file in which nothing can be trusted is set aside.
+    /// ``stats()`` says which happened (``Stats/origin``, ``Stats/repairs``) and what it
+    /// cost (``Stats/skippedCorrupt``, ``Stats/skippedBytes``).
     ///
     /// - Throws: ``CairnError`` with ``CairnError/locked`` when another handle, in this
     ///   or another process, has the file open; `EINVAL`-style ``CairnError/invalid``
@@ -240,7 +327,74 @@ public final class Ring: @unchecked Sendable {
                      appended: s.appended, droppedFull: s.dropped_full,
                      droppedTooBig: s.dropped_too_big, recovered: s.recovered,
                      skippedCorrupt: s.skipped_corrupt, skippedBytes: s.skipped_bytes,
-                     origin: Origin(rawValue: s.origin) ?? .created, maxRecord: s.max_record)
+                     origin: Origin(rawValue: s.origin) ?? .created, maxRecord: s.max_record,
+                     repairs: Repairs(rawValue: s.repairs), repairedFields: s.repaired_fields,
+                     restoredBytes: s.restored_bytes, cutBytes: s.cut_bytes,
+                     dropSlotsRepaired: s.drop_slots_repaired)
+    }
+
+    // MARK: The drop table
+
+    /// The drop table slot of `reason`, claimed for it if it is new.
+    ///
+    /// The drop table keeps, in the ring file, a counter per reason for what the SDK
+    /// sheds (sampling, filtering, overload, refusals), so that the next process still
+    /// reports what a killed one dropped. Look each reason's slot up once, at start,
+    /// and count into it on the hot path with ``countDrops(slot:_:)``; the consumer
+    /// reads the table with ``drops()``, sends ``Drop/unreported`` counts along with a
+    /// batch, and once that request is acknowledged or stored calls
+    /// ``markReported(slot:upTo:)`` with the ``Drop/counted`` value it sent. The ring
+    /// itself counts its refusals as `ring_full` and `ring_too_big`.
+    ///
+    /// ```swift
+    /// let sampled = ring.dropSlot("sampled")              // once
+    /// if let sampled { ring.countDrops(slot: sampled) }   // per dropped event
+    /// ```
+    ///
+    /// Safe from any thread; concurrent calls with one reason get one slot.
+    ///
+    /// - Parameter reason: `[a-z0-9_]`, 1 to ``maxDropReasonLength`` bytes.
+    /// - Returns: The slot (``otherDropSlot`` once the table is full, and for the
+    ///   reason `other`), or `nil` for a reason that is empty, too long or has a byte
+    ///   outside `[a-z0-9_]`.
+    public func dropSlot(_ reason: String) -> Int32? {
+        var reason = reason
+        let slot = reason.withUTF8 { utf8 in
+            utf8.withMemoryRebound(to: CChar.self) { cairn_ring_drop_slot(handle, $0.baseAddress, $0.count) }
+        }
+        return slot >= 0 ? slot : nil
+    }
+
+    /// Adds `count` drops to `slot`'s counter: one atomic add in the mapped file, no
+    /// allocation, no lock; safe from any thread.
+    ///
+    /// - Returns: `false` when `slot` is not a slot returned by ``dropSlot(_:)``.
+    @inlinable
+    @discardableResult
+    public func countDrops(slot: Int32, _ count: UInt64 = 1) -> Bool {
+        cairn_ring_count_drops(rawHandle, slot, count) == 0
+    }
+
+    /// The drop table's used slots, in slot order.
+    public func drops() -> [Drop] {
+        let slots = Int(CAIRN_RING_DROP_SLOTS)
+        var raw = [cairn_ring_drop_t](repeating: cairn_ring_drop_t(), count: slots)
+        let used = raw.withUnsafeMutableBufferPointer { cairn_ring_read_drops(handle, $0.baseAddress, $0.count) }
+        return raw.prefix(max(0, min(Int(used), slots))).map { d in
+            let reason = withUnsafeBytes(of: d.reason) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            return Drop(slot: d.slot, reason: reason, counted: d.counted, reported: d.reported)
+        }
+    }
+
+    /// Records that `slot`'s drops up to `reported` (a ``Drop/counted`` value read
+    /// earlier) were sent in a request that was acknowledged or stored. Never moves
+    /// back: a lower value than the current one is ignored. For the ring's single
+    /// consumer.
+    ///
+    /// - Throws: ``CairnError/invalid`` when `slot` is not a used slot or `reported`
+    ///   exceeds its ``Drop/counted``.
+    public func markReported(slot: Int32, upTo reported: UInt64) throws(CairnError) {
+        try cairnCheck("cairn_ring_mark_reported") { cairn_ring_mark_reported(handle, slot, reported) }
     }
 
     /// The C handle, for code in this package that calls the core directly.

@@ -3,8 +3,9 @@ import CCairn
 import Foundation
 import Testing
 
-/// Opening damaged ring files: torn and flipped records are skipped and counted,
-/// unreadable files are set aside, and nothing in a file can crash or hang open.
+/// Opening damaged ring files: torn and flipped records are skipped and counted, files
+/// with nothing to trust are set aside, and nothing in a file can crash or hang open.
+/// (Damaged headers and lengths: RingRepairTests.)
 @Suite struct RingRecoveryTests {
     static let headerSize = 4096
 
@@ -97,31 +98,22 @@ import Testing
         #expect(ring.drain() == [Array("next".utf8)])
     }
 
-    /// Ways a ring file can be unreadable as a ring.
-    enum Damage: String, CaseIterable, Sendable {
-        case zeroedHeader, badMagic, wrongVersion, flippedCapacity, writeBehindRead,
-             unalignedCursor, windowLargerThanCapacity, truncatedTo100, truncatedHeader,
-             truncatedData, oneByteShort, oneByteLong, garbage, cursorsNearTheTop, unknownFlags
+    /// Files in which nothing can be trusted as a ring: no sound header and no record
+    /// whose checksum holds, or a sound header of a newer format.
+    enum Unreadable: String, CaseIterable, Sendable {
+        case garbage, zeros, tinyGarbage, newerFormat
 
         func apply(_ b: inout [UInt8]) {
             switch self {
-            case .zeroedHeader: for i in 0..<4096 { b[i] = 0 }
-            case .badMagic: b[0] = UInt8(ascii: "X")
-            case .wrongVersion: b[8] = 9
-            case .flippedCapacity: b[17] ^= 0x01
-            case .writeBehindRead: b[64] = 0; b[65] = 0; b[128] = 0x10; b[129] = 0x10
-            case .unalignedCursor: b[64] |= 0x03
-            case .windowLargerThanCapacity: b[64 + 4] = 0x7F
-            case .truncatedTo100: b = Array(b.prefix(100))
-            case .truncatedHeader: b = Array(b.prefix(4095))
-            case .truncatedData: b = Array(b.prefix(4096 + 1000))
-            case .oneByteShort: b.removeLast()
-            case .oneByteLong: b.append(0)
-            case .cursorsNearTheTop:
-                // Positions this large would overflow position arithmetic.
-                for i in 0..<8 { b[64 + i] = 0xFF; b[128 + i] = 0xFF }
-                b[64] = 0xF0; b[128] = 0xF0
-            case .unknownFlags:
+            case .garbage:
+                var g = SplitMix(seed: 7)
+                for i in b.indices { b[i] = UInt8.random(in: 0...255, using: &g) }
+            case .zeros:
+                for i in b.indices { b[i] = 0 }
+            case .tinyGarbage:
+                var g = SplitMix(seed: 8)
+                b = (0..<100).map { _ in UInt8.random(in: 0...255, using: &g) }
+            case .newerFormat:
                 // Flags are covered by the header CRC: rewrite it as a newer writer would.
                 b[32] = 1
                 var crc = ~UInt32(0)
@@ -131,15 +123,12 @@ import Testing
                 }
                 crc = ~crc
                 for i in 0..<4 { b[36 + i] = UInt8(truncatingIfNeeded: crc >> (8 * i)) }
-            case .garbage:
-                var g = SplitMix(seed: 7)
-                for i in b.indices { b[i] = UInt8.random(in: 0...255, using: &g) }
             }
         }
     }
 
-    @Test(arguments: Damage.allCases)
-    func unreadableFileIsSetAsideAndAFreshRingCreated(damage: Damage) throws {
+    @Test(arguments: Unreadable.allCases)
+    func fileWithNothingToTrustIsSetAsideAndAFreshRingCreated(damage: Unreadable) throws {
         let name = damage.rawValue
         let dir = TempDir()
         let path = dir.file("r")
@@ -181,8 +170,9 @@ import Testing
         #expect(Self.setAsideFiles(dir).isEmpty)
     }
 
-    /// Random byte flips anywhere in the file, 300 times: open always succeeds, and
-    /// what comes back is an in-order subset of what was written (nothing invented).
+    /// Random byte flips anywhere in the file, 300 times: open always succeeds, never
+    /// sets the file aside, and what comes back is an in-order subset of what was
+    /// written (nothing invented).
     @Test func randomFlipsNeverCrashOrInventRecords() throws {
         let dir = TempDir()
         let path = dir.file("r")
@@ -191,7 +181,7 @@ import Testing
         let original = Self.read(pristine)
         let offsets = Self.recordOffsets(original)
         var rng = SplitMix(seed: 42)
-        var partial = 0, setAside = 0
+        var partial = 0, repaired = 0
         for round in 0..<300 {
             var bytes = original
             let flips = Int.random(in: 1...8, using: &rng)
@@ -208,7 +198,8 @@ import Testing
             Self.write(path, bytes)
             let ring = try CRing(path)
             let s = ring.stats
-            if s.origin == CAIRN_RING_SET_ASIDE.rawValue { setAside += 1 }
+            #expect(s.origin != CAIRN_RING_SET_ASIDE.rawValue, "round \(round): the records were there to trust")
+            if s.origin == CAIRN_RING_REPAIRED.rawValue { repaired += 1 }
             if s.skipped_corrupt > 0 { partial += 1 }
             let got = ring.drain()
             // An in-order subsequence of the records written (a flipped read cursor may
@@ -222,7 +213,7 @@ import Testing
             for f in Self.setAsideFiles(dir) { try? FileManager.default.removeItem(atPath: dir.file(f)) }
         }
         #expect(partial > 50, "flips in the window must produce partial recoveries")
-        #expect(setAside > 0, "flips in the header must set files aside")
+        #expect(repaired > 20, "flips in the header must be repaired")
     }
 
     static func u64(_ b: [UInt8], _ o: Int) -> UInt64 { (0..<8).reduce(0) { $0 | UInt64(b[o + $1]) << (8 * $1) } }

@@ -2,7 +2,8 @@ import CairnStore
 import Foundation
 import Testing
 
-/// The Swift `Ring` wrapper: typed errors, reservations, runs and stats.
+/// The Swift `Ring` wrapper: typed errors, reservations, runs, stats, repairs and the
+/// drop table.
 @Suite struct RingTests {
 
     @Test func appendPeekCommitAndStats() throws {
@@ -125,5 +126,72 @@ import Testing
             perTask[parts[0]].append(parts[1])
         }
         #expect(perTask.allSatisfy { $0 == Array(0..<2000) })
+    }
+
+    @Test func aRepairedRingSaysWhatWasRepaired() throws {
+        let dir = Scratch()
+        let path = dir.path + "/r"
+        do {
+            let ring = try Ring(path: path, options: .init(capacity: 1 << 16))
+            for i in 0..<50 { try ring.append(Array("kept \(i)".utf8)) }
+        }
+        // The header's checksummed part lost (zeros): magic, sizes, salt, checksum.
+        let handle = try #require(FileHandle(forUpdatingAtPath: path))
+        try handle.seek(toOffset: 0)
+        try handle.write(contentsOf: Data(count: 40))
+        try handle.close()
+
+        let ring = try Ring(path: path)
+        let stats = ring.stats()
+        #expect(stats.origin == .repaired)
+        #expect(stats.repairs.isSuperset(of: [.magic, .version, .headerSize, .capacity, .salt, .headerChecksum]))
+        #expect(!stats.repairs.contains(.windowInferred), "the cursors were intact")
+        #expect(stats.repairedFields == 6 && stats.recovered == 50 && ring.capacity == 1 << 16)
+        let run = try ring.peek(maxRecords: 100, maxBytes: 1 << 20)
+        #expect(run.records.map { String(decoding: $0.bytes, as: UTF8.self) } == (0..<50).map { "kept \($0)" })
+    }
+
+    @Test func dropCountsPersistAndAreMarkedReported() throws {
+        let dir = Scratch()
+        let path = dir.path + "/r"
+        do {
+            let ring = try Ring(path: path)
+            let sampled = try #require(ring.dropSlot("sampled"))
+            #expect((ring.dropSlot("sampled") ?? -1) == sampled)
+            for bad in ["", "Sampled", "sampled!", String(repeating: "s", count: Ring.maxDropReasonLength + 1)] {
+                #expect(ring.dropSlot(bad) == nil, "\(bad)")
+            }
+            for _ in 0..<10 { ring.countDrops(slot: sampled) }
+            #expect(ring.countDrops(slot: sampled, 5))
+            #expect(!ring.countDrops(slot: 40), "an unclaimed slot")
+            #expect(ring.drops() == [Ring.Drop(slot: sampled, reason: "sampled", counted: 15, reported: 0)])
+            try ring.markReported(slot: sampled, upTo: 12)
+            #expect(throws: CairnError(CairnError.invalid, function: "cairn_ring_mark_reported")) {
+                try ring.markReported(slot: sampled, upTo: 16)
+            }
+            #expect((ring.dropSlot("other") ?? -1) == Ring.otherDropSlot)
+        }
+        let ring = try Ring(path: path)
+        let sampled = ring.drops().first { $0.reason == "sampled" }
+        #expect(sampled?.counted == 15 && sampled?.reported == 12 && sampled?.unreported == 3)
+        #expect(ring.drops().map(\.reason) == ["sampled", "other"])
+    }
+
+    @Test func dropsCountedFromManyTasksAddUp() async throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/r")
+        await withTaskGroup(of: Void.self) { group in
+            for t in 0..<4 {
+                group.addTask {
+                    guard let mine = ring.dropSlot("task_\(t)"), let all = ring.dropSlot("all") else { return }
+                    for _ in 0..<5000 {
+                        ring.countDrops(slot: mine)
+                        ring.countDrops(slot: all)
+                    }
+                }
+            }
+        }
+        let counted = Dictionary(uniqueKeysWithValues: ring.drops().map { ($0.reason, $0.counted) })
+        #expect(counted == ["task_0": 5000, "task_1": 5000, "task_2": 5000, "task_3": 5000, "all": 20_000])
     }
 }

@@ -1,6 +1,13 @@
 /* cairn-ring-child: a process for the ring kill tests.
  *
  * Usage: cairn-ring-child <ring path> <run id> <producer threads> [<silent threads>]
+ *        cairn-ring-child <ring path> drops <threads>
+ *
+ * In the drops form, each thread counts drops one at a time into its own reason
+ * (`t<thread>`) and into one shared reason (`shared`), and every 4096 counts looks up
+ * the next of 16 more reasons (`c0` to `c15`, round and round), racing the other
+ * threads to claim them. After every 64 counts it reports how many it has counted
+ * ('D', thread, total); after each look-up, the slot it got ('N', slot, n).
  *
  * Producer threads append records as fast as they can, each a JSON object naming the
  * run, the thread and a per-thread sequence number, padded with filler derived from
@@ -15,6 +22,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +85,31 @@ static void *producer(void *arg)
     return NULL;
 }
 
+static void *drop_counter(void *arg)
+{
+    uint32_t thread = (uint32_t)(uintptr_t)arg;
+    char name[16];
+    int len = snprintf(name, sizeof name, "t%u", thread);
+    int own = cairn_ring_drop_slot(ring, name, (size_t)len);
+    int shared = cairn_ring_drop_slot(ring, "shared", 6);
+    if (own < 0 || shared < 0) die(8, "drop slot failed\n");
+    for (uint64_t n = 1;; n++) {
+        if (cairn_ring_count_drops(ring, own, 1) != 0 || cairn_ring_count_drops(ring, shared, 1) != 0)
+            die(8, "count failed\n");
+        if (n % 64 == 0) report('D', thread, n);
+        if (n % 4096 == 0) {
+            /* Every thread claims the same names, few enough that the table never
+             * fills: each race must end with one slot per name. */
+            uint32_t c = (uint32_t)(n / 4096 % 16);
+            len = snprintf(name, sizeof name, "c%u", c);
+            int slot = cairn_ring_drop_slot(ring, name, (size_t)len);
+            if (slot < 0) die(8, "claim failed\n");
+            report('N', (uint32_t)slot, c);
+        }
+    }
+    return NULL;
+}
+
 static void *consumer(void *arg)
 {
     (void)arg;
@@ -98,10 +131,41 @@ static void *consumer(void *arg)
     return NULL;
 }
 
+/* Opens the ring the parent has just closed. A process that a test running beside
+ * the parent's is spawning shares the parent's descriptors until it calls exec, and
+ * with them the ring's lock: wait that moment out. */
+static int open_ring(const char *path, const cairn_ring_options_t *opts)
+{
+    int rc = cairn_ring_open(path, opts, &ring);
+    for (int attempt = 0; rc == CAIRN_ELOCKED && attempt < 1000; attempt++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        rc = cairn_ring_open(path, opts, &ring);
+    }
+    return rc;
+}
+
+/* The drops form: threads count drops until the parent kills the process. */
+static int count_drops_until_killed(const char *path, int threads)
+{
+    int rc = open_ring(path, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "open: %s\n", cairn_strerror(rc));
+        return 1;
+    }
+    pthread_t th[16];
+    for (int i = 0; i < threads && i < 16; i++) pthread_create(&th[i], NULL, drop_counter, (void *)(uintptr_t)i);
+    report('S', 0, 0); /* started */
+    pthread_join(th[0], NULL);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[2], "drops") == 0) return count_drops_until_killed(argv[1], atoi(argv[3]));
     if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads> [<silent threads>]\n", argv[0]);
+        fprintf(stderr, "usage: %s <ring path> <run id> <producer threads> [<silent threads>]\n"
+                        "       %s <ring path> drops <threads>\n", argv[0], argv[0]);
         return 2;
     }
     run_id = (unsigned)strtoul(argv[2], NULL, 10);
@@ -110,7 +174,7 @@ int main(int argc, char **argv)
     cairn_ring_options_t opts;
     cairn_ring_options_init(&opts);
     opts.capacity = CAIRN_RING_MIN_CAPACITY; /* small, so runs wrap many times */
-    int rc = cairn_ring_open(argv[1], &opts, &ring);
+    int rc = open_ring(argv[1], &opts);
     if (rc != 0) {
         fprintf(stderr, "open: %s\n", cairn_strerror(rc));
         return 1;

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Reads a Cairn ring file (docs/FORMATS.md, "Ring file", version 1) without Cairn's
-code and prints the payload of every unconsumed data record, one per line.
+code and prints the payload of every unconsumed data record, one per line; with
+--drops, the drop table instead: "reason counted reported" per used slot.
 
-Usage: read_ring.py <ring file>
+Usage: read_ring.py [--drops] <ring file>
 
-Exits 1 with a message on stderr if the file is not a valid version-1 ring or a
-record in the unconsumed window fails its checks.
+Exits 1 with a message on stderr if the file is not a valid version-1 ring, a record
+in the unconsumed window fails its checks, or (with --drops) a used slot of the drop
+table is not well formed.
 """
 import struct
 import sys
@@ -29,7 +31,26 @@ def fail(msg):
     sys.exit(1)
 
 
-def main(path):
+DROP_TABLE, DROP_SLOTS, DROP_SLOT_SIZE = 1024, 64, 48
+CLAIM_NAMED = 2
+REASON_BYTES = b"abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+def print_drops(buf):
+    for i in range(DROP_SLOTS):
+        o = DROP_TABLE + i * DROP_SLOT_SIZE
+        counted, reported, claim = struct.unpack_from("<QQQ", buf, o)
+        if claim & 0xFF != CLAIM_NAMED:
+            continue
+        length, name_crc = (claim >> 8) & 0xFF, claim >> 32
+        name = buf[o + 24:o + 24 + length]
+        if not 1 <= length <= 23 or any(c not in REASON_BYTES for c in name) \
+                or any(buf[o + 24 + length:o + 48]) or crc32c(name) != name_crc or reported > counted:
+            fail("drop table slot %d is not well formed" % i)
+        print("%s %d %d" % (name.decode(), counted, reported))
+
+
+def main(path, drops=False):
     with open(path, "rb") as f:
         buf = f.read()
     if len(buf) < HEADER_SIZE:
@@ -43,6 +64,9 @@ def main(path):
         fail("unsupported version %d (flags %#x)" % (version, flags))
     if len(buf) != HEADER_SIZE + capacity or capacity & (capacity - 1) or salt & 1:
         fail("bad capacity or salt")
+    if drops:
+        print_drops(buf)
+        return
     (write_pos,) = struct.unpack_from("<Q", buf, 64)
     (read_pos,) = struct.unpack_from("<Q", buf, 128)
     if write_pos % 16 or read_pos % 16 or not read_pos <= write_pos <= read_pos + capacity \
@@ -76,6 +100,10 @@ def main(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        fail("usage: read_ring.py <ring file>")
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    want_drops = args[:1] == ["--drops"]
+    if want_drops:
+        args = args[1:]
+    if len(args) != 1:
+        fail("usage: read_ring.py [--drops] <ring file>")
+    main(args[0], want_drops)

@@ -133,24 +133,56 @@ typedef enum cairn_ring_origin {
     CAIRN_RING_CREATED = 0,
     /** A valid ring was reopened with its unconsumed records. */
     CAIRN_RING_REOPENED = 1,
-    /** The file was unreadable as a ring (garbage, truncated, wrong version, zeroed
-     *  header); it was renamed aside and a fresh ring created. */
-    CAIRN_RING_SET_ASIDE = 2
+    /** Nothing in the file could be trusted (no sound header and no intact record), or
+     *  it was written in a newer format; it was renamed aside and a fresh ring
+     *  created. */
+    CAIRN_RING_SET_ASIDE = 2,
+    /** The header was damaged or the file truncated or extended; the header was
+     *  rebuilt (from the records where needed) and every record still proven intact
+     *  by its checksum kept. cairn_ring_stats_t.repairs says what was repaired. */
+    CAIRN_RING_REPAIRED = 3
 } cairn_ring_origin_t;
 
-/** Counters of one open ring. Counts are since cairn_ring_open(). */
+/** @name What cairn_ring_open() repaired (bits of cairn_ring_stats_t.repairs)
+ *  One bit per header field that was rewritten, plus how the window was found. */
+/** @{ */
+#define CAIRN_RING_REPAIR_MAGIC       0x001u /**< magic */
+#define CAIRN_RING_REPAIR_VERSION     0x002u /**< version */
+#define CAIRN_RING_REPAIR_HEADER_SIZE 0x004u /**< header size */
+#define CAIRN_RING_REPAIR_CAPACITY    0x008u /**< capacity (taken from the file size) */
+#define CAIRN_RING_REPAIR_SALT        0x010u /**< salt (inferred from the records) */
+#define CAIRN_RING_REPAIR_FLAGS       0x020u /**< flags */
+#define CAIRN_RING_REPAIR_HEADER_CRC  0x040u /**< header checksum */
+#define CAIRN_RING_REPAIR_WRITE_POS   0x080u /**< write position */
+#define CAIRN_RING_REPAIR_READ_POS    0x100u /**< read position, or its check copy */
+#define CAIRN_RING_REPAIR_FILE_SIZE   0x200u /**< file length (zeros restored or extra bytes cut) */
+/** The read position could not be trusted and was inferred from the records: records
+ *  that had already been consumed may be delivered again (Cairn's events carry ids,
+ *  so a collector drops the duplicates). */
+#define CAIRN_RING_REPAIR_WINDOW_INFERRED 0x400u
+/** @} */
+
+/** Counters of one open ring. Counts are since cairn_ring_open(); the cumulative,
+ *  persistent drop counts are in the drop table (cairn_ring_read_drops()). */
 typedef struct cairn_ring_stats {
     uint64_t capacity;        /**< data capacity in bytes */
     uint64_t used;            /**< bytes between the read and write cursors */
     uint64_t high_water;      /**< largest `used` seen since open */
     uint64_t appended;        /**< records published */
-    uint64_t dropped_full;    /**< appends refused with CAIRN_EFULL */
-    uint64_t dropped_too_big; /**< appends refused with CAIRN_ETOOBIG */
+    uint64_t dropped_full;    /**< appends refused with CAIRN_EFULL since open (also counted,
+                                   persistently, in the drop table as `ring_full`) */
+    uint64_t dropped_too_big; /**< appends refused with CAIRN_ETOOBIG since open (also in the
+                                   drop table, as `ring_too_big`) */
     uint64_t recovered;       /**< unconsumed records found intact at open */
     uint64_t skipped_corrupt; /**< torn or damaged regions skipped at open */
     uint64_t skipped_bytes;   /**< bytes in those regions */
     uint32_t origin;          /**< a cairn_ring_origin_t */
     uint32_t max_record;      /**< largest payload accepted */
+    uint64_t restored_bytes;  /**< bytes a truncated file lacked, restored as zeros at open */
+    uint64_t cut_bytes;       /**< bytes past the end of the ring, cut from a longer file */
+    uint32_t repairs;         /**< CAIRN_RING_REPAIR_* bits; 0 unless origin is REPAIRED */
+    uint32_t repaired_fields; /**< header fields rewritten at open (fields among `repairs`) */
+    uint32_t drop_slots_repaired; /**< drop table slots found damaged at open and fixed */
 } cairn_ring_stats_t;
 
 /** A reservation made by cairn_ring_reserve(); write the payload into `data`. */
@@ -183,18 +215,22 @@ void cairn_ring_options_init(cairn_ring_options_t *opts);
  *
  * A valid ring is reopened: its unconsumed records are kept, records torn by a
  * producer that died mid-write are skipped and counted, and later records are still
- * found. A file that is not a readable ring is renamed to
- * `<path>.corrupt-<unix seconds>-<pid>` and a fresh ring is created in its place. The
- * file's blocks are allocated up front, so writing through the mapping cannot fault
- * on a full disk. The file is locked (flock) for as long as the handle is open.
+ * found. The file is never trusted: a damaged header is rebuilt (the salt and the
+ * cursors from the records, whose own checksums prove them intact), a truncated file
+ * is extended back with zeros and a longer one cut to size, and the origin is then
+ * CAIRN_RING_REPAIRED. Only a file in which nothing can be trusted (no sound header
+ * and no intact record), or one of a newer format, is renamed to
+ * `<path>.corrupt-<unix seconds>-<pid>` and replaced by a fresh ring. The file's
+ * blocks are allocated up front, so writing through the mapping cannot fault on a
+ * full disk. The file is locked (flock) for as long as the handle is open.
  *
  * @param path  File path, NUL-terminated; its directory must exist.
  * @param opts  Options, or NULL for the defaults.
  * @param out   Receives the handle on success, NULL on failure.
  * @return 0; CAIRN_EINVAL for a NULL argument or an option out of range;
  *         CAIRN_ELOCKED if another handle owns the file; CAIRN_ENOMEM; or an errno
- *         value from open, flock, fallocate, mmap or rename (ENOSPC when the disk
- *         cannot hold the ring).
+ *         value from open, flock, fallocate, ftruncate, mmap or rename (ENOSPC when the
+ *         disk cannot hold the ring).
  *
  * Ownership: the caller owns the handle and releases it with cairn_ring_close().
  * Thread-safety: safe from any thread; each call makes an independent handle.
@@ -368,6 +404,100 @@ int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
  * Async-signal-safe: yes.
  */
 uint64_t cairn_ring_id(const cairn_ring_t *ring);
+
+/* ------------------------------------------------------------------------------ */
+/* Drop table                                                                       */
+/* ------------------------------------------------------------------------------ */
+
+/** Number of slots in a ring's drop table. */
+#define CAIRN_RING_DROP_SLOTS 64
+/** Longest drop reason, in bytes (`[a-z0-9_]`). */
+#define CAIRN_RING_DROP_REASON_MAX 23
+/** The catch-all slot, reason `other`: drops whose reason finds no free slot. */
+#define CAIRN_RING_DROP_OTHER 63 /* CAIRN_RING_DROP_SLOTS - 1 */
+
+/** One used slot of the drop table, as read by cairn_ring_read_drops(). */
+typedef struct cairn_ring_drop {
+    char reason[CAIRN_RING_DROP_REASON_MAX + 1]; /**< NUL-terminated, `[a-z0-9_]` */
+    int32_t slot;      /**< slot index, for cairn_ring_count_drops() and _mark_reported() */
+    uint64_t counted;  /**< drops counted since the ring file was created */
+    uint64_t reported; /**< drops known to be reported (<= counted) */
+} cairn_ring_drop_t;
+
+/**
+ * Finds the drop table slot of `reason`, claiming a free one for a new reason.
+ *
+ * The ring file's header holds a table of named drop counters that survive the
+ * process (SIGKILL included): producers count what they shed with
+ * cairn_ring_count_drops(), the consumer reads them with cairn_ring_read_drops() and
+ * records with cairn_ring_mark_reported() how many have been reported. Look a reason's
+ * slot up once and keep it; counting into a known slot is one atomic add. The ring
+ * itself counts its refusals as `ring_full` (CAIRN_EFULL) and `ring_too_big`
+ * (CAIRN_ETOOBIG).
+ *
+ * @param ring    The ring.
+ * @param reason  The reason's bytes, `[a-z0-9_]`, not NUL-terminated.
+ * @param len     Their number, 1 to CAIRN_RING_DROP_REASON_MAX.
+ * @return The slot index (>= 0). When the table is full, CAIRN_RING_DROP_OTHER, the
+ *         catch-all slot `other` (the reason `other` always maps to it).
+ *         CAIRN_EINVAL for a NULL argument or a reason that is empty, too long or has
+ *         a byte outside `[a-z0-9_]`.
+ *
+ * Ownership: the bytes are copied into the table.
+ * Thread-safety: safe from any number of threads (lock-free); concurrent calls with
+ *                the same reason return the same slot.
+ * Async-signal-safe: yes (atomics only, no allocation, no locks, no system calls).
+ */
+int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len);
+
+/**
+ * Adds `n` drops to the counter of `slot`.
+ *
+ * @param ring  The ring.
+ * @param slot  A slot returned by cairn_ring_drop_slot() on this ring.
+ * @param n     Number of drops.
+ * @return 0; CAIRN_EINVAL for a NULL ring or a slot that is out of range or unclaimed.
+ *
+ * Ownership: nothing is retained; the count lives in the ring file.
+ * Thread-safety: safe from any number of threads (one relaxed atomic add).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n);
+
+/**
+ * Copies the used slots of the drop table, in slot order.
+ *
+ * @param ring  The ring.
+ * @param out   Array receiving up to `max` slots; may be NULL when `max` is 0.
+ * @param max   Capacity of `out`; CAIRN_RING_DROP_SLOTS always suffices.
+ * @return The number of used slots (which may exceed `max`: only `max` are copied),
+ *         or CAIRN_EINVAL for a NULL ring, or a NULL `out` with `max` > 0.
+ *
+ * Ownership: the caller owns `out`.
+ * Thread-safety: safe from any thread; each slot's values are read individually
+ *                (`reported` is clamped to `counted`).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size_t max);
+
+/**
+ * Records that the drops of `slot` up to `reported` (a `counted` value read earlier)
+ * have been reported in a request that was acknowledged or stored. The next report
+ * then needs only `counted - reported`, even after a restart. Never moves backwards:
+ * a value below the current one is ignored.
+ *
+ * @param ring      The ring.
+ * @param slot      A used slot.
+ * @param reported  The new reported count, at most the slot's `counted`.
+ * @return 0; CAIRN_EINVAL for a NULL ring, a slot out of range or unclaimed, or a
+ *         value above `counted`.
+ *
+ * Ownership: nothing is retained; the value lives in the ring file.
+ * Thread-safety: the ring's single consumer only (with cairn_ring_peek() and
+ *                cairn_ring_commit()).
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_mark_reported(cairn_ring_t *ring, int slot, uint64_t reported);
 
 /* ------------------------------------------------------------------------------ */
 /* Batch frames                                                                     */
