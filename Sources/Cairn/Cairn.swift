@@ -130,7 +130,7 @@ public final class Cairn: @unchecked Sendable {
     struct FirstEvents {
         var byFingerprint: [UInt64: Event] = [:]
     }
-    let drops = DropCounters()
+    let drops: DropCounters
     private let state: Locked<State>
     private let background: BackgroundWork
 
@@ -155,6 +155,7 @@ public final class Cairn: @unchecked Sendable {
         self.crash = crash
         sessionID = crash?.sessionID ?? ""
         self.ring = ring
+        drops = DropCounters(ring: ring)
         self.startError = startError
         let stats = ring?.stats()
         fastPathLimit = min(16 << 10, Int(stats?.maxRecord ?? 0))
@@ -296,7 +297,6 @@ public final class Cairn: @unchecked Sendable {
                 for d in destinations { d.receive(events) }
             }
         }
-        let counters = drops
         var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
                                             maxBatchEvents: options.maxBatchEvents,
                                             maxBatchBytes: options.maxBatchBytes, maxBatchAge: options.maxBatchAge)
@@ -305,7 +305,6 @@ public final class Cairn: @unchecked Sendable {
         uploadOptions.storeOnly = options.uploadURL == nil
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
-        uploadOptions.extraDrops = { counters.snapshot() }
         let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? CurlTransport(),
                                 options: uploadOptions)
         state.withLock {
@@ -409,11 +408,38 @@ public final class Cairn: @unchecked Sendable {
             p["start_ms"] = .double((Double(startNanos) / 1e3).rounded() / 1e3)
             p["ring_recovered"] = .int(Int64(clamping: r.recovered))
             p["ring_skipped_corrupt"] = .int(Int64(clamping: r.skippedCorrupt))
+            p["ring_open"] = .string(Self.originName(r.origin))
+            if r.origin == .repaired { p["ring_repaired"] = .array(Self.repairNames(r.repairs).map { .string($0) }) }
+            if let damage = state.withLock({ $0.store })?.stats.damage {
+                p["store_damage"] = .string(damage.found)
+                p["store_requests_lost"] = damage.lost.map { .int(Int64($0)) } ?? .null
+                p["store_requests_salvaged"] = .int(Int64(damage.salvaged))
+            }
         }
         if final { p["final"] = true }
         submit(Event(type: .health, name: "sdk_health", properties: p, timeMillis: EventClock.nowMillis(),
                      identity: currentIdentity(nil), sessionID: sessionID, tier: .important))
         return now
+    }
+
+    static func originName(_ origin: Ring.Origin) -> String {
+        switch origin {
+        case .created: return "created"
+        case .reopened: return "reopened"
+        case .setAside: return "set_aside"
+        case .repaired: return "repaired"
+        }
+    }
+
+    /// What a ring repair rewrote, as names (docs/FORMATS.md, "SDK health").
+    static func repairNames(_ r: Ring.Repairs) -> [String] {
+        let names: [(Ring.Repairs, String)] = [
+            (.magic, "magic"), (.version, "version"), (.headerSize, "header_size"), (.capacity, "capacity"),
+            (.salt, "salt"), (.flags, "flags"), (.headerChecksum, "header_checksum"),
+            (.writePosition, "write_position"), (.readPosition, "read_position"), (.fileSize, "file_size"),
+            (.windowInferred, "window_inferred"),
+        ]
+        return names.filter { r.contains($0.0) }.map(\.1)
     }
 
     private func reportPreviousRuns(_ uploader: Uploader) {
@@ -768,7 +794,15 @@ public final class Cairn: @unchecked Sendable {
         return true
     }
 
-    /// Drops by reason since start (sampled, filtered, deduplicated, sanitiser and
-    /// privacy changes, ...), as reported in the `Cairn-Dropped` header.
-    public var dropCounts: [String: Int] { drops.snapshot() }
+    /// Drops by reason since start, in events, in this process: what the processor
+    /// refused (sampled, filtered, deduplicated, overload), what the rules changed,
+    /// and what the uploader dropped (a final 4xx, store evictions, damage found at
+    /// start). The same drops are also kept in the ring file until a request has
+    /// reported them to the collector (`Cairn-Dropped`), so a process killed before
+    /// that still has them reported by the next one.
+    public var dropCounts: [String: Int] {
+        var all = drops.snapshot()
+        for (reason, n) in state.withLock({ $0.uploader })?.stats.dropped ?? [:] { all[reason, default: 0] += n }
+        return all
+    }
 }

@@ -3,30 +3,43 @@ import CairnStore
 import Foundation
 import Glibc
 
-/// Drops and changes counted by reason, reported with every batch.
+/// Drops and changes counted by reason: in memory for `dropCounts` and `sdk_health`
+/// (this process), and in the ring's drop table, which survives a `kill -9` until a
+/// request has reported them (the `Cairn-Dropped` header).
 final class DropCounters: Sendable {
     /// In a plain struct, so that creating the counters at start needs no runtime
     /// lookup of `String: Hashable` (as `Locked<[String: Int]>` would).
     private struct Counts {
         var byReason: [String: Int] = [:]
+        var slots: [String: Int32] = [:]
     }
 
     private let counts = Locked(Counts())
+    private let ring: Ring?
+
+    /// Counters that also count into `ring`'s drop table (nil: in memory only).
+    init(ring: Ring?) { self.ring = ring }
 
     func add(_ reason: String, _ n: Int) {
         guard n > 0 else { return }
-        counts.withLock { $0.byReason[reason, default: 0] += n }
+        let slot = counts.withLock { c -> Int32? in
+            c.byReason[reason, default: 0] += n
+            guard let ring else { return nil }
+            if let slot = c.slots[reason] { return slot }
+            let slot = ring.dropSlot(reason) ?? Ring.otherDropSlot
+            c.slots[reason] = slot
+            return slot
+        }
+        if let slot { ring?.countDrops(slot: slot, UInt64(n)) }
     }
 
     func add(_ c: RuleCounts) {
-        counts.withLock { m in
-            for (reason, n) in [("non_finite", c.droppedNonFinite), ("string_truncated", c.truncatedStrings),
-                                ("key_truncated", c.truncatedKeys), ("key_dropped", c.droppedKeys),
-                                ("too_deep", c.droppedDepth), ("array_truncated", c.truncatedArrays),
-                                ("text_repaired", c.repairedUTF8), ("privacy_redacted", c.redactedKeys),
-                                ("privacy_masked", c.maskedValues), ("cycle_cut", c.cutCycles)] where n > 0 {
-                m.byReason[reason, default: 0] += n
-            }
+        for (reason, n) in [("non_finite", c.droppedNonFinite), ("string_truncated", c.truncatedStrings),
+                            ("key_truncated", c.truncatedKeys), ("key_dropped", c.droppedKeys),
+                            ("too_deep", c.droppedDepth), ("array_truncated", c.truncatedArrays),
+                            ("text_repaired", c.repairedUTF8), ("privacy_redacted", c.redactedKeys),
+                            ("privacy_masked", c.maskedValues), ("cycle_cut", c.cutCycles)] where n > 0 {
+            add(reason, n)
         }
     }
 

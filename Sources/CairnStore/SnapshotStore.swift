@@ -148,6 +148,11 @@ public final class SnapshotStore: @unchecked Sendable {
         public var evictedAge: Int
         /// Snapshots evicted to stay under the size cap, since open, by priority.
         public var evictedSize: [Priority: Int]
+        /// Events in the snapshots evicted for age, since open (the record count of
+        /// each batch; 1 for a body that is not a batch frame).
+        public var evictedAgeEvents: Int
+        /// Events in the snapshots evicted to stay under the size cap, since open.
+        public var evictedSizeEvents: Int
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
         public var failedPuts: Int
@@ -166,6 +171,8 @@ public final class SnapshotStore: @unchecked Sendable {
         var count: Int
         var evictedAge = 0
         var evictedSize: [Priority: Int] = [:]
+        var evictedAgeEvents = 0
+        var evictedSizeEvents = 0
         var failedPuts = 0
         var sequence: UInt64
     }
@@ -303,6 +310,7 @@ public final class SnapshotStore: @unchecked Sendable {
                         s.bytes -= v.size
                         s.count -= 1
                         s.evictedSize[v.priority, default: 0] += 1
+                        s.evictedSizeEvents += v.events
                     }
                     s.bytes += size
                     s.count += 1
@@ -369,14 +377,14 @@ public final class SnapshotStore: @unchecked Sendable {
     public func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
         let ageMillis = UInt64(max(0, options.maxAge.components.seconds)) * 1000
         let cutoff = now > ageMillis ? now - ageMillis : 0
-        var evicted: [(key: [UInt8], size: Int)] = []
+        var evicted: [(key: [UInt8], size: Int, events: Int)] = []
         try write({ txn throws(StoreError) in
             evicted = []
             try Self.forEach(txn, self.snapshots) { key, value in
                 guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
                 // Keys are time-ordered, so the first young one ends the scan.
                 if s.createdAt >= cutoff { return false }
-                evicted.append((key, key.count + value.count))
+                evicted.append((key, key.count + value.count, Self.events(in: s.request.body)))
                 return true
             }
             for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
@@ -386,6 +394,7 @@ public final class SnapshotStore: @unchecked Sendable {
                 $0.bytes -= freed
                 $0.count -= evicted.count
                 $0.evictedAge += evicted.count
+                $0.evictedAgeEvents += evicted.reduce(0) { $0 + $1.events }
             }
         })
         return evicted.count
@@ -401,6 +410,7 @@ public final class SnapshotStore: @unchecked Sendable {
     public var stats: Stats {
         state.withLock { s in
             Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
+                  evictedAgeEvents: s.evictedAgeEvents, evictedSizeEvents: s.evictedSizeEvents,
                   failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize)
         }
     }
@@ -442,6 +452,13 @@ public final class SnapshotStore: @unchecked Sendable {
         let key: [UInt8]
         let size: Int
         let priority: Priority
+        var events = 0
+    }
+
+    /// The events a stored body holds: its batch frame's record count, or 1 for a body
+    /// that is not a batch (it was still one request's worth of data).
+    static func events(in body: [UInt8]) -> Int {
+        (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
     }
 
     /// Makes room for `incoming` bytes under the size cap inside `txn`: deletes the
@@ -469,7 +486,13 @@ public final class SnapshotStore: @unchecked Sendable {
             excess -= c.size
         }
         if excess > 0 { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
-        for v in victims { try Self.del(txn, snapshots, key: v.key) }
+        for i in victims.indices {
+            if let value = try Self.get(txn, snapshots, key: victims[i].key) {
+                victims[i].events = SnapshotCodec.decode(id: SnapshotID(bytes: victims[i].key), value)
+                    .map { Self.events(in: $0.request.body) } ?? 1
+            }
+            try Self.del(txn, snapshots, key: victims[i].key)
+        }
         return victims
     }
 

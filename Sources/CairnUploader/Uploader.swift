@@ -44,9 +44,6 @@ public struct UploaderOptions: Sendable {
     /// thread, before it is sent or stored (other destinations of the same events).
     /// Records recovered after a crash may be seen again: at least once.
     public var tap: (@Sendable ([[UInt8]]) -> Void)?
-    /// Drops counted outside the uploader (by reason), reported with its own in the
-    /// `Cairn-Dropped` header.
-    public var extraDrops: (@Sendable () -> [String: Int])?
     /// Whether a stored request is sent to the current ``url`` with the current
     /// ``apiKey`` (true, the default), or to the URL and key it was built with. Its body
     /// and `Idempotency-Key` never change either way.
@@ -62,7 +59,7 @@ public struct UploaderOptions: Sendable {
                 requestTimeout: Duration = .seconds(30), syncInterval: Duration = .seconds(5),
                 priority: Priority = .sampled, compressionLevel: Int32 = 1, debugLogging: Bool = false,
                 observer: (any UploadObserver)? = nil, sdkVersion: String = cairnVersion, storeOnly: Bool = false,
-                tap: (@Sendable ([[UInt8]]) -> Void)? = nil, extraDrops: (@Sendable () -> [String: Int])? = nil) {
+                tap: (@Sendable ([[UInt8]]) -> Void)? = nil) {
         self.url = url
         self.apiKey = apiKey
         self.maxBatchEvents = max(1, maxBatchEvents)
@@ -82,7 +79,6 @@ public struct UploaderOptions: Sendable {
         self.sdkVersion = sdkVersion
         self.storeOnly = storeOnly
         self.tap = tap
-        self.extraDrops = extraDrops
     }
 }
 
@@ -159,7 +155,10 @@ public final class Uploader: @unchecked Sendable {
     private let clock = ContinuousClock()
 
     // Worker-only state.
-    private var pending: (request: UploadRequest, next: UInt64, events: Int, mark: RingBatchMark)?
+    private var pending: (request: UploadRequest, next: UInt64, events: Int, mark: RingBatchMark,
+                          reported: [DropReport])?
+    /// Store evictions already counted into the ring's drop table (age, size), in events.
+    private var evictionsCounted = (age: 0, size: 0)
     private var breaker: CircuitBreaker
     private var encoder: FrameEncoder?
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
@@ -257,7 +256,8 @@ public final class Uploader: @unchecked Sendable {
     /// themselves.
     public func buildRequest(records: [[UInt8]]) throws(CairnError) -> UploadRequest {
         let encoder = try FrameEncoder(level: options.compressionLevel)
-        return makeRequest(body: try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), records: records))
+        return makeRequest(body: try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), records: records),
+                           reportingDrops: false).request
     }
 
     /// Hands over a complete request body (for example a batch built elsewhere): it
@@ -270,7 +270,7 @@ public final class Uploader: @unchecked Sendable {
     public func sendPrebuilt(body: [UInt8], contentEncoding: String = "zstd",
                              priority: Priority = .important) throws(StoreError) -> UploadRequest {
         guard let store else { throw StoreError(ENODEV, function: "Uploader.sendPrebuilt (no snapshot store)") }
-        var request = makeRequest(body: body)
+        var request = makeRequest(body: body, reportingDrops: false).request
         if let i = request.headers.firstIndex(where: { $0.name == "Content-Encoding" }) {
             request.headers[i].value = contentEncoding
         }
@@ -279,7 +279,18 @@ public final class Uploader: @unchecked Sendable {
         return request
     }
 
-    private func makeRequest(body: [UInt8], key: String = UUID().uuidString.lowercased()) -> UploadRequest {
+    /// A drop table slot's counter as reported by a request.
+    struct DropReport {
+        var slot: Int32
+        var counted: UInt64
+    }
+
+    /// Builds a request. With `reportingDrops` (the worker's batches only, so that one
+    /// thread decides what is reported), a `Cairn-Dropped` header carries every drop the
+    /// ring's table has not reported yet, and the counts it carries are returned, to be
+    /// marked reported once the request is acknowledged or stored.
+    private func makeRequest(body: [UInt8], key: String = UUID().uuidString.lowercased(),
+                             reportingDrops: Bool) -> (request: UploadRequest, reported: [DropReport]) {
         var headers = [
             HTTPHeader("Content-Type", "application/x-ndjson"),
             HTTPHeader("Content-Encoding", "zstd"),
@@ -287,9 +298,19 @@ public final class Uploader: @unchecked Sendable {
             HTTPHeader("User-Agent", "cairn-swift/\(options.sdkVersion)"),
         ]
         if let apiKey = options.apiKey { headers.append(HTTPHeader("Authorization", "Bearer \(apiKey)")) }
-        let drops = dropSummary()
-        if !drops.isEmpty { headers.append(HTTPHeader("Cairn-Dropped", drops)) }
-        return UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key)
+        var reported: [DropReport] = []
+        if reportingDrops {
+            var counts: [String: UInt64] = [:]
+            for d in ring.drops() where d.unreported > 0 {
+                counts[d.reason, default: 0] += d.unreported
+                reported.append(DropReport(slot: d.slot, counted: d.counted))
+            }
+            if !counts.isEmpty {
+                let text = counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+                headers.append(HTTPHeader("Cairn-Dropped", text))
+            }
+        }
+        return (UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key), reported)
     }
 
     /// `request` as it goes out now: with ``UploaderOptions/followDestination``, to the
@@ -303,23 +324,19 @@ public final class Uploader: @unchecked Sendable {
         return r
     }
 
-    /// Every drop so far, by reason, as `reason=count` pairs: they ride along with each
-    /// new batch so the collector sees what the SDK lost and why.
-    private func dropSummary() -> String {
-        var all = state.withLock { $0.stats.dropped }
-        for (reason, n) in options.extraDrops?() ?? [:] where n > 0 { all[reason, default: 0] += n }
-        let r = ring.stats()
-        if r.droppedFull > 0 { all["ring_full"] = Int(r.droppedFull) }
-        if r.droppedTooBig > 0 { all["ring_too_big"] = Int(r.droppedTooBig) }
-        if r.skippedCorrupt > 0 { all["ring_corrupt"] = Int(r.skippedCorrupt) }
-        if let s = store?.stats {
-            // Requests lost to damage (at least one when their number is unknown).
-            if let d = s.damage { all["store_corrupt"] = max(1, d.lost ?? 1) }
-            if s.evictedAge > 0 { all["store_age"] = s.evictedAge }
-            let bySize = s.evictedSize.values.reduce(0, +)
-            if bySize > 0 { all["store_size"] = bySize }
-        }
-        return all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+    /// The drops a request carried are reported: it was acknowledged, refused for
+    /// good, or stored (a stored request keeps its header).
+    private func markReported(_ reported: [DropReport]) {
+        for r in reported { try? ring.markReported(slot: r.slot, upTo: r.counted) }
+    }
+
+    /// Counts what the store evicted since the last look into the drop table, in
+    /// events: `store_age`, `store_size`.
+    private func countEvictions() {
+        guard let s = store?.stats else { return }
+        count(drop: "store_age", s.evictedAgeEvents - evictionsCounted.age)
+        count(drop: "store_size", s.evictedSizeEvents - evictionsCounted.size)
+        evictionsCounted = (s.evictedAgeEvents, s.evictedSizeEvents)
     }
 
     // MARK: The worker
@@ -336,7 +353,15 @@ public final class Uploader: @unchecked Sendable {
             if let n = store?.stats.count, n > 0 { notes.append("snapshot store: \(n) requests to replay") }
             for note in notes { FileHandle.standardError.write(Data("[cairn] \(note)\n".utf8)) }
         }
+        // Damage found when the ring and the store were opened is counted once, in the
+        // drop table, so that it is reported even if this process is killed soon.
+        let r = ring.stats()
+        count(drop: "ring_corrupt", Int(r.skippedCorrupt))
+        if r.origin == .setAside { count(drop: "ring_set_aside", 1) }
+        // Requests the salvage could not prove intact (one when their number is unknown).
+        if let d = store?.stats.damage { count(drop: "store_corrupt", d.lost ?? 1) }
         _ = try? store?.evictExpired()
+        countEvictions()
         resumeMarkedBatch()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
@@ -403,7 +428,8 @@ public final class Uploader: @unchecked Sendable {
             let body = try encoder.encode(batchID: mark.batchID, run: run)
             if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
             try? store?.setMetadata(RingBatchMark.metadataKey, mark.encoded())
-            pending = (makeRequest(body: body, key: mark.key), run.next, run.records.count, mark)
+            let built = makeRequest(body: body, key: mark.key, reportingDrops: true)
+            pending = (built.request, run.next, run.records.count, mark, built.reported)
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
@@ -445,11 +471,13 @@ public final class Uploader: @unchecked Sendable {
             switch attemptOnce(request, attempt: attempt) {
             case .delivered:
                 try? ring.commit(upTo: next)
+                markReported(pending?.reported ?? [])
                 pending = nil
                 state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += events }
                 return
             case .drop(let reason):
                 try? ring.commit(upTo: next)
+                markReported(pending?.reported ?? [])
                 pending = nil
                 count(drop: reason, events)
                 return
@@ -479,7 +507,9 @@ public final class Uploader: @unchecked Sendable {
             try store.put(request, priority: options.priority, attempts: UInt32(made),
                           metadata: [(RingBatchMark.metadataKey, mark.encoded())])
             try? ring.commit(upTo: next)
+            markReported(p.reported)
             pending = nil
+            countEvictions()
             state.withLock { $0.stats.storedBatches += 1 }
         } catch {
             // The store is full or the disk is: the records stay in the ring and this
@@ -586,8 +616,12 @@ public final class Uploader: @unchecked Sendable {
 
     // MARK: Coordination
 
+    /// Counts `n` drops: in this uploader's stats, and in the ring's drop table, which
+    /// outlives the process until a request has reported them.
     private func count(drop reason: String, _ n: Int) {
+        guard n > 0 else { return }
         state.withLock { $0.stats.dropped[reason, default: 0] += n }
+        ring.countDrops(slot: ring.dropSlot(reason) ?? Ring.otherDropSlot, UInt64(n))
     }
 
     private func markIdle() {

@@ -241,7 +241,8 @@ import Testing
 }
 
 /// The uploader's hooks for the public API: store-only mode (no upload URL), the tap
-/// feeding other destinations, and drops counted elsewhere riding in `Cairn-Dropped`.
+/// feeding other destinations, and drops counted in the ring's drop table (by the SDK,
+/// or by a process since killed) riding in `Cairn-Dropped` once.
 @Suite(.serialized) struct UploaderHookTests {
     @Test func storeOnlyKeepsBatchesWithoutSending() throws {
         let collector = try CollectorProcess()
@@ -262,14 +263,17 @@ import Testing
         #expect(records == (0..<25).map { UploaderTests.event($0) })
     }
 
-    @Test func tapSeesEveryRecordAndExtraDropsAreReported() throws {
+    @Test func tapSeesEveryRecordAndTableDropsAreReportedOnce() throws {
         let collector = try CollectorProcess()
         let box = UploaderTests.Sandbox()
         let ring = try box.ring()
         let seen = Locked<[[UInt8]]>([])
         var options = UploaderTests.options(collector)
         options.tap = { records in seen.withLock { $0 += records } }
-        options.extraDrops = { ["sampled": 7, "filtered": 0] }
+        // Drops an earlier process counted and never reported.
+        let sampled = try #require(ring.dropSlot("sampled"))
+        ring.countDrops(slot: sampled, 7)
+        _ = ring.dropSlot("filtered")
         let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(), options: options)
         for i in 0..<250 { try ring.append(UploaderTests.event(i)) }
         uploader.start()
@@ -277,6 +281,9 @@ import Testing
         uploader.shutdown(timeout: .seconds(5))
         #expect(seen.withLock { $0 } == (0..<250).map { UploaderTests.event($0) }, "in order, each once")
         let attempts = try collector.requests()
-        #expect(!attempts.isEmpty && attempts.allSatisfy { $0.headerValues("Cairn-Dropped") == ["sampled=7"] })
+        #expect(attempts.count >= 2)
+        #expect(attempts.first?.headerValues("Cairn-Dropped") == ["sampled=7"])
+        #expect(attempts.dropFirst().allSatisfy { $0.headerValues("Cairn-Dropped").isEmpty }, "reported once")
+        #expect(ring.drops().first { $0.reason == "sampled" }.map { $0.reported == 7 && $0.unreported == 0 } == true)
     }
 }
