@@ -1,4 +1,5 @@
 // Tests of the batch frame C API (frame.c), called directly.
+import CairnTestSupport
 import CCairn
 import CZstd
 import Testing

@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CCairn
 import Foundation
 import Testing

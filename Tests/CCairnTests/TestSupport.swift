@@ -74,18 +74,6 @@ struct Unchecked<T>: @unchecked Sendable {
     init(_ value: T) { self.value = value }
 }
 
-/// Deterministic pseudo-random numbers (SplitMix64), so a failing case can be replayed.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Runs a command to completion, returning its exit status and standard output.
 func run(_ argv: [String], stdin: Data? = nil) throws -> (status: Int32, stdout: Data, stderr: Data) {

@@ -40,7 +40,7 @@ import Testing
         }
 
         static func noise(_ b: inout [UInt8], _ range: Range<Int>, seed: UInt64) {
-            var rng = SplitMix64(seed)
+            var rng = SplitMix(seed: seed)
             for i in range where i < b.count { b[i] = UInt8.random(in: 0...255, using: &rng) }
         }
     }
@@ -70,7 +70,7 @@ import Testing
         },
         Damage("random bytes over the last quarter") { b, _ in Damage.noise(&b, (b.count * 3 / 4)..<b.count, seed: 13) },
         Damage("300 bytes flipped at random places") { b, _ in
-            var rng = SplitMix64(14)
+            var rng = SplitMix(seed: 14)
             for _ in 0..<300 { b[Int.random(in: 0..<b.count, using: &rng)] ^= UInt8.random(in: 1...255, using: &rng) }
         },
         Damage("garbage lock.mdb", reported: { _ in false },
@@ -182,7 +182,7 @@ import Testing
     /// the mix of sizes, deletions, retries, evictions and map growth.
     @Test func ordinaryUseNeverReadsAsDamage() throws {
         let dir = Scratch()
-        var rng = SplitMix64(99)
+        var rng = SplitMix(seed: 99)
         let encoder = try FrameEncoder()
         var ids: [SnapshotID] = []
         for round in 0..<8 {
@@ -451,7 +451,7 @@ struct Template: Sendable {
     static let shared = Result { try Template() }
 
     /// A JSON record with 304 hex digits of noise, so batches do not shrink to nothing.
-    static func record(_ n: Int, _ i: Int, _ rng: inout SplitMix64) -> [UInt8] {
+    static func record(_ n: Int, _ i: Int, _ rng: inout SplitMix) -> [UInt8] {
         let digits = Array("0123456789abcdef".utf8)
         var out = Array(#"{"event":"e\#(n)-\#(i)","noise":""#.utf8)
         for _ in 0..<19 {
@@ -466,7 +466,7 @@ struct Template: Sendable {
 
     private init() throws {
         let dir = Scratch()
-        var rng = SplitMix64(7)
+        var rng = SplitMix(seed: 7)
         let encoder = try FrameEncoder()
         var contents = Set<[UInt8]>()
         let decoder = try FrameDecoder(maxContentSize: 64 << 20)
@@ -520,15 +520,3 @@ struct Template: Sendable {
     }
 }
 
-/// A small seeded generator (SplitMix64), so every damage is the same on every run.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(_ seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

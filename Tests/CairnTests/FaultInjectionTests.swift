@@ -43,7 +43,7 @@ import Testing
             let fd = open(path, O_WRONLY)
             guard fd >= 0 else { throw POSIXError(.ENOENT) }
             defer { close(fd) }
-            var g = SeededGenerator(seed: UInt64(offset + count))
+            var g = SplitMix(seed: UInt64(offset + count))
             let bytes = (0..<count).map { _ in random ? UInt8.random(in: 0...255, using: &g) : 0 }
             guard pwrite(fd, bytes, count, off_t(offset)) == count else { throw POSIXError(.EIO) }
         }
@@ -145,18 +145,5 @@ import Testing
                 .map { String(describing: $0["properties"] ?? "") }.joined()
             #expect(headers.contains(reason + "=") || health.contains(reason), "\(reason) reported: \(headers)")
         }
-    }
-}
-
-/// A small deterministic generator, so a damage is the same on every run.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &+ 0x9E37_79B9_7F4A_7C15 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
