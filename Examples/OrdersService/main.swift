@@ -37,13 +37,8 @@ struct OrderService {
 }
 
 let crash = CommandLine.arguments.contains("--crash")
-let cairn: Cairn
-do {
-    cairn = try Cairn.start(.fromEnvironment())
-} catch {
-    FileHandle.standardError.write(Data("orders-service: \(error)\n".utf8))
-    exit(1)
-}
+// Telemetry never stops the service: a bad option gives a disabled SDK and a note.
+let cairn = Cairn.startOrDisabled(.fromEnvironment())
 print("orders-service: session \(cairn.sessionID)")
 let service = OrderService(cairn: cairn)
 var orders = [Order(id: 101, items: [9.5, 3, 12], customerEmail: "jane.doe@example.com"),

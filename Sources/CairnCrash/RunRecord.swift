@@ -167,8 +167,15 @@ final class LockedFile {
             throw .io("flock \(tmp)", e)
         }
         let file = LockedFile(path: path, fd: fd)
-        try file.append(line)
-        guard rename(tmp, path) == 0 else { throw .io("rename \(tmp)", errno) }
+        do throws(CrashCaptureError) {
+            try file.append(line)
+            guard rename(tmp, path) == 0 else { throw .io("rename \(tmp)", errno) }
+        } catch {
+            // A start that failed (a full disk) leaves no record behind: it would be
+            // reported later as a run that ended abnormally, and no such run happened.
+            unlink(tmp)
+            throw error
+        }
         return file
     }
 

@@ -9,6 +9,20 @@ import Testing
 @Suite(.serialized) struct LifecycleTests {
     typealias Child = ServiceProcessTests
 
+    /// Runs a system command (mount, umount), quietly.
+    enum DiskFull {
+        static func run(_ argv: [String]) -> Int32 {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            p.arguments = argv
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            do { try p.run() } catch { return -1 }
+            p.waitUntilExit()
+            return p.terminationStatus
+        }
+    }
+
     /// A child running in the background, for signals.
     final class Running {
         let process = Process()
@@ -171,6 +185,31 @@ import Testing
                                                       "CAIRN_DISABLED": "1", "CAIRN_TEST_SAFE_START": "1"])
         #expect(off.status == 0 && off.err.isEmpty, "\(off.err)")
         #expect(!FileManager.default.fileExists(atPath: dir.path), "a disabled SDK writes nothing")
+    }
+
+    /// A start on a full disk fails with an error (or, failure-safe, a disabled SDK) and
+    /// leaves nothing behind that a later start would report as a run that ended
+    /// abnormally. (Mounts a small tmpfs: needs root, as on CI.)
+    @Test func aStartOnAFullDiskLeavesNoRunBehind() throws {
+        let mount = Child.DataDir()
+        try FileManager.default.createDirectory(atPath: mount.path, withIntermediateDirectories: true)
+        try #require(DiskFull.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mount.path]) == 0,
+                     "mounting a tmpfs needs root")
+        defer { _ = DiskFull.run(["umount", "-l", mount.path]) }
+        let dir = mount.path + "/data"
+        try FileManager.default.createDirectory(atPath: dir + "/crash", withIntermediateDirectories: true)
+        // Fill the disk.
+        _ = FileManager.default.createFile(atPath: mount.path + "/filler", contents: nil)
+        let filler = try FileHandle(forWritingTo: URL(fileURLWithPath: mount.path + "/filler"))
+        while (try? filler.write(contentsOf: Data(count: 4096))) != nil {}
+        try? filler.close()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir]
+        let failed = try Child.child(["run", "1"], env: env)
+        #expect(failed.status == 1 && failed.err.contains("storage"), "\(failed.err)")
+        let safe = try Child.child(["run", "1"], env: env.merging(["CAIRN_TEST_SAFE_START": "1"]) { $1 })
+        #expect(safe.status == 0 && safe.err.contains("not started"), "\(safe.err)")
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: dir + "/crash")) ?? []
+        #expect(left.filter { $0.hasPrefix("run-") }.isEmpty, "no run record left: \(left)")
     }
 
     /// `shutdown(timeout:)` returns by its deadline with a collector that never
