@@ -142,6 +142,11 @@ public final class Cairn: @unchecked Sendable {
         var startError: String?
         var ready = false
         var stopped = false
+        /// `shutdown` stopped waiting for the background start: it must not start the
+        /// uploader after that.
+        var startAbandoned = false
+        /// What the first `shutdown` returned, once it has finished.
+        var shutdownResult: Bool?
         /// How long `start` took on the caller's thread, for the first `sdk_health`.
         var startNanos: UInt64 = 0
     }
@@ -307,9 +312,18 @@ public final class Cairn: @unchecked Sendable {
         uploadOptions.tap = tap
         let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? CurlTransport(),
                                 options: uploadOptions)
-        state.withLock {
-            $0.store = store
-            $0.uploader = uploader
+        // A shutdown that gave up waiting for this start must not find an uploader
+        // started behind its back.
+        let started = state.withLock { s -> Bool in
+            s.store = store
+            guard !s.startAbandoned else { return false }
+            s.uploader = uploader
+            return true
+        }
+        guard started else {
+            state.withLock { $0.ready = true }
+            background.signal()
+            return
         }
         uploader.start()
         reportPreviousRuns(uploader)
@@ -773,9 +787,26 @@ public final class Cairn: @unchecked Sendable {
             defer { s.stopped = true }
             return !s.stopped
         }
-        guard first, let ring, let crash else { return true }
         let deadline = ContinuousClock.now + timeout
-        if waitUntilReady(until: deadline) { emitHealth(final: true) }
+        guard first else {
+            // Another shutdown runs (a termination signal and the service's own stop):
+            // wait for it, so that nobody goes on as if it were done.
+            while ContinuousClock.now < deadline {
+                if let result = state.withLock({ $0.shutdownResult }) { return result }
+                usleep(2_000)
+            }
+            return state.withLock { $0.shutdownResult } ?? false
+        }
+        guard let ring, let crash else {
+            state.withLock { $0.shutdownResult = true }
+            return true
+        }
+        let ready = waitUntilReady(until: deadline)
+        if ready {
+            emitHealth(final: true)
+        } else {
+            state.withLock { $0.startAbandoned = true }
+        }
         let flushed = flush(until: deadline)
         let uploader = state.withLock { $0.uploader }
         _ = uploader?.shutdown(timeout: deadline - ContinuousClock.now)
@@ -783,6 +814,7 @@ public final class Cairn: @unchecked Sendable {
         try? ring.sync()
         try? crash.endSession()
         Self.sharedInstance.withLock { if $0 === self { $0 = nil } }
+        state.withLock { $0.shutdownResult = flushed }
         return flushed
     }
 

@@ -457,7 +457,7 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// The events a stored body holds: its batch frame's record count, or 1 for a body
     /// that is not a batch (it was still one request's worth of data).
-    static func events(in body: [UInt8]) -> Int {
+    public static func events(in body: [UInt8]) -> Int {
         (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
     }
 

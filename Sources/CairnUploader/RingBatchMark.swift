@@ -17,7 +17,7 @@ struct RingBatchMark: Equatable, Sendable {
 
     /// The ring file's id (`cairn_ring_id`): a mark from another ring is ignored.
     var ringID: UInt64
-    /// The position of the batch's first record.
+    /// The read cursor when the batch was formed: its first record, or padding before it.
     var first: UInt64
     /// The position after its last record.
     var next: UInt64

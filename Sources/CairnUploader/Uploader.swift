@@ -135,6 +135,11 @@ public final class Uploader: @unchecked Sendable {
         var started = false
         var finished = false
         var idle = false
+        /// Flushes asked for so far; the worker publishes `idleGeneration` for the latest
+        /// one it saw before looking at the ring, so a flush never takes an idle verdict
+        /// formed before it was asked for.
+        var flushGeneration = 0
+        var idleGeneration = 0
         /// The latest deadline of the flushes waiting now: attempts made for them end by then.
         var flushDeadline: ContinuousClock.Instant?
         /// The last attempt failed: stored requests are safe where they are, and a flush
@@ -203,10 +208,12 @@ public final class Uploader: @unchecked Sendable {
     @discardableResult
     public func flush(timeout: Duration) -> Bool {
         let deadline = clock.now + timeout
-        state.withLock { s in
+        let generation = state.withLock { s -> Int in
+            s.flushGeneration += 1
             s.flushRequests += 1
             s.flushDeadline = max(s.flushDeadline ?? deadline, deadline)
             s.idle = false
+            return s.flushGeneration
         }
         signal()
         defer {
@@ -216,7 +223,7 @@ public final class Uploader: @unchecked Sendable {
             }
         }
         while clock.now < deadline {
-            if state.withLock({ $0.idle || $0.finished }) { break }
+            if state.withLock({ ($0.idle && $0.idleGeneration >= generation) || $0.finished }) { break }
             usleep(2_000)
         }
         guard isDrained() else { return false }
@@ -324,6 +331,16 @@ public final class Uploader: @unchecked Sendable {
         return r
     }
 
+    /// The counts of a request's `Cairn-Dropped` header.
+    static func dropCounts(in request: UploadRequest) -> [(String, Int)] {
+        guard let header = request.header("Cairn-Dropped") else { return [] }
+        return header.split(separator: ",").compactMap { pair in
+            let parts = pair.split(separator: "=")
+            guard parts.count == 2, let n = Int(parts[1]), n > 0 else { return nil }
+            return (String(parts[0]), n)
+        }
+    }
+
     /// The drops a request carried are reported: it was acknowledged, refused for
     /// good, or stored (a stored request keeps its header).
     private func markReported(_ reported: [DropReport]) {
@@ -395,13 +412,14 @@ public final class Uploader: @unchecked Sendable {
     /// when to look again if nothing was due, or nil after doing work.
     private func nextBatchDeadline() -> ContinuousClock.Instant? {
         let now = clock.now
+        let generation = state.withLock { $0.flushGeneration }
         guard let run = try? ring.peek(maxRecords: options.maxBatchEvents, maxBytes: options.maxBatchBytes) else {
             return now + .milliseconds(100)
         }
         if run.records.isEmpty {
             if run.next != ring.readPosition { try? ring.commit(upTo: run.next) } // padding only
             firstSeen = nil
-            markIdle()
+            markIdle(generation)
             return now + options.maxBatchAge
         }
         let first = run.records[0].position
@@ -411,7 +429,10 @@ public final class Uploader: @unchecked Sendable {
             || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
         let due = (firstSeen?.at ?? now) + options.maxBatchAge
         if !full && !flushing && now < due { return due }
-        let mark = RingBatchMark(ringID: ring.id, first: first, next: run.next, events: UInt32(run.records.count),
+        // The mark names the run from the read cursor (padding may come before the first
+        // record), which is where the next start finds it.
+        let mark = RingBatchMark(ringID: ring.id, first: ring.readPosition, next: run.next,
+                                 events: UInt32(run.records.count),
                                  batchID: UInt64.random(in: 1...UInt64.max), key: UUID().uuidString.lowercased())
         startBatch(run, mark: mark)
         firstSeen = nil
@@ -421,14 +442,16 @@ public final class Uploader: @unchecked Sendable {
     /// Frames `run` as the batch `mark` describes and makes it the pending one, after
     /// recording the mark: a process killed before the batch is safe rebuilds exactly
     /// this batch, with this key, at its next start (``resumeMarkedBatch()``).
-    private func startBatch(_ run: Ring.Run, mark: RingBatchMark) {
+    private func startBatch(_ run: Ring.Run, mark: RingBatchMark, resumed: Bool = false) {
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
             let body = try encoder.encode(batchID: mark.batchID, run: run)
             if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
             try? store?.setMetadata(RingBatchMark.metadataKey, mark.encoded())
-            let built = makeRequest(body: body, key: mark.key, reportingDrops: true)
+            // A resumed batch may already have reached the collector, which then drops this
+            // copy as a duplicate: drops ride with the next new batch instead.
+            let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed)
             pending = (built.request, run.next, run.records.count, mark, built.reported)
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
@@ -445,14 +468,23 @@ public final class Uploader: @unchecked Sendable {
     private func resumeMarkedBatch() {
         guard let store, let bytes = try? store.metadata(RingBatchMark.metadataKey),
               let mark = RingBatchMark(bytes), mark.ringID == ring.id, mark.first == ring.readPosition else { return }
+        // Records are at least 16 bytes: a mark claiming more is damaged.
+        guard UInt64(mark.events) <= (mark.next - mark.first) / 16,
+              let run = try? ring.peek(maxRecords: Int(mark.events), maxBytes: Int(ring.stats().capacity)),
+              run.records.count == Int(mark.events), run.next == mark.next else { return }
         if mark.stored {
-            try? ring.commit(upTo: mark.next)
+            // The store has this batch: release its records (the peek made `next` a
+            // position the ring accepts).
+            do {
+                try ring.commit(upTo: mark.next)
+            } catch {
+                if options.debugLogging {
+                    FileHandle.standardError.write(Data("[cairn] stored batch not released: \(error)\n".utf8))
+                }
+            }
             return
         }
-        guard let run = try? ring.peek(maxRecords: Int(mark.events), maxBytes: Int(ring.stats().capacity)),
-              run.records.count == Int(mark.events), run.next == mark.next,
-              run.records.first?.position == mark.first else { return }
-        startBatch(run, mark: mark)
+        startBatch(run, mark: mark, resumed: true)
     }
 
     /// Attempts a batch from the ring; on success or a final answer releases the
@@ -476,8 +508,8 @@ public final class Uploader: @unchecked Sendable {
                 state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += events }
                 return
             case .drop(let reason):
+                // Refused: its drop counts were not taken, the next batch reports them.
                 try? ring.commit(upTo: next)
-                markReported(pending?.reported ?? [])
                 pending = nil
                 count(drop: reason, events)
                 return
@@ -544,7 +576,9 @@ public final class Uploader: @unchecked Sendable {
             }
         case .drop(let reason):
             try? store.delete(snapshot.id)
-            count(drop: reason, 1)
+            count(drop: reason, SnapshotStore.events(in: snapshot.request.body))
+            // The drops it reported were never taken: count them again for the next batch.
+            for (r, n) in Self.dropCounts(in: snapshot.request) { count(drop: r, n, inStats: false) }
         case .retry, .pauseAndRetry:
             replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.
@@ -618,13 +652,15 @@ public final class Uploader: @unchecked Sendable {
 
     /// Counts `n` drops: in this uploader's stats, and in the ring's drop table, which
     /// outlives the process until a request has reported them.
-    private func count(drop reason: String, _ n: Int) {
+    private func count(drop reason: String, _ n: Int, inStats: Bool = true) {
         guard n > 0 else { return }
-        state.withLock { $0.stats.dropped[reason, default: 0] += n }
+        if inStats { state.withLock { $0.stats.dropped[reason, default: 0] += n } }
         ring.countDrops(slot: ring.dropSlot(reason) ?? Ring.otherDropSlot, UInt64(n))
     }
 
-    private func markIdle() {
+    /// Publishes whether the worker is idle, as seen by a look at the ring that began
+    /// after flush `generation` was asked for.
+    private func markIdle(_ generation: Int) {
         // Stored requests wait for a replay, except in store-only mode, where they stay,
         // and while the collector fails, when they are safe where they are.
         let failing = state.withLock { $0.collectorFailing } || !breaker.allows(at: clock.now)
@@ -632,7 +668,10 @@ public final class Uploader: @unchecked Sendable {
             || ((try? store?.oldest(limit: 1, readyAt: replayReadyAt).isEmpty) ?? true))
         // No signal here: it would wake this very worker, which would find nothing to do,
         // mark itself idle and signal again: a busy loop. `flush` polls `idle`.
-        state.withLock { $0.idle = idle }
+        state.withLock { s in
+            s.idle = idle
+            if idle { s.idleGeneration = max(s.idleGeneration, generation) }
+        }
     }
 
     /// Everything appended is delivered or stored (asked from any thread: the ring's

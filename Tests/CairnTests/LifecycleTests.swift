@@ -105,6 +105,27 @@ import Testing
         #expect(end.reason == .uncaughtSignal && end.status == SIGTERM)
     }
 
+    /// A service that ignores SIGTERM keeps ignoring it with the option on: the SDK
+    /// leaves ignored signals alone and keeps running (it did not shut itself down: the
+    /// run, killed later, is reported `abnormal`, not `clean`).
+    @Test func anIgnoredSigtermStaysIgnored() throws {
+        let collector = try CollectorProcess()
+        let dir = Child.DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_HANDLE_TERMINATION": "1",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"]
+        let child = try Running(["serve", "1"], env: env.merging(["CAIRN_TEST_IGNORE_SIGTERM": "1"]) { $1 })
+        #expect(child.waitUntilReady())
+        child.signal(SIGTERM)
+        usleep(300_000)
+        #expect(child.process.isRunning, "SIGTERM was ignored before the SDK started")
+        child.signal(SIGKILL)
+        _ = child.wait()
+        let next = try Child.child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let ends = try Self.received(collector).filter { $0["name"] as? String == "session_end" }
+        #expect(ends.compactMap { ($0["properties"] as? [String: Any])?["reason"] as? String } == ["abnormal"])
+    }
+
     /// Events tracked while no upload URL was set wait in the store; the first start
     /// with a URL sends them all.
     @Test func eventsStoredWithoutAURLAreSentOnceOneIsSet() throws {
@@ -242,7 +263,10 @@ import Testing
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 503, "retry_after": "0"])
         let dir = Child.DataDir()
+        // Batches of 3 are cut by count, so the padding `track` leaves comes before a
+        // batch's first record.
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "20",
+                   "CAIRN_BATCH_EVENTS": "3",
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_TEST_FLUSH_MS": "15000",
                    "CAIRN_HEALTH_INTERVAL_MS": "0"]
         var generator = SystemRandomNumberGenerator()

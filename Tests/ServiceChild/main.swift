@@ -16,7 +16,8 @@
 // CAIRN_TEST_EVENT_NAME names the events of run, serve and shutdown (default
 // "child_event"); CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
-// starts with Cairn.startOrDisabled (a start error leaves a disabled SDK).
+// starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
+// CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting.
 import Cairn
 import CairnProcessor
 import Foundation
@@ -45,6 +46,7 @@ if mode == "sample" {
 var options = Cairn.Options.fromEnvironment()
 if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.destinations = [StdoutDestination()] }
 let env = ProcessInfo.processInfo.environment
+if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as nohup'd jobs are
 let cairn: Cairn
 let startedAt = DispatchTime.now().uptimeNanoseconds
 if env["CAIRN_TEST_SAFE_START"] == "1" {

@@ -821,8 +821,9 @@ int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t 
  * Catches `signals` (SIGTERM, SIGINT, ...) so that the SDK can shut down before the
  * process ends: the handler writes each caught signal's number as one byte to a pipe
  * whose read end is returned; a thread reading it shuts the SDK down and then calls
- * cairn_term_chain() with that number. A second signal before that chains at once.
- * Signals already installed by an earlier call are left as they are.
+ * cairn_term_chain() with that number. A second signal before that chains at once;
+ * so does a signal caught in a child forked without exec. Signals already installed
+ * by an earlier call, and signals that are ignored (SIG_IGN), are left as they are.
  *
  * @param signals  Signal numbers (not SIGKILL or SIGSTOP).
  * @param count    How many.
@@ -838,7 +839,8 @@ int cairn_term_install(const int *signals, size_t count, int *read_fd);
 
 /**
  * Hands `signo` on: puts back the action that was in place before
- * cairn_term_install() and raises the signal again on the calling thread. The default
+ * cairn_term_install() and raises the signal again on the calling thread, unblocked
+ * there for the purpose. The default
  * action ends the process as the signal would have; a service's own handler runs; an
  * ignored signal stays ignored. Later signals of this number no longer reach Cairn.
  *

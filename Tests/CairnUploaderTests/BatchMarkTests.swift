@@ -1,0 +1,129 @@
+import CairnStore
+@testable import CairnUploader
+import Foundation
+import Testing
+
+/// One batch, one key, across a kill: process A is "killed" (its files copied as they
+/// are) while a batch is in flight or just stored; process B, on the copies, must send
+/// that batch again under the same key, or release its records when it was stored, and
+/// report drops with the next new batch. Records written with `withReservation` that
+/// reserved more than they wrote (as `Cairn.track` does) leave padding before a batch's
+/// first record; both layouts are covered. The transport is a recorder that blocks the
+/// in-flight request: a real collector cannot be made to stall one request on cue.
+@Suite(.serialized) struct BatchMarkTests {
+    final class Recorder: Transport, @unchecked Sendable {
+        let lock = NSLock()
+        var keys: [String] = []
+        var dropped: [String?] = []
+        var block: Int
+        let gate = DispatchSemaphore(value: 0)
+        let reached = DispatchSemaphore(value: 0)
+        init(blockAt: Int) { block = blockAt }
+        func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult {
+            lock.lock()
+            keys.append(request.idempotencyKey)
+            dropped.append(request.headers.first { $0.name == "Cairn-Dropped" }?.value)
+            let n = keys.count
+            lock.unlock()
+            if n == block {
+                reached.signal()
+                gate.wait()  // "killed" while this request is in flight
+            }
+            return .response(TransportResponse(status: 200))
+        }
+    }
+
+    func copyTree(_ from: String, _ to: String) throws {
+        try FileManager.default.createDirectory(atPath: to, withIntermediateDirectories: true)
+        for name in try FileManager.default.contentsOfDirectory(atPath: from) {
+            try FileManager.default.copyItem(atPath: from + "/" + name, toPath: to + "/" + name)
+        }
+    }
+
+    func run(padded: Bool) throws -> (a: [String], b: [String], bDropped: [String?]) {
+        let base = NSTemporaryDirectory() + "/cairn-mark-\(getpid())-\(UUID().uuidString.prefix(6))"
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let a = base + "/a", b = base + "/b"
+        try FileManager.default.createDirectory(atPath: a, withIntermediateDirectories: true)
+        let ring = try Ring(path: a + "/events.ring")
+        let store = try SnapshotStore(directory: a + "/store")
+        for i in 0..<6 {
+            let bytes = Array(#"{"event_id":"e-\#(i)"}"#.utf8)
+            if padded {
+                try ring.withReservation(capacity: 200) { buf in
+                    for (k, c) in bytes.enumerated() { buf[k] = c }
+                    return bytes.count
+                }
+            } else {
+                try ring.append(bytes)
+            }
+        }
+        let ta = Recorder(blockAt: 2)
+        var opts = UploaderOptions(url: "http://127.0.0.1:9/v1/batch", maxBatchEvents: 3, maxBatchAge: .milliseconds(10))
+        opts.breaker = CircuitBreaker(threshold: 1000)
+        let up = Uploader(ring: ring, store: store, transport: ta, options: opts)
+        up.start()
+        ta.reached.wait()
+        // Process A is "killed" now: its files as they are.
+        let sampled = try #require(ring.dropSlot("sampled"))
+        ring.countDrops(slot: sampled, 5)  // counted after batch 2 was built
+        try ring.sync()
+        try store.sync()
+        try FileManager.default.createDirectory(atPath: b, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: a + "/events.ring", toPath: b + "/events.ring")
+        try copyTree(a + "/store", b + "/store")
+        let ring2 = try Ring(path: b + "/events.ring")
+        let store2 = try SnapshotStore(directory: b + "/store")
+        let tb = Recorder(blockAt: -1)
+        let up2 = Uploader(ring: ring2, store: store2, transport: tb, options: opts)
+        up2.start()
+        _ = up2.flush(timeout: .seconds(5))
+        try ring2.append(Array(#"{"event_id":"e-new"}"#.utf8))
+        _ = up2.flush(timeout: .seconds(5))
+        up2.shutdown(timeout: .seconds(2))
+        ta.gate.signal()
+        up.shutdown(timeout: .seconds(2))
+        return (ta.keys, tb.keys, tb.dropped)
+    }
+
+    @Test(arguments: [false, true]) func inFlightBatchIsSentAgainUnderItsKey(padded: Bool) throws {
+        let r = try run(padded: padded)
+        #expect(r.a.count == 2 && r.b.count == 2, "A: \(r.a), B: \(r.b)")
+        #expect(r.b.first == r.a.last, "the resumed batch keeps its key")
+        #expect(r.bDropped.first == .some(nil), "the resumed copy reports no drops (it may be dropped as a duplicate)")
+        #expect(r.bDropped.last == "sampled=5", "drops ride with the next new batch")
+    }
+}
+
+@Suite(.serialized) struct StoredBatchMarkTests {
+    /// A process killed between storing a batch (mark state 1) and releasing its ring
+    /// records: the next start should release them, not send them again.
+    @Test func storedMarkReleasesRecords() throws {
+        let base = NSTemporaryDirectory() + "/cairn-mark-\(getpid())-\(UUID().uuidString.prefix(6))"
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+        do {
+            let ring = try Ring(path: base + "/events.ring")
+            let store = try SnapshotStore(directory: base + "/store")
+            for i in 0..<3 { try ring.append(Array(#"{"event_id":"s-\#(i)"}"#.utf8)) }
+            let run = try ring.peek(maxRecords: 3, maxBytes: 1 << 20)
+            let mark = RingBatchMark(ringID: ring.id, first: run.records[0].position, next: run.next, events: 3,
+                                     batchID: 7, key: "stored-key", stored: true)
+            #expect(mark.first == ring.readPosition)
+            let req = UploadRequest(url: "http://x/v1/batch", headers: [], body: [1, 2, 3], idempotencyKey: "stored-key")
+            try store.put(req, priority: .sampled, metadata: [(RingBatchMark.metadataKey, mark.encoded())])
+            try store.sync()
+            // killed here, before ring.commit
+        }
+        let ring = try Ring(path: base + "/events.ring")
+        let store = try SnapshotStore(directory: base + "/store")
+        let t = BatchMarkTests.Recorder(blockAt: -1)
+        var opts = UploaderOptions(url: "http://127.0.0.1:9/v1/batch", maxBatchEvents: 3, maxBatchAge: .milliseconds(10))
+        opts.breaker = CircuitBreaker(threshold: 1000)
+        let up = Uploader(ring: ring, store: store, transport: t, options: opts)
+        up.start()
+        _ = up.flush(timeout: .seconds(5))
+        up.shutdown(timeout: .seconds(2))
+        #expect(t.keys.filter { $0 != "stored-key" }.isEmpty, "the stored batch's records were sent again under another key")
+    }
+}
