@@ -230,6 +230,40 @@ import Testing
         }
     }
 
+    /// A salvage copies entries into the fresh store as it reads them, committing every
+    /// few MiB, rather than holding them all: a store of 12 MiB of snapshots, damaged
+    /// only in its length, comes back whole through several commits.
+    @Test func salvageCommitsAsItReads() throws {
+        let dir = Scratch()
+        var rng = SplitMix(seed: 21)
+        let encoder = try FrameEncoder()
+        var total = 0
+        do {
+            let store = try SnapshotStore(directory: dir.store)
+            var n = 0
+            while total < 12 << 20 {
+                let body = try encoder.encode(batchID: UInt64(n), records: (0..<1500).map { Template.record(n, $0, &rng) })
+                let request = UploadRequest(url: "https://collector.example/v1/batch", headers: [],
+                                            body: body, idempotencyKey: "key-\(n)")
+                try store.put(request, priority: .sampled, now: 1_700_000_000_000 + UInt64(n))
+                total += body.count
+                n += 1
+            }
+            try store.sync()
+        }
+        let expected = try SnapshotStore.inspect(directory: dir.store).snapshots
+        try #require(truncate(dir.store + "/data.mdb", 64 << 30) == 0, "truncate: \(String(cString: strerror(errno)))")
+
+        let store = try SnapshotStore(directory: dir.store)
+        let damage = try #require(store.stats.damage)
+        #expect(damage.salvaged == expected.count && damage.lost == 0, "\(damage)")
+        #expect(try store.oldest(limit: Int.max) == expected)
+        let fresh = try LMDBFile(path: dir.store + "/data.mdb").analyze()
+        let commits = try #require(fresh.meta).txnid
+        // A commit at least every 4 MiB, besides the one that creates the databases.
+        #expect(commits > UInt64(total >> 22), "\(commits) commits for \(total) bytes")
+    }
+
     // MARK: The reader agrees with LMDB
 
     /// The pass reads the undamaged store as LMDB does: the same entries with the same
