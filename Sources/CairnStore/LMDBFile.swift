@@ -113,6 +113,10 @@ enum LMDBLayout {
     static let maxKeySize = 511
     /// Meta pages, at the start of the file.
     static let metaPages = 2
+    /// The smallest page size read. LMDB writes its files with the system's page size,
+    /// 4, 16 or 64 KiB on the machines Cairn runs on; smaller pages would only make a
+    /// damaged file cost more to read.
+    static let minPageSize = 4096
 
     static let branch: UInt16 = 0x01
     static let leaf: UInt16 = 0x02
@@ -187,8 +191,9 @@ extension LMDBFile {
         var txnid: UInt64
 
         /// Reads the meta page `slot` from `page` (its bytes from the page's start), or
-        /// says why it is not a valid one.
-        static func parse(_ page: UnsafeRawBufferPointer, slot: Int) -> Result<Meta, Fault> {
+        /// says why it is not a valid one: among other things, one whose last page
+        /// would make the store larger than `maxSize` bytes.
+        static func parse(_ page: UnsafeRawBufferPointer, slot: Int, maxSize: Int) -> Result<Meta, Fault> {
             let h = LMDBLayout.pageHeader
             guard page.count >= h + LMDBLayout.metaSize else { return .failure(Fault("meta page \(slot): missing (the file ends)")) }
             let number = page.u64(0)
@@ -201,13 +206,17 @@ extension LMDBFile {
             let free = Record(page, at: h + 24)
             let main = Record(page, at: h + 72)
             let size = Int(free.pad)
-            guard size >= 512, size <= 65536, size & (size - 1) == 0 else {
+            guard size >= LMDBLayout.minPageSize, size <= 65536, size & (size - 1) == 0 else {
                 return .failure(Fault("meta page \(slot): page size \(size)"))
             }
             let meta = Meta(slot: slot, pageSize: size, free: free, main: main, lastPage: page.u64(h + 120),
                             txnid: page.u64(h + 128))
-            guard meta.lastPage >= UInt64(LMDBLayout.metaPages - 1), meta.lastPage < UInt64(Int.max / size) else {
+            guard meta.lastPage >= UInt64(LMDBLayout.metaPages - 1) else {
                 return .failure(Fault("meta page \(slot): last page \(meta.lastPage)"))
+            }
+            guard meta.lastPage < UInt64(maxSize / size) else {
+                return .failure(Fault("meta page \(slot): last page \(meta.lastPage) of \(size) bytes is beyond "
+                                      + "the largest store (\(maxSize) bytes)"))
             }
             guard free.flags & LMDBLayout.shapeFlags == LMDBLayout.integerKey else {
                 return .failure(Fault("meta page \(slot): free-page tree flags 0x\(hex(free.flags))"))
@@ -244,18 +253,33 @@ extension LMDBFile {
     }
 
     /// A node of a branch or leaf page: where its key and value are within the page.
+    ///
+    /// Kept for every node of every branch and leaf page, so it is packed into 16
+    /// bytes: the node's offset (below 64 KiB), its key size (at most 511) with its
+    /// flags (3 bits), its value's size (32 bits in LMDB) and a page number.
     struct Node {
-        var flags: UInt16
-        var keySize: UInt16
-        /// Offset of the key within the page.
-        var keyOffset: Int32
-        /// Offset of the value within the page (for an overflow value, of its page
-        /// number).
-        var dataOffset: Int32
-        /// Length of the value (on its overflow pages for an overflow value).
-        var dataSize: Int
         /// A branch node's child, or an overflow value's first page; else 0.
         var page: UInt64
+        private var size: UInt32
+        private var offset: UInt16
+        private var keyAndFlags: UInt16
+
+        init(offset: Int, flags: UInt16, keySize: Int, dataSize: Int, page: UInt64) {
+            self.page = page
+            size = UInt32(truncatingIfNeeded: dataSize)
+            self.offset = UInt16(truncatingIfNeeded: offset)
+            keyAndFlags = UInt16(truncatingIfNeeded: keySize) | flags << 12
+        }
+
+        var flags: UInt16 { keyAndFlags >> 12 }
+        var keySize: UInt16 { keyAndFlags & 0x0FFF }
+        /// Offset of the key within the page.
+        var keyOffset: Int32 { Int32(offset) + Int32(LMDBLayout.nodeHeader) }
+        /// Offset of the value within the page (for an overflow value, of its page
+        /// number).
+        var dataOffset: Int32 { keyOffset + Int32(keySize) }
+        /// Length of the value (on its overflow pages for an overflow value).
+        var dataSize: Int { Int(size) }
     }
 }
 
@@ -270,6 +294,11 @@ extension LMDBFile {
         let pageSize: Int
         var kinds: [PageKind] = []
         var nodes: [Node] = []
+        /// The nodes and extents of the page being read.
+        private var scratch: [Node] = []
+        private var extents: [(start: Int, end: Int)] = []
+
+        init(pageSize: Int) { self.pageSize = pageSize }
 
         var count: Int { kinds.count }
 
@@ -279,6 +308,11 @@ extension LMDBFile {
         /// Reads what page `index` (its bytes in `page`) is.
         mutating func add(_ page: UnsafeRawBufferPointer, index: Int) {
             kinds.append(summary(page, index: index))
+        }
+
+        /// Adds `count` pages of zeros after the meta pages (a hole in the file).
+        mutating func addZeroPages(_ count: Int) {
+            kinds.append(contentsOf: repeatElement(.defective("page number 0"), count: count))
         }
 
         private mutating func summary(_ p: UnsafeRawBufferPointer, index: Int) -> PageKind {
@@ -298,44 +332,59 @@ extension LMDBFile {
             }
         }
 
+        /// Reads the nodes of a branch or leaf page. LMDB packs a page's nodes between
+        /// `upper` and the page's end, each at an even offset, none over another; a
+        /// page where they overlap each other, the header or the pointers, or run past
+        /// the page, is one LMDB never writes. A page's nodes are kept only once the
+        /// whole page proves sound, so no page adds more nodes than fit in it: at
+        /// least 8 bytes each.
         private mutating func nodes(_ p: UnsafeRawBufferPointer, branch: Bool) -> PageKind {
             let h = LMDBLayout.pageHeader, nh = LMDBLayout.nodeHeader
             let lower = Int(p.u16(12)), upper = Int(p.u16(14))
             guard lower >= h + 2, (lower - h) % 2 == 0, lower <= upper, upper <= pageSize else {
                 return .defective("lower \(lower), upper \(upper)")
             }
-            let first = nodes.count
             let count = (lower - h) / 2
+            guard count <= (pageSize - upper) / nh else {
+                return .defective("\(count) nodes in the \(pageSize - upper) bytes above upper \(upper)")
+            }
+            scratch.removeAll(keepingCapacity: true)
+            extents.removeAll(keepingCapacity: true)
             for k in 0..<count {
                 let at = Int(p.u16(h + 2 * k))
                 guard at >= upper, at % 2 == 0, at + nh <= pageSize else {
-                    nodes.removeLast(nodes.count - first)
                     return .defective("node \(k) at offset \(at)")
                 }
                 let lo = UInt64(p.u16(at)), hi = UInt64(p.u16(at + 2)), flags = p.u16(at + 4)
                 let keySize = Int(p.u16(at + 6))
                 let key = at + nh
                 guard keySize <= LMDBLayout.maxKeySize, key + keySize <= pageSize else {
-                    nodes.removeLast(nodes.count - first)
                     return .defective("node \(k): key of \(keySize) bytes")
                 }
                 if branch {
                     let child = lo | hi << 16 | UInt64(flags) << 32
-                    nodes.append(Node(flags: 0, keySize: UInt16(keySize), keyOffset: Int32(key), dataOffset: 0,
-                                      dataSize: 0, page: child))
+                    scratch.append(Node(offset: at, flags: 0, keySize: keySize, dataSize: 0, page: child))
+                    extents.append((at, key + keySize))
                     continue
                 }
                 let size = Int(lo | hi << 16)
                 let data = key + keySize
                 let big = flags & LMDBLayout.bigData != 0
+                let end = data + (big ? 8 : size)
                 guard flags & ~(LMDBLayout.bigData | LMDBLayout.subData | LMDBLayout.dupData) == 0,
-                      data + (big ? 8 : size) <= pageSize else {
-                    nodes.removeLast(nodes.count - first)
+                      end <= pageSize else {
                     return .defective("node \(k): value of \(size) bytes, flags 0x\(hex(flags))")
                 }
-                nodes.append(Node(flags: flags, keySize: UInt16(keySize), keyOffset: Int32(key),
-                                  dataOffset: Int32(data), dataSize: size, page: big ? p.u64(data) : 0))
+                scratch.append(Node(offset: at, flags: flags, keySize: keySize, dataSize: size,
+                                    page: big ? p.u64(data) : 0))
+                extents.append((at, end))
             }
+            extents.sort { $0.start < $1.start }
+            for i in extents.indices.dropFirst() where extents[i].start < extents[i - 1].end {
+                return .defective("nodes at offsets \(extents[i - 1].start) and \(extents[i].start) overlap")
+            }
+            let first = nodes.count
+            nodes.append(contentsOf: scratch)
             return branch ? .branch(first: first, count: count) : .leaf(first: first, count: count)
         }
     }
@@ -394,21 +443,35 @@ extension LMDBFile {
 
     private static let chunkSize = 1 << 20
 
-    /// Reads the whole file once and checks it: the meta pages, the file's length, and
-    /// every tree (see the type's description).
+    /// The largest a data file can legitimately be: the largest map the SDK's snapshot
+    /// store uses, twice its largest size cap (16 GiB) and 4 MiB (`SnapshotStore`
+    /// never grows its map further, and LMDB never writes beyond its map).
+    static let largestStore = 2 * (16 << 30) + (4 << 20)
+
+    /// Reads the file once and checks it: the meta pages, the file's length, and every
+    /// tree (see the type's description).
+    ///
+    /// The pass reads the pages up to the chosen meta page's last one; with no valid
+    /// meta page, the whole file up to its last data. A meta page whose last page lies
+    /// beyond `maxSize` bytes is damaged, and a file longer than `maxSize` is damage
+    /// too: the pass never reads further, and skips the holes of a sparse file, so a
+    /// huge file costs no more than the largest store.
     ///
     /// - Throws: ``StoreError`` for an I/O error; damage is in the result.
-    func analyze() throws(StoreError) -> Analysis {
+    func analyze(maxSize: Int = LMDBFile.largestStore) throws(StoreError) -> Analysis {
         var buffer = [UInt8](repeating: 0, count: Self.chunkSize)
         let headLength = try read(into: &buffer, at: 0)
         // The length is taken after the meta pages are read: a writer extends the file
         // before it writes the meta page that needs the new pages.
         let size = try length()
-        let (pageSize, metas) = buffer.withUnsafeBytes { Self.metas(UnsafeRawBufferPointer(rebasing: $0[0..<headLength])) }
+        let (pageSize, metas) = buffer.withUnsafeBytes {
+            Self.metas(UnsafeRawBufferPointer(rebasing: $0[0..<headLength]), maxSize: maxSize)
+        }
         var a = Analysis(pages: Pages(pageSize: pageSize))
         a.stamp = buffer.withUnsafeBytes { Self.stamp(UnsafeRawBufferPointer(rebasing: $0[0..<headLength]), pageSize: pageSize) }
 
         if size == 0 { a.fault("data.mdb is empty") }
+        if size > maxSize { a.fault("data.mdb is \(size) bytes, beyond the largest store (\(maxSize) bytes)") }
         var valid: [Meta] = []
         for m in metas {
             switch m {
@@ -424,11 +487,14 @@ extension LMDBFile {
         // As LMDB picks: the second when its transaction is newer, else the first.
         a.meta = valid.count == 2 ? (valid[0].txnid < valid[1].txnid ? valid[1] : valid[0]) : valid.first
 
-        // The pass: every whole page, chunk by chunk.
-        let pageCount = size / pageSize
+        // The pass: every whole page up to the meta page's last one, chunk by chunk.
+        // Pages in a hole of a sparse file read as zeros, which is no page: they are
+        // recorded as such without being read.
+        let end = min(size, maxSize, a.meta.map { (Int($0.lastPage) + 1) * pageSize } ?? Int.max)
+        let pageCount = end / pageSize
         a.pages.kinds.reserveCapacity(pageCount)
         var offset = 0
-        var length = headLength
+        var length = min(headLength, end)
         while a.pages.count < pageCount {
             let whole = length / pageSize
             if whole == 0 { break }
@@ -438,8 +504,19 @@ extension LMDBFile {
                 }
             }
             offset += whole * pageSize
-            if offset >= size { break }
+            if offset >= end { break }
+            let data = min(dataStart(from: offset), end)
+            // Without a meta page no tree is walked, and a page of zeros holds nothing
+            // to salvage: the pass ends where the file's data does.
+            if a.meta == nil && data == end { break }
+            let zeros = (data - offset) / pageSize
+            if zeros > 0 {
+                a.pages.addZeroPages(zeros)
+                offset += zeros * pageSize
+            }
+            if offset >= end { break }
             length = try read(into: &buffer, at: offset)
+            length = min(length, end - offset)
         }
 
         guard let meta = a.meta else { return a }
@@ -453,6 +530,15 @@ extension LMDBFile {
         var walker = Walker(file: self, meta: meta)
         try walker.walkAll(&a)
         return a
+    }
+
+    /// Where the next data at or after `offset` starts (`SEEK_DATA`): `Int.max` when
+    /// there is none, `offset` when the file system cannot tell.
+    private func dataStart(from offset: Int) -> Int {
+        // SEEK_DATA is 3 on Linux; Glibc's module leaves it out (it needs _GNU_SOURCE).
+        let at = lseek(fd, off_t(offset), 3)
+        if at >= 0 { return Int(at) }
+        return errno == ENXIO ? Int.max : offset
     }
 
     /// Both meta pages as this pass reads them, to compare with what ``stampNow(pageSize:)``
@@ -480,16 +566,17 @@ extension LMDBFile {
     /// The page size and both meta pages. The page size comes from meta page 0; when
     /// that page is damaged, from a valid meta page 1 at one of the sizes LMDB can use;
     /// when both are, from the size at which the most pages carry their own number.
-    private static func metas(_ head: UnsafeRawBufferPointer) -> (Int, [Result<Meta, Fault>]) {
-        let first = Meta.parse(head, slot: 0)
+    private static func metas(_ head: UnsafeRawBufferPointer, maxSize: Int) -> (Int, [Result<Meta, Fault>]) {
+        let first = Meta.parse(head, slot: 0, maxSize: maxSize)
         func at(_ size: Int) -> UnsafeRawBufferPointer {
             UnsafeRawBufferPointer(rebasing: head[min(size, head.count)...])
         }
-        if case .success(let m) = first { return (m.pageSize, [first, Meta.parse(at(m.pageSize), slot: 1)]) }
+        if case .success(let m) = first { return (m.pageSize, [first, Meta.parse(at(m.pageSize), slot: 1, maxSize: maxSize)]) }
         let system = Int(sysconf(Int32(_SC_PAGESIZE)))
-        let sizes = [system] + [4096, 8192, 16384, 32768, 65536, 512, 1024, 2048].filter { $0 != system }
+        let known = [4096, 8192, 16384, 32768, 65536]
+        let sizes = known.contains(system) ? [system] + known.filter { $0 != system } : known
         for size in sizes {
-            let second = Meta.parse(at(size), slot: 1)
+            let second = Meta.parse(at(size), slot: 1, maxSize: maxSize)
             if case .success(let m) = second, m.pageSize == size { return (size, [first, second]) }
         }
         var best = (size: sizes[0], pages: 0)
@@ -502,7 +589,7 @@ extension LMDBFile {
             }
             if n > best.pages { best = (size, n) }
         }
-        return (best.size, [first, Meta.parse(at(best.size), slot: 1)])
+        return (best.size, [first, Meta.parse(at(best.size), slot: 1, maxSize: maxSize)])
     }
 
     /// Walks the trees of one meta page over the pass's summaries.

@@ -209,7 +209,7 @@ public final class SnapshotStore: @unchecked Sendable {
         self.options = options
         let mapSize = Self.initialMapSize(options)
         var damage: StoreDamage?
-        if let analysis = try Self.check(directory), !analysis.intact {
+        if let analysis = try Self.check(directory, options: options), !analysis.intact {
             damage = try Self.salvage(directory, found: nil, options: options)
         }
         var opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
@@ -246,7 +246,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var st = stat()
         if stat(directory, &st) != 0 { throw StoreError(errno, function: "stat", path: directory) }
         if st.st_mode & S_IFMT != S_IFDIR { throw StoreError(ENOTDIR, function: "stat", path: directory) }
-        let (analysis, contents) = try examine(directory + "/data.mdb", contents: true)
+        let (analysis, contents) = try examine(directory + "/data.mdb", maxSize: LMDBFile.largestStore, contents: true)
         var out = StoreInspection(snapshots: [], bytes: 0, otherVersions: 0, metadata: [], damage: nil)
         var undecodable = 0
         for (key, value) in contents.snapshots {
@@ -568,6 +568,10 @@ public final class SnapshotStore: @unchecked Sendable {
     private static func initialMapSize(_ o: Options) -> Int { min(maxMapSize(o), max(1 << 20, o.maxBytes)) }
     /// B-tree pages and free-list overhead need room beyond the data itself.
     private static func maxMapSize(_ o: Options) -> Int { max(1 << 20, o.maxBytes * 2 + (4 << 20)) }
+    /// The largest data file a store may hold before it is read: the largest map of
+    /// the SDK's options (``LMDBFile/largestStore``), or of these options when they
+    /// allow more. A store written with other options is never larger.
+    private static func largestStore(_ o: Options) -> Int { max(LMDBFile.largestStore, maxMapSize(o)) }
 
     private static func isUnreadable(_ code: Int32) -> Bool {
         code == MDB_INVALID || code == MDB_CORRUPTED || code == MDB_VERSION_MISMATCH || code == MDB_PANIC
@@ -582,10 +586,10 @@ public final class SnapshotStore: @unchecked Sendable {
     ///
     /// - Throws: ``StoreError`` for permissions, a directory that is not one, and I/O
     ///   errors.
-    private static func check(_ directory: String) throws(StoreError) -> LMDBFile.Analysis? {
+    private static func check(_ directory: String, options: Options) throws(StoreError) -> LMDBFile.Analysis? {
         let path = directory + "/data.mdb"
         do {
-            return try examine(path, contents: false).analysis
+            return try examine(path, maxSize: largestStore(options), contents: false).analysis
         } catch where error.code == ENOENT && error.path == path {
             return nil
         } catch where error.code == StoreError.unsettled {
@@ -595,12 +599,12 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Reads `path` until one read saw no commit happen (the meta pages did not change
     /// from start to end), at most five times.
-    static func examine(_ path: String, contents: Bool) throws(StoreError)
+    static func examine(_ path: String, maxSize: Int, contents: Bool) throws(StoreError)
         -> (analysis: LMDBFile.Analysis, contents: StoreContents)
     {
         for _ in 0..<5 {
             let file = try LMDBFile(path: path)
-            let analysis = try file.analyze()
+            let analysis = try file.analyze(maxSize: maxSize)
             let found = contents ? try file.contents(analysis) : StoreContents()
             if try file.stampNow(pageSize: analysis.pageSize) == analysis.stamp { return (analysis, found) }
         }
@@ -615,19 +619,11 @@ public final class SnapshotStore: @unchecked Sendable {
     /// - Parameter found: What LMDB reported, when it is LMDB that refused the store.
     private static func salvage(_ directory: String, found: String?, options: Options) throws(StoreError) -> StoreDamage {
         if environmentInUse(directory) { throw StoreError(StoreError.inUse, function: "SnapshotStore.init", path: directory) }
-        var analysis: LMDBFile.Analysis?
-        var contents = StoreContents()
-        do {
-            let read = try examine(directory + "/data.mdb", contents: true)
-            analysis = read.analysis
-            contents = read.contents
-        } catch where error.code == ENOENT {
-            // LMDB refused an environment without a data file (its lock file): nothing to read.
-        }
         let suffix = "\(Int(Date().timeIntervalSince1970))-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
         let fresh = "\(directory).salvage-\(suffix)", aside = "\(directory).corrupt-\(suffix)"
+        var damage: StoreDamage
         do {
-            try writeFresh(fresh, contents, options: options)
+            damage = try writeFresh(fresh, from: directory + "/data.mdb", options: options)
         } catch {
             removeFresh(fresh)
             throw error
@@ -643,11 +639,135 @@ public final class SnapshotStore: @unchecked Sendable {
             removeFresh(fresh)
             throw StoreError(code, function: "rename", path: fresh)
         }
-        var damage = analysis.map { contents.damage($0, setAside: aside) }
-            ?? StoreDamage(found: "", expected: nil, salvaged: 0, recoveredFromPages: 0, metadataSalvaged: 0,
-                           setAsidePath: aside)
+        damage.setAsidePath = aside
         if let found { damage.found = found }
         return damage
+    }
+
+    /// Builds a store in `fresh` (which must not exist) holding what can be proven
+    /// intact of the data file `path`, and says what was found and kept. Entries are
+    /// copied as they are read, so memory stays bounded whatever the store's size.
+    /// When a commit overlapped the read (the meta pages changed), the fresh store is
+    /// removed and built again, at most five times.
+    private static func writeFresh(_ fresh: String, from path: String, options: Options) throws(StoreError) -> StoreDamage {
+        for _ in 0..<5 {
+            let file: LMDBFile
+            do {
+                file = try LMDBFile(path: path)
+            } catch where error.code == ENOENT && error.path == path {
+                // LMDB refused an environment without a data file (its lock file): nothing to read.
+                let store = try FreshStore(fresh, mapSize: initialMapSize(options))
+                _ = try store.finish()
+                return StoreDamage(found: "", expected: nil, salvaged: 0, recoveredFromPages: 0, metadataSalvaged: 0,
+                                   setAsidePath: nil)
+            }
+            let a = try file.analyze(maxSize: largestStore(options))
+            // What is kept lies within the pages read; B-tree and overflow pages take at
+            // most about twice that.
+            var store = try FreshStore(fresh, mapSize: max(initialMapSize(options), 2 * a.pages.count * a.pageSize + (4 << 20)))
+            let expected = try file.readContents(a, into: &store)
+            if try file.stampNow(pageSize: a.pageSize) == a.stamp {
+                let kept = try store.finish()
+                return StoreDamage(found: a.summary, expected: expected, salvaged: kept.snapshots,
+                                   recoveredFromPages: kept.fromPages, metadataSalvaged: kept.metadata, setAsidePath: nil)
+            }
+            store.abandon()
+            removeFresh(fresh)
+        }
+        throw StoreError(StoreError.unsettled, function: "read", path: path)
+    }
+
+    /// Bytes of keys and values a salvage puts into the fresh store before it commits.
+    static let salvageChunk = 4 << 20
+
+    /// A store being built by a salvage: entries go in as they are read, committed
+    /// every ``SnapshotStore/salvageChunk`` bytes, so a salvage holds a few MiB of
+    /// them at most.
+    private final class FreshStore: ContentSink {
+        let directory: String
+        private var env: OpaquePointer?
+        private let snapshots: MDB_dbi, meta: MDB_dbi
+        private var txn: OpaquePointer?
+        private var pending = 0
+        /// Distinct keys found on pages, and how many of them the tree had too.
+        private var fromPages = 0, inTree = 0
+
+        /// Creates the store in `directory`.
+        init(_ directory: String, mapSize: Int) throws(StoreError) {
+            if mkdir(directory, 0o700) != 0 { throw StoreError(errno, function: "mkdir", path: directory) }
+            self.directory = directory
+            (env, snapshots, meta) = try SnapshotStore.openEnvironment(directory, mapSize: mapSize)
+        }
+
+        deinit { abandon() }
+
+        func pageSnapshot(key: [UInt8], value: [UInt8], verifier: BatchVerifier) throws(StoreError) {
+            let txn = try transaction()
+            if let other = try SnapshotStore.get(txn, snapshots, key: key) {
+                guard verifier.newer(value, than: other, key: key) else { return }
+            } else {
+                fromPages += 1
+            }
+            try put(txn, snapshots, key, value)
+        }
+
+        func treeSnapshot(key: [UInt8], value: [UInt8]) throws(StoreError) {
+            let txn = try transaction()
+            if fromPages > 0, try SnapshotStore.get(txn, snapshots, key: key) != nil { inTree += 1 }
+            try put(txn, snapshots, key, value)
+        }
+
+        func metadata(key: [UInt8], value: [UInt8]) throws(StoreError) {
+            try put(try transaction(), meta, key, value)
+        }
+
+        /// Commits what is left and syncs; returns how many snapshots and metadata
+        /// entries the store holds, and how many snapshots came from pages only.
+        func finish() throws(StoreError) -> (snapshots: Int, metadata: Int, fromPages: Int) {
+            let txn = try transaction()
+            var s = MDB_stat(), m = MDB_stat()
+            mdb_stat(txn, snapshots, &s)
+            mdb_stat(txn, meta, &m)
+            try commit()
+            if let env {
+                let rc = mdb_env_sync(env, 1)
+                if rc != 0 { throw StoreError(rc, function: "mdb_env_sync", path: directory) }
+            }
+            abandon()
+            return (Int(s.ms_entries), Int(m.ms_entries), max(0, fromPages - inTree))
+        }
+
+        /// Aborts the open transaction and closes the environment.
+        func abandon() {
+            if let txn { mdb_txn_abort(txn) }
+            txn = nil
+            if let env { mdb_env_close(env) }
+            env = nil
+        }
+
+        private func transaction() throws(StoreError) -> OpaquePointer {
+            if let txn { return txn }
+            guard let env else { throw StoreError(EINVAL, function: "mdb_txn_begin", path: directory) }
+            var out: OpaquePointer?
+            let rc = mdb_txn_begin(env, nil, 0, &out)
+            guard rc == 0, let out else { throw StoreError(rc, function: "mdb_txn_begin", path: directory) }
+            txn = out
+            return out
+        }
+
+        private func put(_ txn: OpaquePointer, _ dbi: MDB_dbi, _ key: [UInt8], _ value: [UInt8]) throws(StoreError) {
+            try SnapshotStore.put(txn, dbi, key: key, value: value)
+            pending += key.count + value.count
+            if pending >= SnapshotStore.salvageChunk { try commit() }
+        }
+
+        private func commit() throws(StoreError) {
+            guard let txn else { return }
+            self.txn = nil
+            pending = 0
+            let rc = mdb_txn_commit(txn)
+            if rc != 0 { throw StoreError(rc, function: "mdb_txn_commit", path: directory) }
+        }
     }
 
     /// Whether another process has the LMDB environment in `directory` open: LMDB holds
@@ -666,31 +786,6 @@ public final class SnapshotStore: @unchecked Sendable {
         lock.l_len = 1
         guard fcntl(fd, F_GETLK, &lock) == 0 else { return false }
         return lock.l_type != Int16(F_UNLCK)
-    }
-
-    /// Builds a store in `directory` (which must not exist) holding `contents`, synced.
-    private static func writeFresh(_ directory: String, _ contents: StoreContents, options: Options) throws(StoreError) {
-        if mkdir(directory, 0o700) != 0 { throw StoreError(errno, function: "mkdir", path: directory) }
-        let total = contents.snapshots.reduce(0) { $0 + $1.key.count + $1.value.count }
-            + contents.metadata.reduce(0) { $0 + $1.key.count + $1.value.count }
-        // B-tree and overflow pages take at most about twice the data.
-        let mapSize = max(initialMapSize(options), 2 * total + (4 << 20))
-        var damage: StoreDamage?
-        let (env, snapshots, meta) = try open(directory, mapSize: mapSize, damage: &damage, options: options)
-        defer { mdb_env_close(env) }
-        var txn: OpaquePointer?
-        var rc = mdb_txn_begin(env, nil, 0, &txn)
-        guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin", path: directory) }
-        do {
-            for (key, value) in contents.snapshots { try put(txn, snapshots, key: key, value: value) }
-            for (key, value) in contents.metadata { try put(txn, meta, key: key, value: value) }
-        } catch {
-            mdb_txn_abort(txn)
-            throw error
-        }
-        rc = mdb_txn_commit(txn)
-        if rc == 0 { rc = mdb_env_sync(env, 1) }
-        if rc != 0 { throw StoreError(rc, function: "mdb_txn_commit", path: directory) }
     }
 
     /// Removes a fresh store this process was building (only LMDB's two files).

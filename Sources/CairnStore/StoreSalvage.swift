@@ -59,9 +59,24 @@ public struct StoreInspection: Sendable, Equatable {
     public var damage: StoreDamage?
 }
 
-/// The entries of a data file that can be proven intact.
-struct StoreContents {
-    /// Snapshot keys and values, in key order.
+/// Receives the entries of a data file that can be proven intact, as
+/// ``LMDBFile/readContents(_:into:)`` reads them: first the snapshots found on pages
+/// no tree reached (a key may come more than once), then the `snapshots` tree's (which
+/// replace a copy from the pages), then the metadata.
+protocol ContentSink {
+    /// A snapshot from a page no tree reached; of two copies, the sink keeps the one
+    /// `verifier` finds ``BatchVerifier/newer(_:than:key:)``.
+    mutating func pageSnapshot(key: [UInt8], value: [UInt8], verifier: BatchVerifier) throws(StoreError)
+    /// A snapshot of the `snapshots` tree.
+    mutating func treeSnapshot(key: [UInt8], value: [UInt8]) throws(StoreError)
+    /// A metadata entry.
+    mutating func metadata(key: [UInt8], value: [UInt8]) throws(StoreError)
+}
+
+/// The entries of a data file that can be proven intact, all in memory (for an
+/// inspection, which lists them all; a salvage streams them instead).
+struct StoreContents: ContentSink {
+    /// Snapshot keys and values, in key order (once ``finish()`` is called).
     var snapshots: [(key: [UInt8], value: [UInt8])] = []
     /// Metadata keys and values, in key order.
     var metadata: [(key: [UInt8], value: [UInt8])] = []
@@ -69,6 +84,25 @@ struct StoreContents {
     var expected: Int?
     /// Snapshots found on pages outside the trees.
     var fromPages = 0
+    private var kept: [[UInt8]: [UInt8]] = [:], found: [[UInt8]: [UInt8]] = [:]
+
+    mutating func pageSnapshot(key: [UInt8], value: [UInt8], verifier: BatchVerifier) {
+        if let other = found[key], !verifier.newer(value, than: other, key: key) { return }
+        found[key] = value
+    }
+
+    mutating func treeSnapshot(key: [UInt8], value: [UInt8]) { kept[key] = value }
+
+    mutating func metadata(key: [UInt8], value: [UInt8]) { metadata.append((key, value)) }
+
+    /// Sorts what was received into ``snapshots``.
+    mutating func finish() {
+        fromPages = found.keys.reduce(0) { $0 + (kept[$1] == nil ? 1 : 0) }
+        kept.merge(found) { tree, _ in tree }
+        snapshots = kept.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map { ($0.key, $0.value) }
+        kept = [:]
+        found = [:]
+    }
 
     /// The damage record for `analysis`.
     func damage(_ analysis: LMDBFile.Analysis, setAside: String?) -> StoreDamage {
@@ -78,7 +112,17 @@ struct StoreContents {
 }
 
 extension LMDBFile {
-    /// Reads the entries of `analysis`'s trees that can be proven intact.
+    /// Reads the entries of `analysis`'s trees that can be proven intact, all in memory.
+    func contents(_ a: Analysis) throws(StoreError) -> StoreContents {
+        var out = StoreContents()
+        out.expected = try readContents(a, into: &out)
+        out.finish()
+        return out
+    }
+
+    /// Passes the entries of `analysis`'s trees that can be proven intact to `sink`,
+    /// one at a time (see ``ContentSink`` for the order); returns the `snapshots`
+    /// database's own count, when its record was read.
     ///
     /// With an intact file, that is every entry. With a damaged one:
     /// - a snapshot of version 1 must decode, its key must start with its creation
@@ -90,41 +134,37 @@ extension LMDBFile {
     ///   is read as well, and its entries are kept when they pass the same test and
     ///   their body is a batch that verifies. Pages the free-page tree lists as free
     ///   are skipped when both meta pages are sound (they hold deleted snapshots).
-    ///   A snapshot found twice keeps the copy with more attempts.
-    func contents(_ a: Analysis) throws(StoreError) -> StoreContents {
-        var out = StoreContents()
+    ///   A snapshot found twice keeps the tree's copy, or else the copy with more
+    ///   attempts.
+    func readContents(_ a: Analysis, into sink: inout some ContentSink) throws(StoreError) -> Int? {
         let strict = !a.intact
         let verifier = BatchVerifier()
-        var kept: [[UInt8]: [UInt8]] = [:]
+        if !a.bothMetas || !snapshotsTreeSound(a) {
+            try scanPages(a, verifier: verifier) { (key, value) throws(StoreError) in
+                try sink.pageSnapshot(key: key, value: value, verifier: verifier)
+            }
+        }
+        var expected: Int?
         if let tree = a.trees[Self.snapshotsTree] {
-            out.expected = Int(clamping: tree.record.entries)
+            expected = Int(clamping: tree.record.entries)
             for e in tree.entries {
                 let node = a.pages.nodes[e.node]
                 let key = try key(node, page: e.page, pageSize: a.pageSize)
                 guard let value = try value(node, page: e.page, a) else { continue }
-                if !strict || verifier.accepts(key: key, value: value, fromTree: true) { kept[key] = value }
+                if !strict || verifier.accepts(key: key, value: value, fromTree: true) {
+                    try sink.treeSnapshot(key: key, value: value)
+                }
             }
         }
         if let tree = a.trees[Self.metaTree] {
             for e in tree.entries {
                 let node = a.pages.nodes[e.node]
                 if let value = try value(node, page: e.page, a) {
-                    out.metadata.append((try key(node, page: e.page, pageSize: a.pageSize), value))
+                    try sink.metadata(key: try key(node, page: e.page, pageSize: a.pageSize), value: value)
                 }
             }
         }
-        if !a.bothMetas || !snapshotsTreeSound(a) {
-            var found: [[UInt8]: [UInt8]] = [:]
-            try scanPages(a, verifier: verifier) { key, value in
-                guard kept[key] == nil else { return }
-                if let other = found[key], !verifier.newer(value, than: other, key: key) { return }
-                found[key] = value
-            }
-            out.fromPages = found.count
-            kept.merge(found) { tree, _ in tree }
-        }
-        out.snapshots = kept.sorted { $0.key.lexicographicallyPrecedes($1.key) }.map { ($0.key, $0.value) }
-        return out
+        return expected
     }
 
     /// Whether the `snapshots` tree was walked whole, or is surely absent.
@@ -135,7 +175,7 @@ extension LMDBFile {
 
     /// Calls `found` for each snapshot on a leaf page no tree reached.
     private func scanPages(_ a: Analysis, verifier: BatchVerifier,
-                           _ found: ([UInt8], [UInt8]) -> Void) throws(StoreError) {
+                           _ found: ([UInt8], [UInt8]) throws(StoreError) -> Void) throws(StoreError) {
         let limit = a.meta.map { min(Int($0.lastPage) + 1, a.pages.count) } ?? a.pages.count
         guard limit > LMDBLayout.metaPages else { return }
         for p in LMDBLayout.metaPages..<limit {
@@ -154,7 +194,7 @@ extension LMDBFile {
                 let key = try key(node, page: p, pageSize: a.pageSize)
                 guard let value = try value(node, page: p, a),
                       verifier.accepts(key: key, value: value, fromTree: false) else { continue }
-                found(key, value)
+                try found(key, value)
             }
         }
     }

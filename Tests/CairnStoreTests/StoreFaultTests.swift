@@ -43,6 +43,25 @@ import Testing
             var rng = SplitMix(seed: seed)
             for i in range where i < b.count { b[i] = UInt8.random(in: 0...255, using: &rng) }
         }
+
+        /// Makes `page` a leaf page whose `nodes` pointers all lead to one node of 32
+        /// bytes at the page's end (a 16-byte key, an 8-byte value): each node reads
+        /// well alone, but they lie on each other.
+        static func overlapping(_ b: inout [UInt8], page: Int, size: Int, nodes: Int) {
+            func put(_ v: UInt64, _ at: Int, _ n: Int) {
+                for i in 0..<n { b[page * size + at + i] = UInt8(truncatingIfNeeded: v >> (8 * i)) }
+            }
+            zero(&b, page: page, size: size)
+            let node = size - 32
+            put(UInt64(page), 0, 8)
+            put(0x02, 10, 2)
+            put(UInt64(16 + 2 * nodes), 12, 2)
+            put(UInt64(node), 14, 2)
+            for k in 0..<nodes { put(UInt64(node), 16 + 2 * k, 2) }
+            put(8, node, 2)
+            put(16, node + 6, 2)
+            for i in 0..<24 { put(UInt64(i + 1), node + 8 + i, 1) }
+        }
     }
 
     static let cases: [Damage] = [
@@ -72,6 +91,12 @@ import Testing
         Damage("300 bytes flipped at random places") { b, _ in
             var rng = SplitMix(seed: 14)
             for _ in 0..<300 { b[Int.random(in: 0..<b.count, using: &rng)] ^= UInt8.random(in: 1...255, using: &rng) }
+        },
+        Damage("a leaf page of thousands of nodes on one another") { b, t in
+            Damage.overlapping(&b, page: t.leaves[0], size: t.pageSize, nodes: (t.pageSize - 48) / 2)
+        },
+        Damage("a leaf page of two nodes on one another") { b, t in
+            Damage.overlapping(&b, page: t.leaves[1], size: t.pageSize, nodes: 2)
         },
         Damage("garbage lock.mdb", reported: { _ in false },
                lock: (0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }) { _, _ in },
@@ -139,6 +164,104 @@ import Testing
                 && !((try? decoder.decode(body).body).map { t.contents.contains($0) } ?? false)
         }
         #expect(invented.isEmpty, "bodies never stored: \(invented.map { $0["id"] ?? "?" })")
+    }
+
+    // MARK: Hostile files cost bounded memory and time
+
+    /// Pages whose node pointers all lead to one node are damage, and the pass keeps no
+    /// node of theirs: the file keeps no more nodes than the intact store (unchecked,
+    /// every such page kept two thousand).
+    @Test func overlappingNodesAreDamageAndKeptNot() throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        var bytes = t.data
+        for p in t.leaves { Damage.overlapping(&bytes, page: p, size: t.pageSize, nodes: (t.pageSize - 48) / 2) }
+        #expect(FileManager.default.createFile(atPath: dir.path + "/intact.mdb", contents: Data(t.data)))
+        #expect(FileManager.default.createFile(atPath: dir.path + "/crafted.mdb", contents: Data(bytes)))
+        let intact = try LMDBFile(path: dir.path + "/intact.mdb").analyze()
+        let a = try LMDBFile(path: dir.path + "/crafted.mdb").analyze()
+        #expect(!a.intact)
+        #expect(a.pages.nodes.count <= intact.pages.nodes.count,
+                "\(a.pages.nodes.count) nodes kept, \(intact.pages.nodes.count) in the intact store")
+        for p in t.leaves {
+            guard case .defective = a.pages.kind(UInt64(p)) else {
+                Issue.record("page \(p) reads as \(a.pages.kind(UInt64(p)))")
+                continue
+            }
+        }
+    }
+
+    /// A file far larger than any store, or whose meta pages say so, is damage found
+    /// without reading it: the pass stops at the meta page's last page, at the largest
+    /// store, or where the data of a sparse file ends. Unchecked, both took hours.
+    @Test(arguments: [false, true])
+    func hugeSparseFilesAreDamageReadPromptly(metasClaimIt: Bool) throws {
+        let t = try Template.shared.get()
+        let dir = Scratch()
+        var bytes = t.data
+        var size = 64 << 30
+        if metasClaimIt {
+            // Both meta pages say the store ends 256 GiB in, and the file does.
+            size = 256 << 30
+            let last = UInt64(size) / UInt64(t.pageSize) - 1
+            for slot in 0..<2 {
+                for i in 0..<8 { bytes[slot * t.pageSize + 136 + i] = UInt8(truncatingIfNeeded: last >> (8 * i)) }
+            }
+        }
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(bytes)))
+        try #require(truncate(dir.store + "/data.mdb", size) == 0, "truncate: \(String(cString: strerror(errno)))")
+
+        let status = try Self.run([productsDirectory + "/cairn", "status", dir.path])
+        try #require(!status.signaled && !status.timedOut, "cairn status: \(status.err)")
+        #expect(status.status == 5 && status.err.contains("beyond the largest store"), "\(status.status): \(status.err)")
+
+        let r = try Self.run([productsDirectory + "/cairn-store-child", "open", dir.store])
+        try #require(!r.signaled && !r.timedOut && r.status == 0, "cairn-store-child exited \(r.status): \(r.err)")
+        let opened = try #require(r.out.split(separator: "\n").first.flatMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        })
+        let damage = try #require(opened["damage"] as? [String: Any], "no damage reported: \(r.out)")
+        let salvaged = damage["salvaged"] as? Int ?? -1
+        if metasClaimIt {
+            #expect(salvaged > 0, "nothing salvaged from the pages")
+        } else {
+            #expect(salvaged == t.snapshots.count)
+        }
+    }
+
+    /// A salvage copies entries into the fresh store as it reads them, committing every
+    /// few MiB, rather than holding them all: a store of 12 MiB of snapshots, damaged
+    /// only in its length, comes back whole through several commits.
+    @Test func salvageCommitsAsItReads() throws {
+        let dir = Scratch()
+        var rng = SplitMix(seed: 21)
+        let encoder = try FrameEncoder()
+        var total = 0
+        do {
+            let store = try SnapshotStore(directory: dir.store)
+            var n = 0
+            while total < 12 << 20 {
+                let body = try encoder.encode(batchID: UInt64(n), records: (0..<1500).map { Template.record(n, $0, &rng) })
+                let request = UploadRequest(url: "https://collector.example/v1/batch", headers: [],
+                                            body: body, idempotencyKey: "key-\(n)")
+                try store.put(request, priority: .sampled, now: 1_700_000_000_000 + UInt64(n))
+                total += body.count
+                n += 1
+            }
+            try store.sync()
+        }
+        let expected = try SnapshotStore.inspect(directory: dir.store).snapshots
+        try #require(truncate(dir.store + "/data.mdb", 64 << 30) == 0, "truncate: \(String(cString: strerror(errno)))")
+
+        let store = try SnapshotStore(directory: dir.store)
+        let damage = try #require(store.stats.damage)
+        #expect(damage.salvaged == expected.count && damage.lost == 0, "\(damage)")
+        #expect(try store.oldest(limit: Int.max) == expected)
+        let fresh = try LMDBFile(path: dir.store + "/data.mdb").analyze()
+        let commits = try #require(fresh.meta).txnid
+        // A commit at least every 4 MiB, besides the one that creates the databases.
+        #expect(commits > UInt64(total >> 22), "\(commits) commits for \(total) bytes")
     }
 
     // MARK: The reader agrees with LMDB
