@@ -153,6 +153,10 @@ public final class SnapshotStore: @unchecked Sendable {
         public var evictedAgeEvents: Int
         /// Events in the snapshots evicted to stay under the size cap, since open.
         public var evictedSizeEvents: Int
+        /// The drop counts the evicted snapshots' `Cairn-Dropped` headers carried, by
+        /// reason, since open: a collector never saw them, so they are to be reported
+        /// again.
+        public var evictedDrops: [String: Int]
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
         public var failedPuts: Int
@@ -173,6 +177,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var evictedSize: [Priority: Int] = [:]
         var evictedAgeEvents = 0
         var evictedSizeEvents = 0
+        var evictedDrops: [String: Int] = [:]
         var failedPuts = 0
         var sequence: UInt64
     }
@@ -193,6 +198,29 @@ public final class SnapshotStore: @unchecked Sendable {
     public let directory: String
     /// The store's limits.
     public let options: Options
+
+    /// What evicting a snapshot loses: its events, why (`store_age` or `store_size`),
+    /// and the drop counts its `Cairn-Dropped` header carried (never seen by a
+    /// collector).
+    public struct Eviction: Sendable {
+        /// Events in the evicted request (its batch's record count).
+        public var events: Int
+        /// `store_age` or `store_size`.
+        public var reason: String
+        /// Its `Cairn-Dropped` counts, by reason.
+        public var reportedDrops: [String: Int]
+    }
+
+    /// Called with what is evicted, inside the transaction that evicts it, before it
+    /// commits: a process killed right after the commit has already counted the loss
+    /// (a commit that then fails counts it once too often, never too few). It runs on
+    /// the thread that stores, under the store's lock: it must not call the store.
+    public var evictionObserver: (@Sendable ([Eviction]) -> Void)? {
+        get { observer.withLock { $0.call } }
+        set { observer.withLock { $0.call = newValue } }
+    }
+    private struct Observer { var call: (@Sendable ([Eviction]) -> Void)? }
+    private let observer = Locked(Observer())
 
     /// Opens (creating if needed) the store in `directory`.
     ///
@@ -302,6 +330,11 @@ public final class SnapshotStore: @unchecked Sendable {
             var victims: [Victim] = []
             try write({ txn throws(StoreError) in
                 victims = try self.evictForSpace(txn, incoming: size, incomingPriority: priority)
+                if !victims.isEmpty {
+                    self.evictionObserver?(victims.map {
+                        Eviction(events: $0.events, reason: "store_size", reportedDrops: $0.drops)
+                    })
+                }
                 try Self.put(txn, self.snapshots, key: id.bytes, value: value)
                 for m in metadata { try Self.put(txn, self.meta, key: Array(m.key.utf8), value: m.value) }
             }, committed: {
@@ -311,6 +344,7 @@ public final class SnapshotStore: @unchecked Sendable {
                         s.count -= 1
                         s.evictedSize[v.priority, default: 0] += 1
                         s.evictedSizeEvents += v.events
+                        for (r, n) in v.drops { s.evictedDrops[r, default: 0] += n }
                     }
                     s.bytes += size
                     s.count += 1
@@ -377,17 +411,22 @@ public final class SnapshotStore: @unchecked Sendable {
     public func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
         let ageMillis = UInt64(max(0, options.maxAge.components.seconds)) * 1000
         let cutoff = now > ageMillis ? now - ageMillis : 0
-        var evicted: [(key: [UInt8], size: Int, events: Int)] = []
+        var evicted: [(key: [UInt8], size: Int, events: Int, drops: [String: Int])] = []
         try write({ txn throws(StoreError) in
             evicted = []
             try Self.forEach(txn, self.snapshots) { key, value in
                 guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
                 // Keys are time-ordered, so the first young one ends the scan.
                 if s.createdAt >= cutoff { return false }
-                evicted.append((key, key.count + value.count, Self.events(in: s.request.body)))
+                evicted.append((key, key.count + value.count, Self.events(in: s.request.body), s.request.reportedDrops))
                 return true
             }
             for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
+            if !evicted.isEmpty {
+                self.evictionObserver?(evicted.map {
+                    Eviction(events: $0.events, reason: "store_age", reportedDrops: $0.drops)
+                })
+            }
         }, committed: {
             let freed = evicted.reduce(0) { $0 + $1.size }
             self.state.withLock {
@@ -395,6 +434,7 @@ public final class SnapshotStore: @unchecked Sendable {
                 $0.count -= evicted.count
                 $0.evictedAge += evicted.count
                 $0.evictedAgeEvents += evicted.reduce(0) { $0 + $1.events }
+                for e in evicted { for (r, n) in e.drops { $0.evictedDrops[r, default: 0] += n } }
             }
         })
         return evicted.count
@@ -411,6 +451,7 @@ public final class SnapshotStore: @unchecked Sendable {
         state.withLock { s in
             Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
                   evictedAgeEvents: s.evictedAgeEvents, evictedSizeEvents: s.evictedSizeEvents,
+                  evictedDrops: s.evictedDrops,
                   failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize)
         }
     }
@@ -453,6 +494,7 @@ public final class SnapshotStore: @unchecked Sendable {
         let size: Int
         let priority: Priority
         var events = 0
+        var drops: [String: Int] = [:]
     }
 
     /// The events a stored body holds: its batch frame's record count, or 1 for a body
@@ -488,8 +530,9 @@ public final class SnapshotStore: @unchecked Sendable {
         if excess > 0 { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
         for i in victims.indices {
             if let value = try Self.get(txn, snapshots, key: victims[i].key) {
-                victims[i].events = SnapshotCodec.decode(id: SnapshotID(bytes: victims[i].key), value)
-                    .map { Self.events(in: $0.request.body) } ?? 1
+                let snapshot = SnapshotCodec.decode(id: SnapshotID(bytes: victims[i].key), value)
+                victims[i].events = snapshot.map { Self.events(in: $0.request.body) } ?? 1
+                victims[i].drops = snapshot?.request.reportedDrops ?? [:]
             }
             try Self.del(txn, snapshots, key: victims[i].key)
         }

@@ -42,6 +42,18 @@ public struct UploadRequest: Sendable, Equatable {
 
     /// The value of the first header named `name` (compared case-insensitively).
     public func header(_ name: String) -> String? { headers.value(of: name) }
+
+    /// The drop counts its `Cairn-Dropped` header reports, by reason (docs/FORMATS.md,
+    /// "Upload request"); pairs that do not parse are left out.
+    public var reportedDrops: [String: Int] {
+        var out: [String: Int] = [:]
+        for pair in (header("Cairn-Dropped") ?? "").split(separator: ",") {
+            let parts = pair.split(separator: "=")
+            guard parts.count == 2, let n = Int(parts[1]), n > 0 else { continue }
+            out[String(parts[0]), default: 0] += n
+        }
+        return out
+    }
 }
 
 extension Array where Element == HTTPHeader {

@@ -162,8 +162,7 @@ public final class Uploader: @unchecked Sendable {
     // Worker-only state.
     private var pending: (request: UploadRequest, next: UInt64, events: Int, mark: RingBatchMark,
                           reported: [DropReport])?
-    /// Store evictions already counted into the ring's drop table (age, size), in events.
-    private var evictionsCounted = (age: 0, size: 0)
+
     private var breaker: CircuitBreaker
     private var encoder: FrameEncoder?
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
@@ -184,6 +183,15 @@ public final class Uploader: @unchecked Sendable {
         self.options = options
         self.breaker = options.breaker
         self.lastSync = ContinuousClock().now
+        // Evictions are counted, in events, as they happen, whichever thread stores; what
+        // an evicted request reported never reached a collector and is counted again.
+        store?.evictionObserver = { [ring, state] evictions in
+            for e in evictions {
+                state.withLock { $0.stats.dropped[e.reason, default: 0] += e.events }
+                Self.countInTable(ring, e.reason, e.events)
+                for (reason, n) in e.reportedDrops { Self.countInTable(ring, reason, n) }
+            }
+        }
     }
 
     /// Starts the background worker (once).
@@ -331,29 +339,10 @@ public final class Uploader: @unchecked Sendable {
         return r
     }
 
-    /// The counts of a request's `Cairn-Dropped` header.
-    static func dropCounts(in request: UploadRequest) -> [(String, Int)] {
-        guard let header = request.header("Cairn-Dropped") else { return [] }
-        return header.split(separator: ",").compactMap { pair in
-            let parts = pair.split(separator: "=")
-            guard parts.count == 2, let n = Int(parts[1]), n > 0 else { return nil }
-            return (String(parts[0]), n)
-        }
-    }
-
     /// The drops a request carried are reported: it was acknowledged, refused for
     /// good, or stored (a stored request keeps its header).
     private func markReported(_ reported: [DropReport]) {
         for r in reported { try? ring.markReported(slot: r.slot, upTo: r.counted) }
-    }
-
-    /// Counts what the store evicted since the last look into the drop table, in
-    /// events: `store_age`, `store_size`.
-    private func countEvictions() {
-        guard let s = store?.stats else { return }
-        count(drop: "store_age", s.evictedAgeEvents - evictionsCounted.age)
-        count(drop: "store_size", s.evictedSizeEvents - evictionsCounted.size)
-        evictionsCounted = (s.evictedAgeEvents, s.evictedSizeEvents)
     }
 
     // MARK: The worker
@@ -378,7 +367,6 @@ public final class Uploader: @unchecked Sendable {
         // Requests the salvage could not prove intact (one when their number is unknown).
         if let d = store?.stats.damage { count(drop: "store_corrupt", d.lost ?? 1) }
         _ = try? store?.evictExpired()
-        countEvictions()
         resumeMarkedBatch()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
@@ -541,7 +529,6 @@ public final class Uploader: @unchecked Sendable {
             try? ring.commit(upTo: next)
             markReported(p.reported)
             pending = nil
-            countEvictions()
             state.withLock { $0.stats.storedBatches += 1 }
         } catch {
             // The store is full or the disk is: the records stay in the ring and this
@@ -578,7 +565,7 @@ public final class Uploader: @unchecked Sendable {
             try? store.delete(snapshot.id)
             count(drop: reason, SnapshotStore.events(in: snapshot.request.body))
             // The drops it reported were never taken: count them again for the next batch.
-            for (r, n) in Self.dropCounts(in: snapshot.request) { count(drop: r, n, inStats: false) }
+            for (r, n) in snapshot.request.reportedDrops { count(drop: r, n, inStats: false) }
         case .retry, .pauseAndRetry:
             replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.
@@ -655,6 +642,11 @@ public final class Uploader: @unchecked Sendable {
     private func count(drop reason: String, _ n: Int, inStats: Bool = true) {
         guard n > 0 else { return }
         if inStats { state.withLock { $0.stats.dropped[reason, default: 0] += n } }
+        Self.countInTable(ring, reason, n)
+    }
+
+    private static func countInTable(_ ring: Ring, _ reason: String, _ n: Int) {
+        guard n > 0 else { return }
         ring.countDrops(slot: ring.dropSlot(reason) ?? Ring.otherDropSlot, UInt64(n))
     }
 

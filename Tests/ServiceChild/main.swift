@@ -13,11 +13,21 @@
 //                 then wait to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
 //   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
 //                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
+//   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
+//                 fast as they can until the process is killed; after each call returns,
+//                 thread t stores i + 1 in its slot of CAIRN_TEST_ACK_FILE (below)
 // CAIRN_TEST_EVENT_NAME names the events of run, serve and shutdown (default
 // "child_event"); CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
 // CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting.
+// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap.
+//
+// The ack file of flood (created or truncated by the child, mapped MAP_SHARED, so that
+// every store is in the page cache at once and survives kill -9): bytes 0..<64 are the
+// run's session id in ASCII, padded with zeros, written before any thread starts; then
+// one little-endian UInt64 per thread at 64 + 8 × t, the number of track calls thread t
+// has seen return.
 import Cairn
 import CairnProcessor
 import Foundation
@@ -47,6 +57,7 @@ var options = Cairn.Options.fromEnvironment()
 if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.destinations = [StdoutDestination()] }
 let env = ProcessInfo.processInfo.environment
 if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as nohup'd jobs are
+if let bytes = env["CAIRN_TEST_STORE_BYTES"].flatMap({ Int($0) }) { options.storeMaxBytes = bytes }
 let cairn: Cairn
 let startedAt = DispatchTime.now().uptimeNanoseconds
 if env["CAIRN_TEST_SAFE_START"] == "1" {
@@ -93,6 +104,30 @@ case "shutdown":
     let flushed = cairn.shutdown(timeout: options.shutdownTimeout)
     say(String(format: "%.0f %@", Double(DispatchTime.now().uptimeNanoseconds - began) / 1e6, flushed ? "true" : "false"))
     exit(0)
+case "flood":
+    guard n > 0, let path = env["CAIRN_TEST_ACK_FILE"] else { exit(2) }
+    let size = 64 + 8 * n
+    let fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+    guard fd >= 0, ftruncate(fd, off_t(size)) == 0,
+          let map = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), map != MAP_FAILED else {
+        FileHandle.standardError.write(Data("flood: cannot map \(path): errno \(errno)\n".utf8))
+        exit(1)
+    }
+    let session = Array(cairn.sessionID.utf8.prefix(63))
+    map.copyMemory(from: session, byteCount: session.count)
+    let slots = (map + 64).bindMemory(to: UInt64.self, capacity: n)
+    for t in 0..<n {
+        nonisolated(unsafe) let slot = slots + t  // thread t alone writes it
+        Thread {
+            var i: Int64 = 0
+            while true {
+                cairn.track("flood", properties: ["t": .int(Int64(t)), "i": .int(i)])
+                i += 1
+                slot.pointee = UInt64(i).littleEndian
+            }
+        }.start()
+    }
+    while true { pause() }
 case "start":
     print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
 default:

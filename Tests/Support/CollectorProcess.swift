@@ -47,6 +47,16 @@ public struct RecordedAttempt: Decodable {
         public var content_size: Int
     }
 
+    /// A scripted response as the collector recorded it.
+    public struct Response: Decodable {
+        /// The status (200 when the script did not say).
+        public var status: Int?
+        /// The connection was closed without an answer.
+        public var drop: Bool?
+        /// Seconds the collector waited before answering.
+        public var stall: Double?
+    }
+
     public var seq: Int
     public var client_port: Int
     public var connection_id: Int
@@ -62,9 +72,19 @@ public struct RecordedAttempt: Decodable {
     public var batch: Batch?
     public var records: [String]?
     public var error: String?
+    /// The scripted response the attempt got (or was to get: see ``answered``).
+    public var response: Response
+    /// Whether the response was written back (false for a dropped connection, and
+    /// while a stall lasts).
     public var answered: Bool
     /// When the collector received the attempt (its monotonic clock, seconds).
     public var monotonic: Double
+
+    /// Whether the collector answered with a 2xx status: it has the batch (what
+    /// ``CollectorProcess/events()`` lists).
+    public var acknowledged: Bool {
+        answered && response.drop != true && (200...299).contains(response.status ?? 200)
+    }
 
     /// Every value of the header `name`, compared case-insensitively.
     public func headerValues(_ name: String) -> [String] {
