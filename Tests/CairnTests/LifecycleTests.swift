@@ -9,20 +9,6 @@ import Testing
 @Suite(.serialized) struct LifecycleTests {
     typealias Child = ServiceProcessTests
 
-    /// Runs a system command (mount, umount), quietly.
-    enum DiskFull {
-        static func run(_ argv: [String]) -> Int32 {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            p.arguments = argv
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-            do { try p.run() } catch { return -1 }
-            p.waitUntilExit()
-            return p.terminationStatus
-        }
-    }
-
     /// A child running in the background, for signals.
     final class Running {
         let process = Process()
@@ -214,9 +200,9 @@ import Testing
     @Test func aStartOnAFullDiskLeavesNoRunBehind() throws {
         let mount = Child.DataDir()
         try FileManager.default.createDirectory(atPath: mount.path, withIntermediateDirectories: true)
-        try #require(DiskFull.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mount.path]) == 0,
+        try #require(runQuietly(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mount.path]) == 0,
                      "mounting a tmpfs needs root")
-        defer { _ = DiskFull.run(["umount", "-l", mount.path]) }
+        defer { _ = runQuietly(["umount", "-l", mount.path]) }
         let dir = mount.path + "/data"
         try FileManager.default.createDirectory(atPath: dir + "/crash", withIntermediateDirectories: true)
         // Fill the disk.

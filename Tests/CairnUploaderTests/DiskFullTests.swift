@@ -8,25 +8,14 @@ import Testing
 /// mounts (a 3 MiB tmpfs, as root; CI runs as root). The collector is down, so batches
 /// go to the store until the disk is full.
 @Suite struct DiskFullTests {
-    static func run(_ argv: [String]) -> Int32 {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = argv
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        do { try p.run() } catch { return -1 }
-        p.waitUntilExit()
-        return p.terminationStatus
-    }
-
     @Test func trackingGoesOnDropsAreCountedAndStoringResumes() throws {
         let base = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
             + "/cairn-full-\(getpid())-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: base) }
-        try #require(Self.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", base]) == 0,
+        try #require(runQuietly(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", base]) == 0,
                      "mounting a tmpfs needs root")
-        defer { _ = Self.run(["umount", "-l", base]) }
+        defer { _ = runQuietly(["umount", "-l", base]) }
 
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 500])
