@@ -148,15 +148,6 @@ public final class SnapshotStore: @unchecked Sendable {
         public var evictedAge: Int
         /// Snapshots evicted to stay under the size cap, since open, by priority.
         public var evictedSize: [Priority: Int]
-        /// Events in the snapshots evicted for age, since open (the record count of
-        /// each batch; 1 for a body that is not a batch frame).
-        public var evictedAgeEvents: Int
-        /// Events in the snapshots evicted to stay under the size cap, since open.
-        public var evictedSizeEvents: Int
-        /// The drop counts the evicted snapshots' `Cairn-Dropped` headers carried, by
-        /// reason, since open: a collector never saw them, so they are to be reported
-        /// again.
-        public var evictedDrops: [String: Int]
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
         public var failedPuts: Int
@@ -175,9 +166,6 @@ public final class SnapshotStore: @unchecked Sendable {
         var count: Int
         var evictedAge = 0
         var evictedSize: [Priority: Int] = [:]
-        var evictedAgeEvents = 0
-        var evictedSizeEvents = 0
-        var evictedDrops: [String: Int] = [:]
         var failedPuts = 0
         var sequence: UInt64
     }
@@ -343,8 +331,6 @@ public final class SnapshotStore: @unchecked Sendable {
                         s.bytes -= v.size
                         s.count -= 1
                         s.evictedSize[v.priority, default: 0] += 1
-                        s.evictedSizeEvents += v.events
-                        for (r, n) in v.drops { s.evictedDrops[r, default: 0] += n }
                     }
                     s.bytes += size
                     s.count += 1
@@ -433,8 +419,6 @@ public final class SnapshotStore: @unchecked Sendable {
                 $0.bytes -= freed
                 $0.count -= evicted.count
                 $0.evictedAge += evicted.count
-                $0.evictedAgeEvents += evicted.reduce(0) { $0 + $1.events }
-                for e in evicted { for (r, n) in e.drops { $0.evictedDrops[r, default: 0] += n } }
             }
         })
         return evicted.count
@@ -450,8 +434,6 @@ public final class SnapshotStore: @unchecked Sendable {
     public var stats: Stats {
         state.withLock { s in
             Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
-                  evictedAgeEvents: s.evictedAgeEvents, evictedSizeEvents: s.evictedSizeEvents,
-                  evictedDrops: s.evictedDrops,
                   failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize)
         }
     }
@@ -937,24 +919,24 @@ enum SnapshotCodec {
         out.append(version)
         out.append(s.priority.rawValue)
         out += [0, 0]
-        append32(&out, s.attempts)
-        append64(&out, s.createdAt)
-        append64(&out, s.nextAttemptAt)
-        appendString(&out, s.request.method)
-        appendString(&out, s.request.url)
-        appendString(&out, s.request.idempotencyKey)
-        append32(&out, UInt32(clamping: s.request.headers.count))
+        LittleEndian.append(&out, UInt64(s.attempts), bytes: 4)
+        LittleEndian.append(&out, s.createdAt, bytes: 8)
+        LittleEndian.append(&out, s.nextAttemptAt, bytes: 8)
+        LittleEndian.append(&out, string: s.request.method)
+        LittleEndian.append(&out, string: s.request.url)
+        LittleEndian.append(&out, string: s.request.idempotencyKey)
+        LittleEndian.append(&out, UInt64(UInt32(clamping: s.request.headers.count)), bytes: 4)
         for h in s.request.headers {
-            appendString(&out, h.name)
-            appendString(&out, h.value)
+            LittleEndian.append(&out, string: h.name)
+            LittleEndian.append(&out, string: h.value)
         }
-        append64(&out, UInt64(s.request.body.count))
+        LittleEndian.append(&out, UInt64(s.request.body.count), bytes: 8)
         out += s.request.body
         return out
     }
 
     static func decode(id: SnapshotID, _ b: [UInt8]) -> Snapshot? {
-        var r = Reader(bytes: b)
+        var r = LittleEndian.Reader(bytes: b)
         guard let v = r.u8(), v == version, let p = r.u8(), let priority = Priority(rawValue: p),
               r.skip(2), let attempts = r.u32(), let created = r.u64(), let next = r.u64(),
               let method = r.string(), let url = r.string(), let key = r.string(),
@@ -968,52 +950,5 @@ enum SnapshotCodec {
         return Snapshot(id: id, request: UploadRequest(method: method, url: url, headers: headers, body: body,
                                                        idempotencyKey: key),
                         priority: priority, createdAt: created, attempts: attempts, nextAttemptAt: next)
-    }
-
-    private static func append32(_ out: inout [UInt8], _ v: UInt32) {
-        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: v >> (8 * i))) }
-    }
-    private static func append64(_ out: inout [UInt8], _ v: UInt64) {
-        for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: v >> (8 * i))) }
-    }
-    private static func appendString(_ out: inout [UInt8], _ s: String) {
-        append32(&out, UInt32(clamping: s.utf8.count))
-        out += Array(s.utf8)
-    }
-
-    /// Bounds-checked little-endian reads.
-    struct Reader {
-        let bytes: [UInt8]
-        var at = 0
-        var atEnd: Bool { at == bytes.count }
-        mutating func skip(_ n: Int) -> Bool {
-            guard bytes.count - at >= n else { return false }
-            at += n
-            return true
-        }
-        mutating func u8() -> UInt8? {
-            guard at < bytes.count else { return nil }
-            defer { at += 1 }
-            return bytes[at]
-        }
-        mutating func u32() -> UInt32? {
-            guard bytes.count - at >= 4 else { return nil }
-            defer { at += 4 }
-            return (0..<4).reduce(UInt32(0)) { $0 | UInt32(bytes[at + $1]) << (8 * $1) }
-        }
-        mutating func u64() -> UInt64? {
-            guard bytes.count - at >= 8 else { return nil }
-            defer { at += 8 }
-            return (0..<8).reduce(UInt64(0)) { $0 | UInt64(bytes[at + $1]) << (8 * $1) }
-        }
-        mutating func bytes(_ n: UInt64) -> [UInt8]? {
-            guard n <= UInt64(bytes.count - at) else { return nil }
-            defer { at += Int(n) }
-            return Array(bytes[at..<(at + Int(n))])
-        }
-        mutating func string() -> String? {
-            guard let n = u32(), let b = bytes(UInt64(n)) else { return nil }
-            return String(decoding: b, as: UTF8.self)
-        }
     }
 }
