@@ -46,27 +46,19 @@ struct RingBatchMark: Equatable, Sendable {
     func encoded() -> [UInt8] {
         var out: [UInt8] = [Self.version, stored ? 1 : 0]
         let keyBytes = Array(key.utf8.prefix(Int(UInt16.max)))
-        Self.append(&out, UInt64(keyBytes.count), bytes: 2)
-        Self.append(&out, UInt64(events), bytes: 4)
-        for v in [ringID, first, next, batchID] { Self.append(&out, v, bytes: 8) }
+        LittleEndian.append(&out, UInt64(keyBytes.count), bytes: 2)
+        LittleEndian.append(&out, UInt64(events), bytes: 4)
+        for v in [ringID, first, next, batchID] { LittleEndian.append(&out, v, bytes: 8) }
         return out + keyBytes
     }
 
     /// Decodes a mark; nil for anything that is not a whole version-1 mark.
     init?(_ b: [UInt8]) {
-        func read(_ at: Int, _ n: Int) -> UInt64 {
-            (0..<n).reduce(UInt64(0)) { $0 | UInt64(b[at + $1]) << (8 * $1) }
-        }
-        guard b.count >= 40, b[0] == Self.version, b[1] <= 1 else { return nil }
-        let keyLength = Int(read(2, 2))
-        guard b.count == 40 + keyLength else { return nil }
-        let (first, next) = (read(16, 8), read(24, 8))
-        guard first < next else { return nil }
-        self.init(ringID: read(8, 8), first: first, next: next, events: UInt32(read(4, 4)), batchID: read(32, 8),
-                  key: String(decoding: b[40...], as: UTF8.self), stored: b[1] == 1)
-    }
-
-    private static func append(_ out: inout [UInt8], _ v: UInt64, bytes: Int) {
-        for i in 0..<bytes { out.append(UInt8(truncatingIfNeeded: v >> (8 * i))) }
+        var r = LittleEndian.Reader(bytes: b)
+        guard r.u8() == Self.version, let stored = r.u8(), stored <= 1, let keyLength = r.u16(),
+              let events = r.u32(), let ringID = r.u64(), let first = r.u64(), let next = r.u64(),
+              let batchID = r.u64(), let key = r.bytes(UInt64(keyLength)), r.atEnd, first < next else { return nil }
+        self.init(ringID: ringID, first: first, next: next, events: events, batchID: batchID,
+                  key: String(decoding: key, as: UTF8.self), stored: stored == 1)
     }
 }
