@@ -10,8 +10,8 @@ final class DropCounters: Sendable {
     /// In a plain struct, so that creating the counters at start needs no runtime
     /// lookup of `String: Hashable` (as `Locked<[String: Int]>` would).
     private struct Counts {
-        var byReason: [String: Int] = [:]
-        var slots: [String: Int32] = [:]
+        /// Per reason: this process's count, and its drop table slot (looked up once).
+        var byReason: [String: (count: Int, slot: Int32?)] = [:]
     }
 
     private let counts = Locked(Counts())
@@ -23,11 +23,12 @@ final class DropCounters: Sendable {
     func add(_ reason: String, _ n: Int) {
         guard n > 0 else { return }
         let slot = counts.withLock { c -> Int32? in
-            c.byReason[reason, default: 0] += n
-            guard let ring else { return nil }
-            if let slot = c.slots[reason] { return slot }
-            let slot = ring.dropSlot(reason) ?? Ring.otherDropSlot
-            c.slots[reason] = slot
+            if let entry = c.byReason[reason] {
+                c.byReason[reason] = (entry.count + n, entry.slot)
+                return entry.slot
+            }
+            let slot = ring.map { $0.dropSlot(reason) ?? Ring.otherDropSlot }
+            c.byReason[reason] = (n, slot)
             return slot
         }
         if let slot { ring?.countDrops(slot: slot, UInt64(n)) }
@@ -43,7 +44,7 @@ final class DropCounters: Sendable {
         }
     }
 
-    func snapshot() -> [String: Int] { counts.withLock { $0.byReason } }
+    func snapshot() -> [String: Int] { counts.withLock { $0.byReason.mapValues(\.count) } }
 }
 
 /// One background thread with a stop flag and a wake-up condition.
