@@ -115,6 +115,14 @@ let package = Package(
         // The demo service of `make demo` (Examples/demo.sh).
         .executableTarget(name: "orders-service", dependencies: ["Cairn"], path: "Examples/OrdersService"),
 
+        // The whole-process benchmark's host service, with and without Cairn: the same
+        // program (BenchHost), so that their difference is what Cairn costs a service.
+        .target(name: "BenchHost", path: "Benchmarks/BenchHost"),
+        .executableTarget(name: "cairn-bench-host", dependencies: ["BenchHost", "Cairn"],
+                          path: "Benchmarks/HostWithCairn"),
+        .executableTarget(name: "cairn-bench-baseline", dependencies: ["BenchHost"],
+                          path: "Benchmarks/HostBaseline"),
+
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
                           dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",

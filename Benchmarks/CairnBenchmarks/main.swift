@@ -137,26 +137,26 @@ func realisticEvents(_ count: Int, seed: UInt64) -> [[UInt8]] {
     }
 }
 
-// MARK: - Results
-
-struct Figure {
-    let key: String
-    let label: String
-    let value: Double
-    let unit: String
-    let goal: String
-    let budget: Double?     // value must stay at or below this
-}
-var figures: [Figure] = []
-@MainActor func record(_ key: String, _ label: String, _ value: Double, _ unit: String, goal: String = "",
-            budget: Double? = nil) {
-    figures.append(Figure(key: key, label: label, value: value, unit: unit, goal: goal, budget: budget))
-}
-
 let scratch = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
     + "/cairn-bench-\(getpid())"
 try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-defer { try? FileManager.default.removeItem(atPath: scratch) }
+
+// `--only memory-idle`: the whole-process memory of the linked and idle states alone
+// (what the gate's own test runs); `--only process`: every whole-process figure.
+if let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < CommandLine.arguments.count {
+    switch CommandLine.arguments[i + 1] {
+    case "memory-idle":
+        benchWholeProcess(full: false)
+    case "process":
+        benchWholeProcess(full: true)
+        benchDefaultThroughput()
+    default:
+        FileHandle.standardError.write(Data("unknown --only \(CommandLine.arguments[i + 1])\n".utf8))
+        exit(2)
+    }
+    try? FileManager.default.removeItem(atPath: scratch)
+    finish()
+}
 
 // MARK: - Ring append vs raw fetch_add + memcpy
 
@@ -456,13 +456,18 @@ record("store_put_ratio", "store put / raw mdb_put", storePut / rawPut, "x")
 
 // MARK: - End to end: ring append to acknowledged upload on loopback
 
-/// A minimal HTTP/1.1 sink on 127.0.0.1: reads each request, answers 200, keeps the
-/// connection. The benchmark's collector must not be the bottleneck; the tests use the
-/// independent Python collector instead.
+/// A minimal HTTP/1.1 sink on 127.0.0.1: reads each request, answers 200 (after
+/// `delay`, to stand for a collector far away), keeps the connection, and counts the
+/// events of the batches it receives. The benchmark's collector must not be the
+/// bottleneck; the tests use the independent Python collector instead.
 final class Sink: @unchecked Sendable {
     let port: Int
     private let listener: Int32
-    init() {
+    private let delay: UInt32
+    /// Events in the batches received (from their frames' metadata).
+    let received = Atomic<Int>(0)
+    init(delayMilliseconds: Int = 0) {
+        delay = UInt32(delayMilliseconds * 1000)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
@@ -478,11 +483,16 @@ final class Sink: @unchecked Sendable {
             while true {
                 let c = accept(fd, nil, nil)
                 if c < 0 { return }
-                Thread { Sink.serve(c) }.start()
+                Thread { self.serve(c) }.start()
             }
         }.start()
     }
-    static func serve(_ c: Int32) {
+    /// Stops accepting connections.
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+    func serve(_ c: Int32) {
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var have = 0
         let ok = Array("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".utf8)
@@ -511,6 +521,9 @@ final class Sink: @unchecked Sendable {
                 if n <= 0 { close(c); return }
                 have += n
             }
+            let events = (try? FrameDecoder.info(of: Array(buffer[headerEnd..<need])).recordCount).map(Int.init) ?? 0
+            received.wrappingAdd(events, ordering: .relaxed)
+            if delay > 0 { usleep(delay) }
             _ = ok.withUnsafeBytes { write(c, $0.baseAddress, $0.count) }
             buffer.replaceSubrange(0..<need, with: [])
             buffer += [UInt8](repeating: 0, count: need)
@@ -757,27 +770,13 @@ let firstStart = benchStart(runs: quick ? 5 : 15, fresh: true)
 record("first_start_ms_p50", "Cairn.start, first start in a new data directory, p50", firstStart.p50, "ms",
        budget: 20)
 
+// MARK: - The whole process
+
+benchWholeProcess(full: true)
+benchDefaultThroughput()
+
 // MARK: - Output
 
-let over = figures.filter { f in f.budget.map { f.value > $0 } ?? false }
-if jsonOutput {
-    let body = figures.map { f -> String in
-        let v = f.value.isFinite ? String(format: "%.3f", f.value) : "null"
-        return "\"\(f.key)\": \(v)"
-    }.joined(separator: ", ")
-    print("{\(body), \"over_budget\": [\(over.map { "\"\($0.key)\"" }.joined(separator: ", "))]}")
-} else {
-    func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
-    print(pad("figure", 56) + pad("value", 14) + pad("goal", 10) + "budget")
-    for f in figures {
-        let value = String(format: f.value >= 100 ? "%.0f" : "%.2f", f.value) + " " + f.unit
-        let budget = f.budget.map { String(format: "%.2f", $0) } ?? ""
-        print(pad(f.label, 56) + pad(value, 14) + pad(f.goal, 10) + budget)
-    }
-    print("(append figures: median over blocks of \(oneThread.perBlock) appends (1 producer) or "
-        + "\(twoThreads.perBlock) (2 producers); \(ProcessInfo.processInfo.activeProcessorCount) cores)")
-}
-if !over.isEmpty {
-    FileHandle.standardError.write("over budget: \(over.map(\.key).joined(separator: ", "))\n".data(using: .utf8)!)
-    exit(1)
-}
+try? FileManager.default.removeItem(atPath: scratch)
+finish(note: "(append figures: median over blocks of \(oneThread.perBlock) appends (1 producer) or "
+    + "\(twoThreads.perBlock) (2 producers); \(ProcessInfo.processInfo.activeProcessorCount) cores)")

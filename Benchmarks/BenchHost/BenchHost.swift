@@ -1,0 +1,146 @@
+// BenchHost: the part of the whole-process benchmark's two host programs that is the
+// same in both: a service that uses Foundation the way services do, a paced producer
+// thread, and the reading of the process's own memory figures. `cairn-bench-host` adds
+// Cairn to it; `cairn-bench-baseline` does not, so the difference between the two is
+// what Cairn costs a service.
+import Foundation
+
+/// The process's own memory figures, in KiB.
+public struct MemoryFigures: Sendable {
+    /// `VmRSS` of `/proc/self/status`: resident pages, anonymous, file and shared.
+    public var rss = 0
+    /// `VmHWM`: the peak of `VmRSS`.
+    public var peak = 0
+    /// `RssAnon`, `RssFile`, `RssShmem`.
+    public var anon = 0, file = 0, shmem = 0
+    /// `Private_Dirty` of `/proc/self/smaps_rollup`: pages only this process has
+    /// written (its heap, stacks, written data of its libraries and mappings).
+    public var privateDirty = 0
+
+    /// Reads them now.
+    public static func now() -> MemoryFigures {
+        var m = MemoryFigures()
+        for (key, kb) in fields("/proc/self/status") {
+            switch key {
+            case "VmRSS": m.rss = kb
+            case "VmHWM": m.peak = kb
+            case "RssAnon": m.anon = kb
+            case "RssFile": m.file = kb
+            case "RssShmem": m.shmem = kb
+            default: break
+            }
+        }
+        m.privateDirty = fields("/proc/self/smaps_rollup").first { $0.0 == "Private_Dirty" }?.1 ?? 0
+        return m
+    }
+
+    /// `Key:   123 kB` lines of a proc file.
+    private static func fields(_ path: String) -> [(String, Int)] {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2 else { return nil }
+            let number = parts[1].split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) }
+            return number.map { (String(parts[0]), $0) }
+        }
+    }
+
+    /// One JSON object, the line a host prints for the benchmark to read.
+    public func json(extra: [String: Int] = [:]) -> String {
+        var all = ["rss_kb": rss, "peak_kb": peak, "anon_kb": anon, "file_kb": file, "shmem_kb": shmem,
+                   "private_dirty_kb": privateDirty]
+        all.merge(extra) { $1 }
+        return "{" + all.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \($0.value)" }.joined(separator: ", ") + "}"
+    }
+}
+
+/// What a Swift service typically does with Foundation before any telemetry: JSON in and
+/// out, dates and their formatting, URLs, UUIDs, the environment, formatted strings. Both
+/// hosts call it once at start, so that the libraries and data it brings in are part of
+/// the baseline.
+@inline(never)
+public func useFoundationLikeAService() -> Int {
+    struct Order: Codable {
+        var id: UUID
+        var placed: Date
+        var items: [String]
+        var total: Double
+        var callback: URL?
+    }
+    let order = Order(id: UUID(), placed: Date(), items: ["book", "pen"], total: 12.5,
+                      callback: URL(string: "https://shop.example/orders?id=42"))
+    let encoder = JSONEncoder()
+    encoder.dateEncodingStrategy = .iso8601
+    let decoder = JSONDecoder()
+    decoder.dateDecodingStrategy = .iso8601
+    var bytes = 0
+    if let data = try? encoder.encode(order), let back = try? decoder.decode(Order.self, from: data) {
+        bytes += data.count + back.items.count
+    }
+    let formatter = ISO8601DateFormatter()
+    bytes += formatter.string(from: Date()).count
+    bytes += String(format: "%.3f ms", 1.25).count
+    bytes += ProcessInfo.processInfo.environment.count + ProcessInfo.processInfo.processIdentifier.bitWidth
+    bytes += (try? JSONSerialization.data(withJSONObject: ["k": [1, 2, 3]])).map(\.count) ?? 0
+    return bytes
+}
+
+/// Calls `body(i)` `rate` times a second, i = 0, 1, 2, ..., on the calling thread, for
+/// `seconds`; a `rate` of 0 calls it as fast as it can. Ticks are 1 ms apart on an
+/// absolute clock, so a slow call delays the next tick's calls but not the rate.
+/// Returns the number of calls made.
+public func produce(rate: Int, seconds: Double, _ body: (Int) -> Void) -> Int {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    let start = Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    let end = start + Int64(seconds * 1e9)
+    var made = 0
+    var tick: Int64 = 0
+    while true {
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        let now = Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+        if now >= end { break }
+        if rate == 0 {
+            for _ in 0..<256 { body(made); made += 1 }
+            continue
+        }
+        tick += 1
+        // Calls due by the end of this tick.
+        let due = Int(Double(rate) * Double(tick) / 1000)
+        while made < due { body(made); made += 1 }
+        let next = start + tick * 1_000_000
+        var wake = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, nil)
+    }
+    return made
+}
+
+/// Sleeps `seconds` (settling: background threads finish their start).
+public func settle(_ seconds: Double) {
+    usleep(UInt32(seconds * 1e6))
+}
+
+/// The host's command line: `<mode> [rate] [seconds]`.
+public struct HostArguments: Sendable {
+    /// `exit` (return at once: the process start alone), `linked` (measure after using
+    /// Foundation), `idle` (start, settle, measure), `rate` (produce, measure).
+    public var mode: String
+    /// Events a second for `rate` (0: as fast as possible).
+    public var rate: Int
+    /// How long `rate` produces.
+    public var seconds: Double
+
+    /// Parses `CommandLine.arguments`; nil when they make no sense.
+    public init?() {
+        let a = CommandLine.arguments
+        guard a.count >= 2 else { return nil }
+        mode = a[1]
+        rate = a.count > 2 ? Int(a[2]) ?? 0 : 0
+        seconds = a.count > 3 ? Double(a[3]) ?? 1 : 1
+    }
+}
+
+/// Writes `line` and a newline to stdout, unbuffered.
+public func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}

@@ -1,0 +1,174 @@
+// What Cairn costs a whole service process, measured as a user would: the same host
+// program built twice (BenchHost; `cairn-bench-host` with Cairn, `cairn-bench-baseline`
+// without), release builds, each child reading its own /proc/self/status and
+// /proc/self/smaps_rollup. Every state runs both children side by side, three times;
+// the figure is the difference of the medians. Through the public API with default
+// options, configured only by CAIRN_* variables as a deployment would.
+import Foundation
+import Synchronization
+
+/// The directory of this executable, where `make bench` builds the hosts too.
+func productsDirectory() -> String {
+    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    return URL(fileURLWithPath: exe).deletingLastPathComponent().path
+}
+
+/// One run of a host: its output lines, each a JSON object.
+struct HostRun {
+    var lines: [[String: Any]] = []
+    /// The first line's integer `key` (the memory figures), NaN when missing.
+    func first(_ key: String) -> Double { (lines.first?[key] as? Int).map(Double.init) ?? .nan }
+    /// The second line's integer `key` (the rate mode's outcome).
+    func outcome(_ key: String) -> Double { (lines.dropFirst().first?[key] as? Int).map(Double.init) ?? .nan }
+}
+
+/// Starts host `name` with `args` and environment `env`; `wait()` returns its output.
+final class HostProcess: @unchecked Sendable {
+    private let process = Process()
+    private let out = Pipe()
+    init?(_ name: String, _ args: [String], env: [String: String]) {
+        let path = productsDirectory() + "/" + name
+        guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = args
+        process.environment = env.merging(["PATH": "/usr/bin:/bin"]) { a, _ in a }
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return nil }
+    }
+    func wait() -> HostRun {
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        var run = HostRun()
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            if let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] {
+                run.lines.append(object)
+            }
+        }
+        return run
+    }
+}
+
+/// A fresh data directory for one run of the host.
+func hostEnvironment(uploadURL: String?) -> [String: String] {
+    let dir = scratch + "/host-\(UUID().uuidString)"
+    var env = ["CAIRN_APP_ID": "bench", "CAIRN_DISTINCT_ID": "bench-host", "CAIRN_DATA_DIR": dir]
+    if let uploadURL { env["CAIRN_UPLOAD_URL"] = uploadURL }
+    return env
+}
+
+/// Both hosts in `args`, side by side, `runs` times: (with Cairn, baseline).
+func pairedRuns(_ args: [String], runs: Int, uploadURL: String?) -> (cairn: [HostRun], baseline: [HostRun]) {
+    var cairn: [HostRun] = [], baseline: [HostRun] = []
+    for _ in 0..<runs {
+        let c = HostProcess("cairn-bench-host", args, env: hostEnvironment(uploadURL: uploadURL))
+        let b = HostProcess("cairn-bench-baseline", args, env: [:])
+        if let c { cairn.append(c.wait()) }
+        if let b { baseline.append(b.wait()) }
+    }
+    return (cairn, baseline)
+}
+
+func median(_ values: [Double]) -> Double {
+    let finite = values.filter(\.isFinite)
+    return finite.count == values.count ? percentile(finite, 0.5) : .nan
+}
+
+/// Median of `key` with Cairn minus median without, in KiB.
+func delta(_ runs: (cairn: [HostRun], baseline: [HostRun]), _ key: String) -> Double {
+    guard !runs.cairn.isEmpty, !runs.baseline.isEmpty else { return .nan }
+    return median(runs.cairn.map { $0.first(key) }) - median(runs.baseline.map { $0.first(key) })
+}
+
+/// A URL on 127.0.0.1 where nothing listens (a port bound and closed again).
+func closedPortURL() -> String {
+    let probe = Sink()
+    probe.stop()
+    return "http://127.0.0.1:\(probe.port)/v1/batch"
+}
+
+/// Milliseconds from spawning `path` to reaping it.
+func spawnAndReap(_ path: String) -> Double? {
+    var pid: pid_t = 0
+    let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), strdup("exit"), nil]
+    defer { argv.forEach { free($0) } }
+    let t0 = now()
+    guard posix_spawn(&pid, path, nil, nil, argv, environ) == 0 else { return nil }
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+    return Double(now() - t0) / 1e6
+}
+
+/// The memory states: linked, idle; with `full`, also a steady upload and a collector
+/// that is down.
+@MainActor func benchWholeProcess(full: Bool) {
+    let runs = 3
+    let budgetKB = 5.0 * 1024
+    let linked = pairedRuns(["linked"], runs: runs, uploadURL: nil)
+    record("rss_delta_kb_linked", "RSS added, Cairn linked, not started", delta(linked, "rss_kb"), "KiB",
+           goal: "<= 2048", budget: budgetKB)
+    record("private_delta_kb_linked", "private dirty added, linked, not started", delta(linked, "private_dirty_kb"),
+           "KiB", goal: "<= 1024")
+    let idle = pairedRuns(["idle"], runs: runs, uploadURL: nil)
+    record("rss_delta_kb_idle", "RSS added, started without upload URL, idle", delta(idle, "rss_kb"), "KiB",
+           goal: "<= 2048", budget: budgetKB)
+    record("private_delta_kb_idle", "private dirty added, started, idle", delta(idle, "private_dirty_kb"), "KiB",
+           goal: "<= 1024")
+    guard full else { return }
+
+    let seconds = quick ? "4" : "10"
+    let sink = Sink()
+    defer { sink.stop() }
+    let upload = pairedRuns(["rate", "10000", seconds], runs: runs,
+                            uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
+    record("rss_delta_kb_upload", "RSS added, 10k events/s uploaded to a local collector", delta(upload, "rss_kb"),
+           "KiB", goal: "<= 2048", budget: budgetKB)
+    record("private_delta_kb_upload", "private dirty added, 10k events/s uploaded",
+           delta(upload, "private_dirty_kb"), "KiB", goal: "<= 1024")
+    record("peak_delta_kb_upload", "peak RSS (VmHWM) added, 10k events/s uploaded", delta(upload, "peak_kb"), "KiB")
+    let down = pairedRuns(["rate", "10000", seconds], runs: runs, uploadURL: closedPortURL())
+    record("rss_delta_kb_down", "RSS added, 10k events/s, collector down", delta(down, "rss_kb"), "KiB",
+           goal: "<= 2048", budget: budgetKB)
+    record("private_delta_kb_down", "private dirty added, collector down", delta(down, "private_dirty_kb"), "KiB",
+           goal: "<= 1024")
+
+    // Process start with Cairn linked: paired runs of the two hosts' `exit` mode, in
+    // alternating order, the median of the differences.
+    let dir = productsDirectory()
+    var differences: [Double] = []
+    for i in 0..<(quick ? 40 : 100) {
+        let first = i % 2 == 0 ? "cairn-bench-host" : "cairn-bench-baseline"
+        let second = i % 2 == 0 ? "cairn-bench-baseline" : "cairn-bench-host"
+        guard let a = spawnAndReap(dir + "/" + first), let b = spawnAndReap(dir + "/" + second) else { break }
+        differences.append(i % 2 == 0 ? a - b : b - a)
+    }
+    record("link_start_ms", "process start added by linking Cairn (paired, median)", percentile(differences, 0.5),
+           "ms", goal: "<= 1")
+}
+
+/// Throughput through `track()` with default options to a collector that answers each
+/// request after 50 ms: at 10k and 100k events a second, and flat out.
+@MainActor func benchDefaultThroughput() {
+    let seconds = quick ? 10 : 30
+    func run(rate: Int) -> (run: HostRun, delivered: Int) {
+        let sink = Sink(delayMilliseconds: 50)
+        defer { sink.stop() }
+        guard let host = HostProcess("cairn-bench-host", ["rate", String(rate), String(seconds)],
+                                     env: hostEnvironment(uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch"))
+        else { return (HostRun(), 0) }
+        let run = host.wait()
+        return (run, sink.received.load(ordering: .relaxed))
+    }
+    let at10k = run(rate: 10_000)
+    record("drops_at_10k_50ms", "events dropped at 10k/s, 50 ms collector, \(seconds) s", at10k.run.outcome("dropped"),
+           "events", goal: "0")
+    let at100k = run(rate: 100_000)
+    record("drops_at_100k_50ms", "events dropped at 100k/s, 50 ms collector, \(seconds) s",
+           at100k.run.outcome("dropped"), "events", goal: "0")
+    record("rss_kb_100k_50ms", "RSS of the host at 100k/s (whole process)", at100k.run.first("rss_kb"), "KiB")
+    let flat = run(rate: 0)
+    let elapsed = flat.run.outcome("elapsed_ms") / 1000
+    record("e2e_default_events_per_s", "track() flat out to delivered, defaults, 50 ms collector",
+           Double(flat.delivered) / elapsed, "ev/s", goal: ">= 100k")
+    record("drops_flat_out_50ms", "events dropped flat out, 50 ms collector", flat.run.outcome("dropped"), "events")
+}
