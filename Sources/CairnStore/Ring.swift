@@ -1,4 +1,5 @@
 import CCairn
+import Synchronization
 
 /// A file-backed ring buffer of records: the hot path of Cairn's event pipeline.
 ///
@@ -180,6 +181,11 @@ public final class Ring: @unchecked Sendable {
 
     private let handle: OpaquePointer
 
+    /// The position at which the fill alarm goes off (`UInt64.max`: not armed), and what
+    /// it does (see ``armFillAlarm(at:)``).
+    private let fillAlarm = Atomic<UInt64>(.max)
+    private let fillAction = Mutex<(@Sendable () -> Void)?>(nil)
+
     /// The path of the ring file.
     public let path: String
 
@@ -226,6 +232,7 @@ public final class Ring: @unchecked Sendable {
     public func append(_ bytes: UnsafeRawBufferPointer) throws(CairnError) {
         let rc = cairn_ring_append(rawHandle, bytes.baseAddress, bytes.count)
         if rc != 0 { throw CairnError(rc, function: "cairn_ring_append") }
+        if fillAlarmArmed { checkFillAlarm(end: nil) }
     }
 
     /// Appends one record (copied). Never blocks.
@@ -235,6 +242,56 @@ public final class Ring: @unchecked Sendable {
     public func append(_ bytes: [UInt8]) throws(CairnError) {
         let rc = bytes.withUnsafeBytes { cairn_ring_append(rawHandle, $0.baseAddress, $0.count) }
         if rc != 0 { throw CairnError(rc, function: "cairn_ring_append") }
+        if fillAlarmArmed { checkFillAlarm(end: nil) }
+    }
+
+    // MARK: Fill alarm
+
+    /// What the fill alarm runs when it goes off (the consumer's wake-up), set once
+    /// before the alarm is armed.
+    public func onFillAlarm(_ action: @escaping @Sendable () -> Void) {
+        fillAction.withLock { $0 = action }
+    }
+
+    /// Arms the fill alarm: the first append that ends at or beyond `position` (an
+    /// absolute ring position, such as the read cursor plus a batch's worth of bytes)
+    /// disarms it and runs the action given to ``onFillAlarm(_:)``, once, on the
+    /// appending thread. A consumer waiting for a batch to fill arms it before it
+    /// sleeps, so that a burst wakes it at once instead of at the batch's age; producers
+    /// pay one relaxed load while it is not armed.
+    ///
+    /// - Returns: false, without arming, when the ring's records already reach
+    ///   `position` (the consumer should not sleep).
+    @discardableResult
+    public func armFillAlarm(at position: UInt64) -> Bool {
+        fillAlarm.store(position, ordering: .sequentiallyConsistent)
+        // An append that ended before the store above did not see the alarm: look at
+        // the ring once more.
+        if readPosition + stats().used >= position {
+            fillAlarm.store(.max, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    /// Disarms the fill alarm.
+    public func disarmFillAlarm() {
+        fillAlarm.store(.max, ordering: .relaxed)
+    }
+
+    @usableFromInline
+    var fillAlarmArmed: Bool { fillAlarm.load(ordering: .relaxed) != .max }
+
+    /// Runs the alarm's action when the ring's records end at or beyond its position
+    /// (`end`, or the ring's end read from its counters).
+    @usableFromInline
+    func checkFillAlarm(end: UInt64?) {
+        let at = fillAlarm.load(ordering: .sequentiallyConsistent)
+        guard at != .max else { return }
+        let reached = end ?? (readPosition + stats().used)
+        guard reached >= at, fillAlarm.compareExchange(expected: at, desired: .max, ordering: .relaxed).exchanged
+        else { return }
+        fillAction.withLock { $0 }?()
     }
 
     /// Reserves room for up to `capacity` bytes and lets `body` write the record in
@@ -261,6 +318,7 @@ public final class Ring: @unchecked Sendable {
             return false
         }
         try cairnCheck("cairn_ring_publish") { cairn_ring_publish(handle, &res, written) }
+        if fillAlarmArmed { checkFillAlarm(end: res.pos + UInt64(written)) }
         return true
     }
 

@@ -170,6 +170,16 @@ public final class Uploader: @unchecked Sendable {
     /// Until a replay fails, stored requests are due whatever their backoff said: a new
     /// process (often with a corrected URL or key) tries them all at once.
     private var replayAllDue = true
+    /// Batches grow under load: a batch that its limits cut short (more records wait
+    /// behind it) doubles the next one's limits, up to ``maxBatchScale`` times the
+    /// options' (and a quarter of the ring); a batch that closes on its age halves them.
+    private var batchScale = 1
+    /// Ring bytes per record in the last batch, to tell where a batch will be full.
+    private var ringBytesPerRecord: UInt64 = 256
+
+    /// How far batches grow under load: 16 times ``UploaderOptions/maxBatchEvents`` and
+    /// ``UploaderOptions/maxBatchBytes`` (never more than a quarter of the ring's bytes).
+    public static let maxBatchScale = 16
 
     /// Creates an uploader; nothing runs until ``start()``.
     ///
@@ -185,6 +195,8 @@ public final class Uploader: @unchecked Sendable {
         self.lastSync = ContinuousClock().now
         // Evictions are counted, in events, as they happen, whichever thread stores; what
         // an evicted request reported never reached a collector and is counted again.
+        // A burst wakes the worker as soon as a batch is full, not at the batch's age.
+        ring.onFillAlarm { [weak self] in self?.signal() }
         store?.evictionObserver = { [ring, state] evictions in
             for e in evictions {
                 state.withLock { $0.stats.dropped[e.reason, default: 0] += e.events }
@@ -386,8 +398,12 @@ public final class Uploader: @unchecked Sendable {
             // then one stored request, if one is due.
             let next = nextBatchDeadline()
             if pending != nil { continue }
-            if replayOne() == .finished { continue }
+            if replayOne() == .finished {
+                ring.disarmFillAlarm()
+                continue
+            }
             sleep(until: next ?? clock.now + options.maxBatchAge)
+            ring.disarmFillAlarm()
         }
         state.withLock { $0.finished = true }
         signal()
@@ -401,22 +417,31 @@ public final class Uploader: @unchecked Sendable {
     private func nextBatchDeadline() -> ContinuousClock.Instant? {
         let now = clock.now
         let generation = state.withLock { $0.flushGeneration }
-        guard let run = try? ring.peek(maxRecords: options.maxBatchEvents, maxBytes: options.maxBatchBytes) else {
+        let limits = batchLimits
+        guard let run = try? ring.peek(maxRecords: limits.events, maxBytes: limits.bytes) else {
             return now + .milliseconds(100)
         }
         if run.records.isEmpty {
             if run.next != ring.readPosition { try? ring.commit(upTo: run.next) } // padding only
             firstSeen = nil
             markIdle(generation)
-            return now + options.maxBatchAge
+            let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * ringBytesPerRecord)
+            return ring.armFillAlarm(at: fullAt) ? now + options.maxBatchAge : now + .milliseconds(1)
         }
         let first = run.records[0].position
         if firstSeen?.position != first { firstSeen = (first, now) }
         // Full when the limits cut the run short: more records wait after it.
-        let full = run.records.count >= options.maxBatchEvents
+        let full = run.records.count >= limits.events
             || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
         let due = (firstSeen?.at ?? now) + options.maxBatchAge
-        if !full && !flushing && now < due { return due }
+        ringBytesPerRecord = max(16, (run.next - first) / UInt64(run.records.count))
+        if !full && !flushing && now < due {
+            // Wake when the batch would be full, or at its age. Armed too late (the
+            // records are there already): look again soon.
+            let fullAt = first + min(UInt64(limits.bytes), UInt64(limits.events) * ringBytesPerRecord)
+            return ring.armFillAlarm(at: fullAt) ? due : min(due, now + .milliseconds(1))
+        }
+        batchScale = full ? min(batchScale * 2, Self.maxBatchScale) : max(1, batchScale / 2)
         // The mark names the run from the read cursor (padding may come before the first
         // record), which is where the next start finds it.
         let mark = RingBatchMark(ringID: ring.id, first: ring.readPosition, next: run.next,
@@ -425,6 +450,13 @@ public final class Uploader: @unchecked Sendable {
         startBatch(run, mark: mark)
         firstSeen = nil
         return nil
+    }
+
+    /// The limits of the next batch: the options' times ``batchScale``.
+    private var batchLimits: (events: Int, bytes: Int) {
+        let bytes = min(options.maxBatchBytes.multipliedReportingOverflow(by: batchScale).partialValue,
+                        max(options.maxBatchBytes, Int(clamping: ring.capacity / 4)))
+        return (options.maxBatchEvents * batchScale, bytes)
     }
 
     /// Frames `run` as the batch `mark` describes and makes it the pending one, after
@@ -459,7 +491,13 @@ public final class Uploader: @unchecked Sendable {
         // Records are at least 16 bytes: a mark claiming more is damaged.
         guard UInt64(mark.events) <= (mark.next - mark.first) / 16,
               let run = try? ring.peek(maxRecords: Int(mark.events), maxBytes: Int(ring.stats().capacity)),
-              run.records.count == Int(mark.events), run.next == mark.next else { return }
+              run.records.count == Int(mark.events), run.next <= mark.next else { return }
+        if run.next < mark.next {
+            // The batch was read with a larger limit, which also took the padding after
+            // its last record: only padding may lie between.
+            guard let tail = try? ring.peek(from: run.next, maxRecords: 1, maxBytes: Int(ring.capacity)),
+                  (tail.records.first?.position ?? tail.next) == mark.next else { return }
+        }
         if mark.stored {
             // The store has this batch: release its records (the peek made `next` a
             // position the ring accepts).
