@@ -318,7 +318,7 @@ public final class Ring: @unchecked Sendable {
             return false
         }
         try cairnCheck("cairn_ring_publish") { cairn_ring_publish(handle, &res, written) }
-        if fillAlarmArmed { checkFillAlarm(end: res.pos + UInt64(written)) }
+        if fillAlarmArmed { checkFillAlarm(end: res.pos + UInt64(CAIRN_RING_ALIGN) + UInt64(written)) }
         return true
     }
 

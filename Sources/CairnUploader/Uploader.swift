@@ -425,7 +425,8 @@ public final class Uploader: @unchecked Sendable {
             if run.next != ring.readPosition { try? ring.commit(upTo: run.next) } // padding only
             firstSeen = nil
             markIdle(generation)
-            let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * ringBytesPerRecord)
+            // Records are 16 bytes at least: wake early rather than late, and measure.
+            let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * 16)
             return ring.armFillAlarm(at: fullAt) ? now + options.maxBatchAge : now + .milliseconds(1)
         }
         let first = run.records[0].position
