@@ -11,8 +11,12 @@ import CairnStore
 /// collector that received it drops the copy. No events are ever stored or sent under
 /// two keys.
 struct RingBatchMark: Equatable, Sendable {
-    /// The metadata key.
+    /// The metadata key of slot 0.
     static let metadataKey = "ring_batch"
+    /// Slots for marks: one per batch out at once (``UploaderOptions/maxInFlight``).
+    static let slots = 16
+    /// The metadata key of slot `slot`: `ring_batch`, then `ring_batch.1` ... `ring_batch.15`.
+    static func metadataKey(slot: Int) -> String { slot == 0 ? metadataKey : "\(metadataKey).\(slot)" }
     static let version: UInt8 = 1
 
     /// The ring file's id (`cairn_ring_id`): a mark from another ring is ignored.

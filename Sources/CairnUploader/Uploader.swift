@@ -48,6 +48,10 @@ public struct UploaderOptions: Sendable {
     /// ``apiKey`` (true, the default), or to the URL and key it was built with. Its body
     /// and `Idempotency-Key` never change either way.
     public var followDestination: Bool = true
+    /// How many requests may be out at once while the collector answers (one at a time
+    /// while it fails): a distant collector's round trip then bounds throughput less.
+    /// Batches are still released from the ring in order. 1 to 16; 4 by default.
+    public var maxInFlight: Int = 4
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -112,8 +116,10 @@ public struct UploaderStats: Sendable, Equatable {
 /// with backoff, honours `Retry-After`, stores what cannot be delivered in the
 /// snapshot store and replays it later, with the same bytes and idempotency key.
 ///
-/// One background thread does all of this; the ring's records are released only when
-/// their batch is acknowledged or safely stored.
+/// One background thread forms batches and decides what happens to them; up to
+/// ``UploaderOptions/maxInFlight`` sender threads, started as they are needed, make the
+/// attempts. The ring's records are released, in order, only when their batch is
+/// acknowledged or safely stored.
 ///
 /// ```swift
 /// let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
@@ -124,7 +130,7 @@ public struct UploaderStats: Sendable, Equatable {
 /// ```
 public final class Uploader: @unchecked Sendable {
     // @unchecked: the mutable state lives in `state` (a lock) or is touched only by
-    // the worker thread (`pending`, `encoder`, `breaker`); `ring`, `store` and
+    // the worker thread (`flights`, `encoder`, `breaker`); `ring`, `store` and
     // `transport` are Sendable.
 
     private struct Shared {
@@ -160,8 +166,22 @@ public final class Uploader: @unchecked Sendable {
     private let clock = ContinuousClock()
 
     // Worker-only state.
-    private var pending: (request: UploadRequest, next: UInt64, events: Int, mark: RingBatchMark,
-                          reported: [DropReport])?
+    /// Batches formed and not yet released, in ring order.
+    private var flights: [Flight] = []
+    /// The stored request being replayed, if one is.
+    private var replaying: Replaying?
+    private var nextToken = 0
+    /// Requests at once: ``UploaderOptions/maxInFlight`` within 1...``RingBatchMark/slots``.
+    private let maxInFlight: Int
+
+    // Sender threads: `jobs`, `idleSenders`, `senderCount` and `sendersStopped` are
+    // guarded by `senders`; what they bring back goes to `outcomes`.
+    private let senders = NSCondition()
+    private var jobs: [Job] = []
+    private var idleSenders = 0
+    private var senderCount = 0
+    private var sendersStopped = false
+    private let outcomes = Locked<[Outcome]>([])
 
     private var breaker: CircuitBreaker
     private var encoder: FrameEncoder?
@@ -192,6 +212,7 @@ public final class Uploader: @unchecked Sendable {
         self.transport = transport
         self.options = options
         self.breaker = options.breaker
+        self.maxInFlight = min(max(1, options.maxInFlight), RingBatchMark.slots)
         self.lastSync = ContinuousClock().now
         // Evictions are counted, in events, as they happen, whichever thread stores; what
         // an evicted request reported never reached a collector and is counted again.
@@ -359,6 +380,60 @@ public final class Uploader: @unchecked Sendable {
 
     // MARK: The worker
 
+    /// A batch formed from the ring, from its framing until its records are released.
+    /// Flights are kept in ring order; their records are released in that order, each
+    /// once it and every flight before it is done (delivered, refused or stored).
+    private final class Flight {
+        let token: Int
+        /// The request, as built once (nil for a batch the last process had stored:
+        /// only its records remain to be released).
+        let request: UploadRequest?
+        let mark: RingBatchMark
+        /// The metadata slot its mark is kept in.
+        let slot: Int
+        let events: Int
+        /// The drop counts its request carries.
+        let reported: [DropReport]
+        /// Attempts made in this process.
+        var attempts = 0
+        /// When the next attempt may start.
+        var due: ContinuousClock.Instant
+        var sending = false
+        var done = false
+        init(token: Int, request: UploadRequest?, mark: RingBatchMark, slot: Int, events: Int,
+             reported: [DropReport], due: ContinuousClock.Instant, done: Bool = false) {
+            self.token = token
+            self.request = request
+            self.mark = mark
+            self.slot = slot
+            self.events = events
+            self.reported = reported
+            self.due = due
+            self.done = done
+        }
+    }
+
+    /// A stored request being replayed.
+    private struct Replaying {
+        let token: Int
+        let snapshot: Snapshot
+    }
+
+    /// One attempt handed to a sender thread, and what came of it.
+    private struct Job: @unchecked Sendable {
+        // @unchecked: the start log holds only values.
+        let token: Int
+        let request: UploadRequest
+        let attempt: Int
+        let timeout: Duration
+        let log: UploadStartLog?
+    }
+    private struct Outcome: @unchecked Sendable {
+        let job: Job
+        let result: TransportResult
+        let duration: Duration
+    }
+
     private func run() {
         if options.debugLogging {
             let r = ring.stats()
@@ -379,32 +454,34 @@ public final class Uploader: @unchecked Sendable {
         // Requests the salvage could not prove intact (one when their number is unknown).
         if let d = store?.stats.damage { count(drop: "store_corrupt", d.lost ?? 1) }
         _ = try? store?.evictExpired()
-        resumeMarkedBatch()
+        resumeMarkedBatches()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
-            if let until = state.withLock({ $0.pausedUntil }), until > now, !flushing {
-                sleep(until: until)
-                continue
-            }
             if now - lastSync >= options.syncInterval {
                 try? store?.sync()
                 lastSync = now
             }
-            if let p = pending {
-                deliver(p.request, events: p.events, fromRing: p.next)
-                continue
+            collectOutcomes()
+            releaseDone()
+            var wake: [ContinuousClock.Instant] = []
+            let paused = state.withLock { s in s.pausedUntil.flatMap { $0 > now ? $0 : nil } }
+            if let paused, !flushing {
+                // Nothing is formed or sent while paused, unless a flush waits (then
+                // batches are stored at once).
+                wake.append(paused)
+            } else {
+                // New events first, so a backlog of stored requests never starves the ring.
+                if let next = formBatches() { wake.append(next) }
+                if let next = advanceFlights() { wake.append(next) }
+                replayIfDue()
             }
-            // New events first, so a backlog of stored requests never starves the ring;
-            // then one stored request, if one is due.
-            let next = nextBatchDeadline()
-            if pending != nil { continue }
-            if replayOne() == .finished {
+            if !pendingOutcomes && !progressed {
+                sleep(until: wake.min() ?? clock.now + options.maxBatchAge)
                 ring.disarmFillAlarm()
-                continue
             }
-            sleep(until: next ?? clock.now + options.maxBatchAge)
-            ring.disarmFillAlarm()
+            progressed = false
         }
+        stopSenders()
         state.withLock { $0.finished = true }
         signal()
     }
@@ -412,45 +489,62 @@ public final class Uploader: @unchecked Sendable {
     /// A flush is waiting.
     private var flushing: Bool { state.withLock { $0.flushRequests > 0 } }
 
-    /// Forms a batch from the ring when one is due and starts delivering it. Returns
-    /// when to look again if nothing was due, or nil after doing work.
-    private func nextBatchDeadline() -> ContinuousClock.Instant? {
-        let now = clock.now
-        let generation = state.withLock { $0.flushGeneration }
-        let limits = batchLimits
-        guard let run = try? ring.peek(maxRecords: limits.events, maxBytes: limits.bytes) else {
-            return now + .milliseconds(100)
-        }
-        if run.records.isEmpty {
-            if run.next != ring.readPosition { try? ring.commit(upTo: run.next) } // padding only
+    /// Something changed in this pass that may allow more work at once.
+    private var progressed = false
+
+    /// Forms batches from the ring while fewer than ``UploaderOptions/maxInFlight`` are
+    /// out and one is due (full, old enough, or a flush waits). Returns when to look
+    /// again when the next batch is not due yet.
+    private func formBatches() -> ContinuousClock.Instant? {
+        while flights.count < maxInFlight {
+            let now = clock.now
+            let generation = state.withLock { $0.flushGeneration }
+            let limits = batchLimits
+            let from = flights.last?.mark.next ?? ring.readPosition
+            guard let run = try? ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes) else {
+                return now + .milliseconds(100)
+            }
+            if run.records.isEmpty {
+                // Padding only: released now when nothing waits before it, else with the
+                // next batch, whose mark starts before it.
+                if flights.isEmpty && run.next != ring.readPosition { try? ring.commit(upTo: run.next) }
+                firstSeen = nil
+                if flights.isEmpty { markIdle(generation) }
+                // Records are 16 bytes at least: wake early rather than late, and measure.
+                let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * 16)
+                return ring.armFillAlarm(at: fullAt) ? now + options.maxBatchAge : now + .milliseconds(1)
+            }
+            let first = run.records[0].position
+            if firstSeen?.position != first { firstSeen = (first, now) }
+            // Full when the limits cut the run short: more records wait after it.
+            let full = run.records.count >= limits.events
+                || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
+            let due = (firstSeen?.at ?? now) + options.maxBatchAge
+            ringBytesPerRecord = max(16, (run.next - first) / UInt64(run.records.count))
+            if !full && !flushing && now < due {
+                // Wake when the batch would be full, or at its age. Armed too late (the
+                // records are there already): look again soon.
+                let fullAt = first + min(UInt64(limits.bytes), UInt64(limits.events) * ringBytesPerRecord)
+                return ring.armFillAlarm(at: fullAt) ? due : min(due, now + .milliseconds(1))
+            }
+            batchScale = full ? min(batchScale * 2, Self.maxBatchScale) : max(1, batchScale / 2)
+            // The mark names the run from where this batch was read (padding may come
+            // before the first record), which is where the next start finds it.
+            let mark = RingBatchMark(ringID: ring.id, first: from, next: run.next,
+                                     events: UInt32(run.records.count),
+                                     batchID: UInt64.random(in: 1...UInt64.max), key: UUID().uuidString.lowercased())
+            startBatch(run, mark: mark, slot: freeSlot())
             firstSeen = nil
-            markIdle(generation)
-            // Records are 16 bytes at least: wake early rather than late, and measure.
-            let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * 16)
-            return ring.armFillAlarm(at: fullAt) ? now + options.maxBatchAge : now + .milliseconds(1)
+            progressed = true
         }
-        let first = run.records[0].position
-        if firstSeen?.position != first { firstSeen = (first, now) }
-        // Full when the limits cut the run short: more records wait after it.
-        let full = run.records.count >= limits.events
-            || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
-        let due = (firstSeen?.at ?? now) + options.maxBatchAge
-        ringBytesPerRecord = max(16, (run.next - first) / UInt64(run.records.count))
-        if !full && !flushing && now < due {
-            // Wake when the batch would be full, or at its age. Armed too late (the
-            // records are there already): look again soon.
-            let fullAt = first + min(UInt64(limits.bytes), UInt64(limits.events) * ringBytesPerRecord)
-            return ring.armFillAlarm(at: fullAt) ? due : min(due, now + .milliseconds(1))
-        }
-        batchScale = full ? min(batchScale * 2, Self.maxBatchScale) : max(1, batchScale / 2)
-        // The mark names the run from the read cursor (padding may come before the first
-        // record), which is where the next start finds it.
-        let mark = RingBatchMark(ringID: ring.id, first: ring.readPosition, next: run.next,
-                                 events: UInt32(run.records.count),
-                                 batchID: UInt64.random(in: 1...UInt64.max), key: UUID().uuidString.lowercased())
-        startBatch(run, mark: mark)
-        firstSeen = nil
         return nil
+    }
+
+    /// A metadata slot no flight holds.
+    private func freeSlot() -> Int {
+        var slot = 0
+        while flights.contains(where: { $0.slot == slot }) { slot += 1 }
+        return slot
     }
 
     /// The limits of the next batch: the options' times ``batchScale``.
@@ -460,137 +554,272 @@ public final class Uploader: @unchecked Sendable {
         return (options.maxBatchEvents * batchScale, bytes)
     }
 
-    /// Frames `run` as the batch `mark` describes and makes it the pending one, after
-    /// recording the mark: a process killed before the batch is safe rebuilds exactly
-    /// this batch, with this key, at its next start (``resumeMarkedBatch()``).
-    private func startBatch(_ run: Ring.Run, mark: RingBatchMark, resumed: Bool = false) {
+    /// Frames `run` as the batch `mark` describes and adds it to the flights, after
+    /// recording the mark in metadata slot `slot`: a process killed before the batch is
+    /// safe rebuilds exactly this batch, with this key, at its next start
+    /// (``resumeMarkedBatches()``).
+    private func startBatch(_ run: Ring.Run, mark: RingBatchMark, slot: Int, resumed: Bool = false) {
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
             let body = try encoder.encode(batchID: mark.batchID, run: run)
             if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
-            try? store?.setMetadata(RingBatchMark.metadataKey, mark.encoded())
+            try? store?.setMetadata(RingBatchMark.metadataKey(slot: slot), mark.encoded())
             // A resumed batch may already have reached the collector, which then drops this
-            // copy as a duplicate: drops ride with the next new batch instead.
-            let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed)
-            pending = (built.request, run.next, run.records.count, mark, built.reported)
+            // copy as a duplicate: drops ride with a new batch instead, and with one
+            // request at a time, so that no count is reported twice.
+            let carrying = flights.contains { !$0.done && !$0.reported.isEmpty }
+            let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed && !carrying)
+            nextToken += 1
+            flights.append(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
+                                  events: run.records.count, reported: built.reported, due: clock.now))
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
             count(drop: "unframeable", run.records.count)
-            try? ring.commit(upTo: run.next)
+            nextToken += 1
+            flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
+                                  due: clock.now, done: true))
         }
     }
 
-    /// At start: a batch the last process had formed but not yet made safe is formed
-    /// again from the same records with the same batch id and `Idempotency-Key`, so a
-    /// collector that received it before the kill drops the copy; a batch it had stored
-    /// but not yet released from the ring is released (the store has it).
-    private func resumeMarkedBatch() {
-        guard let store, let bytes = try? store.metadata(RingBatchMark.metadataKey),
-              let mark = RingBatchMark(bytes), mark.ringID == ring.id, mark.first == ring.readPosition else { return }
-        // Records are at least 16 bytes: a mark claiming more is damaged.
-        guard UInt64(mark.events) <= (mark.next - mark.first) / 16,
-              let run = try? ring.peek(maxRecords: Int(mark.events), maxBytes: Int(ring.stats().capacity)),
-              run.records.count == Int(mark.events), run.next <= mark.next else { return }
-        if run.next < mark.next {
-            // The batch was read with a larger limit, which also took the padding after
-            // its last record: only padding may lie between.
-            guard let tail = try? ring.peek(from: run.next, maxRecords: 1, maxBytes: Int(ring.capacity)),
-                  (tail.records.first?.position ?? tail.next) == mark.next else { return }
+    /// At start: batches the last process had formed but not yet made safe are formed
+    /// again from the same records with the same batch ids and `Idempotency-Key`s, so a
+    /// collector that received them drops the copies; batches it had stored but not
+    /// yet released from the ring are released (the store has them). The marks are
+    /// followed from the read cursor, each starting where the one before ended.
+    private func resumeMarkedBatches() {
+        guard let store else { return }
+        var marks: [(slot: Int, mark: RingBatchMark)] = []
+        for slot in 0..<RingBatchMark.slots {
+            if let bytes = try? store.metadata(RingBatchMark.metadataKey(slot: slot)), let mark = RingBatchMark(bytes),
+               mark.ringID == ring.id { marks.append((slot, mark)) }
         }
-        if mark.stored {
-            // The store has this batch: release its records (the peek made `next` a
-            // position the ring accepts).
-            do {
-                try ring.commit(upTo: mark.next)
-            } catch {
-                if options.debugLogging {
-                    FileHandle.standardError.write(Data("[cairn] stored batch not released: \(error)\n".utf8))
-                }
+        var cursor = ring.readPosition
+        while let (slot, mark) = marks.first(where: { $0.mark.first == cursor }) {
+            // Records are at least 16 bytes: a mark claiming more is damaged.
+            guard UInt64(mark.events) <= (mark.next - mark.first) / 16,
+                  let run = try? ring.peek(from: cursor, maxRecords: Int(mark.events), maxBytes: Int(ring.capacity)),
+                  run.records.count == Int(mark.events), run.next <= mark.next else { break }
+            if run.next < mark.next {
+                // The batch was read with a larger limit, which also took the padding after
+                // its last record: only padding may lie between.
+                guard let tail = try? ring.peek(from: run.next, maxRecords: 1, maxBytes: Int(ring.capacity)),
+                      (tail.records.first?.position ?? tail.next) == mark.next else { break }
             }
-            return
+            if mark.stored {
+                // The store has this batch: its records are released in turn.
+                nextToken += 1
+                flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0,
+                                      reported: [], due: clock.now, done: true))
+            } else {
+                startBatch(run, mark: mark, slot: slot, resumed: true)
+            }
+            cursor = mark.next
+            marks.removeAll { $0.slot == slot }
         }
-        startBatch(run, mark: mark, resumed: true)
+        releaseDone()
     }
 
-    /// Attempts a batch from the ring; on success or a final answer releases the
-    /// records, after the attempts stores the snapshot and releases them.
-    private func deliver(_ request: UploadRequest, events: Int, fromRing next: UInt64) {
-        var made = 0
-        for attempt in 0..<(options.storeOnly ? 0 : options.attempts) {
-            let (stopping, flushing, paused) = state.withLock {
-                ($0.stopping, $0.flushRequests > 0, ($0.pausedUntil ?? clock.now) > clock.now)
-            }
-            if stopping && !flushing { return }
-            // Paused while a flush waits: store now rather than wait for the pause to end.
-            if paused { break }
-            guard breaker.allows(at: clock.now) else { break }
-            made += 1
-            switch attemptOnce(request, attempt: attempt) {
-            case .delivered:
-                try? ring.commit(upTo: next)
-                markReported(pending?.reported ?? [])
-                pending = nil
-                state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += events }
-                return
-            case .drop(let reason):
-                // Refused: its drop counts were not taken, the next batch reports them.
-                try? ring.commit(upTo: next)
-                pending = nil
-                count(drop: reason, events)
-                return
-            case .pauseAndRetry:
-                break
-            case .retry:
-                let delay = options.backoff.delay(afterAttempt: attempt, random: Double.random(in: 0..<1))
-                // A flush that would end before the next attempt wants the batch safe
-                // now: stored, it is retried later.
-                let flushEnds = state.withLock { $0.flushDeadline }
-                if attempt + 1 < options.attempts && flushEnds.map({ clock.now + delay < $0 }) ?? true {
-                    sleep(until: clock.now + delay)
-                    continue
-                }
-            }
-            break
+    /// Releases the ring records of the flights at the front that are done.
+    private func releaseDone() {
+        var upTo: UInt64?
+        while let f = flights.first, f.done {
+            upTo = f.mark.next
+            flights.removeFirst()
         }
-        // Out of attempts, paused or breaker open: keep the exact request in the store.
-        guard let store, let p = pending else {
+        guard let upTo else { return }
+        do {
+            try ring.commit(upTo: upTo)
+        } catch {
+            if options.debugLogging {
+                FileHandle.standardError.write(Data("[cairn] batch records not released: \(error)\n".utf8))
+            }
+        }
+        progressed = true
+    }
+
+    /// Starts the attempts that are due, stores what should not wait (out of attempts,
+    /// paused, breaker open, store-only), and returns when a waiting attempt is due.
+    private func advanceFlights() -> ContinuousClock.Instant? {
+        var next: ContinuousClock.Instant?
+        for f in flights where !f.done && !f.sending {
+            let now = clock.now
+            guard let request = f.request else { continue }
+            let paused = state.withLock { ($0.pausedUntil ?? now) > now }
+            // Paused while a flush waits, or the breaker open: store now rather than wait.
+            if options.storeOnly || paused || f.attempts >= options.attempts || !breaker.allows(at: now) {
+                storeFlight(f)
+                continue
+            }
+            if f.due > now {
+                next = min(next ?? f.due, f.due)
+                continue
+            }
+            // Several attempts at once while the collector answers; one at a time while it
+            // fails (and while the breaker probes).
+            let sending = flights.filter(\.sending).count + (replaying == nil ? 0 : 1)
+            if sending >= maxInFlight || (sending > 0 && state.withLock({ $0.collectorFailing })) { break }
+            f.sending = true
+            dispatch(token: f.token, request, attempt: f.attempts)
+            f.attempts += 1
+        }
+        return next
+    }
+
+    /// Keeps a flight's exact request in the store and releases its records in turn;
+    /// without a store, or when the store refuses it (full), it stays in the ring and is
+    /// tried again later.
+    private func storeFlight(_ f: Flight) {
+        guard let store, let request = f.request else {
             // No store: the records stay in the ring, which is retried after a pause.
-            sleep(until: clock.now + options.backoff.cap / 10)
+            f.attempts = 0
+            f.due = clock.now + options.backoff.cap / 10
             return
         }
         do {
-            var mark = p.mark
+            var mark = f.mark
             mark.stored = true
-            try store.put(request, priority: options.priority, attempts: UInt32(made),
-                          metadata: [(RingBatchMark.metadataKey, mark.encoded())])
-            try? ring.commit(upTo: next)
-            markReported(p.reported)
-            pending = nil
+            try store.put(request, priority: options.priority, attempts: UInt32(f.attempts),
+                          metadata: [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())])
+            markReported(f.reported)
+            f.done = true
+            progressed = true
             state.withLock { $0.stats.storedBatches += 1 }
         } catch {
             // The store is full or the disk is: the records stay in the ring and this
             // request in memory; try again later.
             state.withLock { $0.stats.storeFailures += 1 }
-            sleep(until: clock.now + options.backoff.cap / 10)
+            f.due = clock.now + options.backoff.cap / 10
+            f.attempts = options.attempts
         }
     }
 
     /// Stored requests whose next attempt is due by this time are replayed now.
     private var replayReadyAt: UInt64 { replayAllDue ? .max : SnapshotStore.nowMillis() }
 
-    /// What one replay did: nothing was due, the request was delivered or dropped for
-    /// good, or it stays stored for a later attempt.
-    private enum Replay { case nothingDue, finished, notDelivered }
-
-    /// Sends the oldest stored snapshot that is due.
-    private func replayOne() -> Replay {
-        guard !options.storeOnly, let store,
-              !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }),
+    /// Sends the oldest stored snapshot that is due, when no replay is out and a sender
+    /// is free.
+    private func replayIfDue() {
+        guard replaying == nil, !options.storeOnly, let store,
+              !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }) else { return }
+        let sending = flights.filter(\.sending).count
+        guard sending < maxInFlight, sending == 0 || !state.withLock({ $0.collectorFailing }),
               let snapshot = try? store.oldest(limit: 1, readyAt: replayReadyAt).first,
-              breaker.allows(at: clock.now) else { return .nothingDue }
-        let action = attemptOnce(snapshot.request, attempt: Int(snapshot.attempts))
+              breaker.allows(at: clock.now) else { return }
+        nextToken += 1
+        replaying = Replaying(token: nextToken, snapshot: snapshot)
+        dispatch(token: nextToken, snapshot.request, attempt: Int(snapshot.attempts))
+    }
+
+    /// Logs the start of an attempt and hands it to a sender thread. While a flush
+    /// waits, the attempt ends by the flush's deadline.
+    private func dispatch(token: Int, _ stored: UploadRequest, attempt: Int) {
+        let request = resolved(stored)
+        // Logs decode the batch: only when someone reads them.
+        let logging = options.debugLogging || options.observer != nil
+        let log = logging ? UploadStartLog(request: request, attempt: attempt) : nil
+        if let log {
+            options.observer?.uploadWillStart(log)
+            if options.debugLogging { FileHandle.standardError.write(Data((log.description + "\n").utf8)) }
+        }
+        var timeout = options.requestTimeout
+        if let deadline = state.withLock({ $0.flushDeadline }) {
+            timeout = max(.milliseconds(100), min(timeout, deadline - clock.now))
+        }
+        let job = Job(token: token, request: request, attempt: attempt, timeout: timeout, log: log)
+        senders.lock()
+        jobs.append(job)
+        let spawn = idleSenders == 0 && senderCount < maxInFlight
+        if spawn { senderCount += 1 }
+        senders.signal()
+        senders.unlock()
+        if spawn {
+            let thread = Thread { [self] in self.sendLoop() }
+            thread.name = "cairn-sender"
+            thread.start()
+        }
+    }
+
+    /// A sender thread: sends the attempts it is handed, one at a time, and hands back
+    /// what came of them. Sender threads are started as attempts need them, up to
+    /// ``UploaderOptions/maxInFlight``, and end when the uploader stops.
+    private func sendLoop() {
+        while true {
+            senders.lock()
+            while jobs.isEmpty && !sendersStopped {
+                idleSenders += 1
+                senders.wait()
+                idleSenders -= 1
+            }
+            if jobs.isEmpty {
+                senderCount -= 1
+                senders.unlock()
+                return
+            }
+            let job = jobs.removeFirst()
+            senders.unlock()
+            let started = clock.now
+            let result = transport.send(job.request, attempt: job.attempt, timeout: job.timeout)
+            outcomes.withLock { $0.append(Outcome(job: job, result: result, duration: clock.now - started)) }
+            signal()
+        }
+    }
+
+    private func stopSenders() {
+        senders.lock()
+        sendersStopped = true
+        senders.broadcast()
+        senders.unlock()
+    }
+
+    private var pendingOutcomes: Bool { !outcomes.withLock { $0.isEmpty } }
+
+    /// Takes in what the senders have brought back.
+    private func collectOutcomes() {
+        let arrived = outcomes.withLock { o -> [Outcome] in
+            defer { o.removeAll() }
+            return o
+        }
+        for outcome in arrived {
+            progressed = true
+            let action = classify(outcome)
+            if let r = replaying, r.token == outcome.job.token {
+                replaying = nil
+                finishReplay(r.snapshot, action)
+                continue
+            }
+            guard let f = flights.first(where: { $0.token == outcome.job.token }) else { continue }
+            f.sending = false
+            switch action {
+            case .delivered:
+                markReported(f.reported)
+                f.done = true
+                state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += f.events }
+            case .drop(let reason):
+                // Refused: its drop counts were not taken, the next batch reports them.
+                f.done = true
+                count(drop: reason, f.events)
+            case .pauseAndRetry:
+                storeFlight(f)
+            case .retry:
+                let delay = options.backoff.delay(afterAttempt: f.attempts - 1, random: Double.random(in: 0..<1))
+                // A flush that would end before the next attempt wants the batch safe
+                // now: stored, it is retried later.
+                let flushEnds = state.withLock { $0.flushDeadline }
+                if f.attempts < options.attempts && flushEnds.map({ clock.now + delay < $0 }) ?? true {
+                    f.due = clock.now + delay
+                } else {
+                    f.attempts = options.attempts
+                    storeFlight(f)
+                }
+            }
+        }
+    }
+
+    /// What one replay's outcome means for the stored request.
+    private func finishReplay(_ snapshot: Snapshot, _ action: DeliveryAction) {
+        guard let store else { return }
         switch action {
         case .delivered:
             try? store.delete(snapshot.id)
@@ -610,31 +839,15 @@ public final class Uploader: @unchecked Sendable {
             // Half to full backoff, so replays of many snapshots do not bunch up.
             let delay = options.backoff.delay(afterAttempt: Int(snapshot.attempts) + 1, random: Double.random(in: 0.5..<1))
             try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + milliseconds(delay))
-            return .notDelivered
         }
-        return .finished
     }
 
-    /// One attempt: logs, sends, classifies, updates the breaker and pauses. While a
-    /// flush waits, the attempt ends by the flush's deadline.
-    private func attemptOnce(_ stored: UploadRequest, attempt: Int) -> DeliveryAction {
-        let request = resolved(stored)
-        // Logs decode the batch: only when someone reads them.
-        let logging = options.debugLogging || options.observer != nil
-        let log = logging ? UploadStartLog(request: request, attempt: attempt) : nil
-        if let log {
-            options.observer?.uploadWillStart(log)
-            if options.debugLogging { FileHandle.standardError.write(Data((log.description + "\n").utf8)) }
-        }
-        let started = clock.now
-        var timeout = options.requestTimeout
-        if let deadline = state.withLock({ $0.flushDeadline }) {
-            timeout = max(.milliseconds(100), min(timeout, deadline - started))
-        }
-        let result = transport.send(request, attempt: attempt, timeout: timeout)
+    /// What an attempt's result means: logs it, classifies it, updates the breaker and
+    /// pauses.
+    private func classify(_ outcome: Outcome) -> DeliveryAction {
         let action: DeliveryAction
         var pause: Duration?
-        switch result {
+        switch outcome.result {
         case .response(let response):
             action = options.policy.action(for: response.status)
             if action == .pauseAndRetry {
@@ -643,8 +856,8 @@ public final class Uploader: @unchecked Sendable {
         case .failure(let failure):
             action = failure.kind == .invalidRequest ? .drop(reason: "invalid_request") : .retry
         }
-        if let log {
-            let finished = UploadResultLog(start: log, result: result, duration: clock.now - started,
+        if let log = outcome.job.log {
+            let finished = UploadResultLog(start: log, result: outcome.result, duration: outcome.duration,
                                            success: action == .delivered)
             options.observer?.uploadDidFinish(finished)
             if options.debugLogging { FileHandle.standardError.write(Data((finished.description + "\n").utf8)) }
@@ -695,7 +908,7 @@ public final class Uploader: @unchecked Sendable {
         // Stored requests wait for a replay, except in store-only mode, where they stay,
         // and while the collector fails, when they are safe where they are.
         let failing = state.withLock { $0.collectorFailing } || !breaker.allows(at: clock.now)
-        let idle = pending == nil && (options.storeOnly || store == nil || failing
+        let idle = flights.isEmpty && replaying == nil && (options.storeOnly || store == nil || failing
             || ((try? store?.oldest(limit: 1, readyAt: replayReadyAt).isEmpty) ?? true))
         // No signal here: it would wake this very worker, which would find nothing to do,
         // mark itself idle and signal again: a busy loop. `flush` polls `idle`.
