@@ -21,9 +21,13 @@ switch transport.send(request, attempt: 0, timeout: .seconds(60)) {
 case .response(let response): print("STATUS \(response.status)")
 case .failure(let failure): print("FAILURE \(failure.kind) \(failure.message)")
 }
-let maps = (try? String(contentsOfFile: "/proc/self/maps", encoding: .utf8)) ?? ""
+/// A /proc file's whole text: its size reads as 0, so it is read to the end.
+func procFile(_ path: String) -> String {
+    String(decoding: FileHandle(forReadingAtPath: path)?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
+}
+let maps = procFile("/proc/self/maps")
 print("LIBSSL \(maps.contains("libssl") ? "yes" : "no")")
-let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+let status = procFile("/proc/self/status")
 let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
     .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "?"
 print("VMRSS \(rss)")
