@@ -467,6 +467,24 @@ private func failure(_ result: TransportResult,
         #expect(Set(ids).count == 2)
     }
 
+    @Test func ipv6LiteralsAndHostNamesAreConnectedTo() throws {
+        let port = try CollectorProcess.closedPort()
+        // Nothing listens there (or IPv6 is off): a connect failure, not a refused URL.
+        for url in ["http://[::1]:\(port)/v1/batch", "http://localhost:\(port)/v1/batch?x=1#frag"] {
+            let request = UploadRequest(url: url, headers: [], body: [1], idempotencyKey: "k")
+            let refused = failure(HTTPTransport().send(request, attempt: 0, timeout: generous))
+            #expect(refused?.kind == .connect, "\(url): \(refused?.message ?? "")")
+        }
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let byName = UploadRequest(url: "HTTP://LocalHost:\(collector.port)?q=1#not-sent", headers: [],
+                                   body: [1], idempotencyKey: "k")
+        #expect(try response(HTTPTransport().send(byName, attempt: 0, timeout: generous)).status == 200)
+        let attempt = try #require(try collector.requests().first)
+        #expect(attempt.path == "/?q=1")
+        #expect(attempt.headerValues("Host") == ["localhost:\(collector.port)"])
+    }
+
     @Test func unusableProxySettingRefusesRequests() throws {
         let transport = HTTPTransport(environment: ["http_proxy": "socks5://127.0.0.1:1080"])
         let request = UploadRequest(url: "http://127.0.0.1:9/v1/batch", headers: [], body: [1],
