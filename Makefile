@@ -20,11 +20,14 @@ ASAN_CRASH_OPTIONS := handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigil
 # The toolchain's lld links sanitizer builds without gold's export warnings.
 LLD := -Xswiftc -use-ld=lld
 
-APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libcurl4-openssl-dev lmdb-utils zstd
+APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libssl-dev openssl ca-certificates \
+                lmdb-utils zstd
 PIP_MODULES := zstandard lmdb
 
 CORE_SOURCES := $(wildcard CSources/CCairn/*.c)
 CORE_HEADERS := $(wildcard CSources/CCairn/*.h CSources/CCairn/include/*.h)
+HTTP_SOURCES := $(wildcard CSources/CCairnHTTP/*.c)
+HTTP_HEADERS := $(wildcard CSources/CCairnHTTP/*.h CSources/CCairnHTTP/include/*.h)
 FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c))
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
@@ -55,21 +58,22 @@ test: build fuzz-smoke sanitize bench-quick test-swift
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest
 
-# The C core's tests, the crash reader and symbolizer, and the snapshot store's reading
-# of damaged files (hostile input) under AddressSanitizer; the ring, frames, store and
-# uploader under ThreadSanitizer (the fuzzers add UBSan).
+# The C core's tests, the crash reader and symbolizer, the snapshot store's reading
+# of damaged files and the HTTP client's response parsing (hostile input) under
+# AddressSanitizer; the ring, frames, store, uploader and HTTP transport under
+# ThreadSanitizer (the fuzzers add UBSan).
 sanitize: asan tsan
 
 asan: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan $(LLD)
 	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/lsan.supp ASAN_OPTIONS=$(ASAN_CRASH_OPTIONS) SWIFT_BACKTRACE=enable=no \
 	  $(SWIFT) test --skip-build --disable-xctest --sanitize=address \
-	  --scratch-path .build/asan --filter 'CCairnTests|SymbolizerTests|CrashEventTests|SnapshotStoreTests|StoreFaultTests'
+	  --scratch-path .build/asan --filter 'CCairnTests|SymbolizerTests|CrashEventTests|SnapshotStoreTests|StoreFaultTests|HTTPResponseParserTests|HTTPTransport'
 
 tsan: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan $(LLD)
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --disable-xctest --sanitize=thread \
-	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests|UploaderTests|SnapshotStoreTests|CairnAPITests|DedupTests'
+	  --scratch-path .build/tsan --filter 'RingCoreTests|RingTests|FrameCoreTests|UploaderTests|SnapshotStoreTests|CairnAPITests|DedupTests|HTTPTransport'
 
 # libFuzzer targets, built with the toolchain's clang.
 fuzzers: $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZERS))
@@ -77,6 +81,11 @@ fuzzers: $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZERS))
 $(FUZZ_DIR)/fuzz_%: CSources/Fuzz/fuzz_%.c $(CORE_SOURCES) $(CORE_HEADERS)
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) $(CORE_SOURCES) $< -lzstd -lunwind -o $@
+
+# The HTTP response parser's fuzzer builds from the HTTP client's sources instead.
+$(FUZZ_DIR)/fuzz_http_response: CSources/Fuzz/fuzz_http_response.c $(HTTP_SOURCES) $(HTTP_HEADERS)
+	@mkdir -p $(FUZZ_DIR)
+	$(CLANG) $(FUZZ_FLAGS) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP $(HTTP_SOURCES) $< -o $@
 
 fuzz-smoke: deps fuzzers
 	@for f in $(FUZZERS); do \
@@ -97,6 +106,8 @@ bench: deps
 	$(SWIFT) build -c release --product cairn-crash-child
 	$(SWIFT) build -c release --product cairn-swift-crash-child
 	$(SWIFT) build -c release --product cairn-service-child
+	$(SWIFT) build -c release --product cairn-bench-host
+	$(SWIFT) build -c release --product cairn-bench-baseline
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
 
 demo: deps

@@ -28,13 +28,11 @@ let package = Package(
                        providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(name: "CUnwind", path: "CSources/CUnwind", pkgConfig: "libunwind",
                        providers: [.apt(["libunwind-dev"])]),
-        .systemLibrary(name: "CCurl", path: "CSources/CCurl", pkgConfig: "libcurl",
-                       providers: [.apt(["libcurl4-openssl-dev"])]),
 
-        // What Swift cannot call in libcurl (variadic curl_easy_setopt/getinfo): typed
-        // one-line wrappers, no logic.
-        .target(name: "CCurlShim", dependencies: ["CCurl"], path: "CSources/CCurlShim",
-                cSettings: strictC),
+        // Cairn's HTTP/1.1 client (one public header, cairn_http.h). OpenSSL's headers
+        // (libssl-dev) give the TLS types; libssl.so.3 itself is loaded with dlopen on
+        // the first https request, so nothing links against it.
+        .target(name: "CCairnHTTP", path: "CSources/CCairnHTTP", cSettings: strictC),
 
         // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
         .target(name: "CCairn", dependencies: ["CZstd", "CUnwind"], path: "CSources/CCairn",
@@ -49,7 +47,7 @@ let package = Package(
         .executableTarget(name: "cairn-swift-crash-child", dependencies: ["CCairn"], path: "Tests/SwiftCrashChild"),
 
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
-        .target(name: "CairnUploader", dependencies: ["CairnStore", "CCurl", "CCurlShim"],
+        .target(name: "CairnUploader", dependencies: ["CairnStore", "CCairnHTTP"],
                 path: "Sources/CairnUploader",
                 swiftSettings: [.swiftLanguageMode(.v6)]),
 
@@ -102,11 +100,15 @@ let package = Package(
         // A child process for the uploader's kill tests: tracks and uploads until killed.
         .executableTarget(name: "cairn-upload-child", dependencies: ["CairnUploader", "CairnStore"],
                           path: "Tests/UploadChild"),
+        // A child process for the transport tests: one request, then what it has mapped.
+        .executableTarget(name: "cairn-http-child", dependencies: ["CairnUploader", "CairnStore"],
+                          path: "Tests/HTTPChild"),
         // Test support shared by test targets: the scripted Python collector as a child
-        // process, and a control client that does not use libcurl.
+        // process, and a control client that does not use the transport under test.
         .target(name: "CairnTestSupport", path: "Tests/Support"),
         .testTarget(name: "CairnUploaderTests",
-                    dependencies: ["CairnUploader", "CairnStore", "CairnTestSupport", "cairn-upload-child"],
+                    dependencies: ["CairnUploader", "CCairnHTTP", "CairnStore", "CairnTestSupport", "cairn-upload-child",
+                                  "cairn-http-child"],
                     path: "Tests/CairnUploaderTests"),
 
         // The `cairn` command: stored events, status, crash reports.

@@ -541,7 +541,7 @@ func benchEndToEnd(count: Int) -> Double {
     try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
     guard let ring = try? Ring(path: dir + "/events.ring", options: .init(capacity: 8 << 20)),
           let store = try? SnapshotStore(directory: dir + "/store") else { exit(2) }
-    let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+    let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
                             options: UploaderOptions(url: "http://127.0.0.1:\(sink.port)/v1/batch",
                                                      maxBatchEvents: 2000, maxBatchBytes: 1 << 20,
                                                      maxBatchAge: .milliseconds(5)))

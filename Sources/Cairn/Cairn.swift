@@ -310,7 +310,7 @@ public final class Cairn: @unchecked Sendable {
         uploadOptions.storeOnly = options.uploadURL == nil
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
-        let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? CurlTransport(),
+        let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? HTTPTransport(caFile: options.caFile),
                                 options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
         // started behind its back.

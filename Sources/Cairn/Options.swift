@@ -82,8 +82,14 @@ extension Cairn {
         public var ringCapacity: Int
         /// Bytes of undelivered requests kept on disk.
         public var storeMaxBytes: Int
-        /// The HTTP transport; nil for libcurl.
+        /// The HTTP transport; nil for ``HTTPTransport`` (Cairn's own HTTP/1.1 client,
+        /// with ``caFile`` and the proxy variables of the environment).
         public var transport: (any Transport)?
+        /// A PEM file of the CA certificates trusted for an `https` upload URL, used
+        /// instead of the system store (`CAIRN_CA_FILE`); nil for the system store, which
+        /// honours `SSL_CERT_FILE` and `SSL_CERT_DIR`. Verification is never turned off.
+        /// Used by the default transport only.
+        public var caFile: String?
         /// Other places every finished event goes (stdout, the service's own sink, a
         /// test recorder), besides the upload URL.
         public var destinations: [any Destination]
@@ -164,7 +170,7 @@ extension Cairn {
         /// the privacy rules off), `CAIRN_HANDLE_TERMINATION` (see
         /// ``terminationSignals``), `CAIRN_SAMPLE_RATE` (0...1, the sampled tier),
         /// `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`, `CAIRN_HEALTH_INTERVAL_MS` (0 turns
-        /// `sdk_health` off), `CAIRN_SHUTDOWN_TIMEOUT_MS`.
+        /// `sdk_health` off), `CAIRN_SHUTDOWN_TIMEOUT_MS`, `CAIRN_CA_FILE`.
         ///
         /// Every value is read without the white space around it (a trailing newline from
         /// a secrets file is harmless); an empty value counts as unset. Booleans are
@@ -205,6 +211,7 @@ extension Cairn {
             o.environment = value("CAIRN_ENVIRONMENT")
             o.uploadURL = value("CAIRN_UPLOAD_URL")
             o.apiKey = value("CAIRN_API_KEY")
+            o.caFile = value("CAIRN_CA_FILE")
             if let dir = value("CAIRN_DATA_DIR") { o.dataDirectory = dir }
             if let b = flag("CAIRN_DEBUG", option: "debugLogging") { o.debugLogging = b }
             if let b = flag("CAIRN_DISABLED", option: "disabled") { o.disabled = b }
@@ -234,8 +241,8 @@ extension Cairn {
             return o
         }
 
-        /// These options as `start` uses them: the upload URL and the API key without the
-        /// white space around them (an empty one is unset).
+        /// These options as `start` uses them: the upload URL, the API key and the CA file
+        /// without the white space around them (an empty one is unset).
         func normalized() -> Options {
             var o = self
             func trim(_ s: String?) -> String? {
@@ -244,6 +251,7 @@ extension Cairn {
             }
             o.uploadURL = trim(uploadURL)
             o.apiKey = trim(apiKey)
+            o.caFile = trim(caFile)
             return o
         }
 
@@ -258,8 +266,8 @@ extension Cairn {
         }
 
         /// Checks every option; the error names the first bad one and why, quoting the
-        /// value as it was given. The upload URL and the API key are checked as `start`
-        /// uses them: without surrounding white space.
+        /// value as it was given. The upload URL, the API key and the CA file are checked
+        /// as `start` uses them: without surrounding white space.
         public func validate() throws(CairnStartError) {
             func bad(_ name: String, _ why: String) -> CairnStartError { .invalidOption(name: name, reason: why) }
             if let p = environmentProblems.first {
@@ -280,6 +288,9 @@ extension Cairn {
             if let key = o.apiKey, !key.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
                 throw bad("apiKey", "holds a control or non-ASCII character, which an HTTP header cannot carry "
                           + "(CAIRN_API_KEY)")
+            }
+            if let file = o.caFile, !FileManager.default.isReadableFile(atPath: file) {
+                throw bad("caFile", "\(file.debugDescription) is not a readable file (CAIRN_CA_FILE)")
             }
             if !(sampling.rate >= 0 && sampling.rate <= 1) {
                 throw bad("sampling.rate", "\(sampling.rate) is not between 0 and 1")

@@ -3,11 +3,11 @@ import CairnStore
 /// Sends one attempt of an ``UploadRequest`` and reports what happened.
 ///
 /// The uploader calls ``send(_:attempt:timeout:)`` synchronously from its own background
-/// thread; an implementation may block for up to `timeout`. ``CurlTransport`` is the
+/// thread; an implementation may block for up to `timeout`. ``HTTPTransport`` is the
 /// default; tests and integrators can inject their own.
 ///
 /// ```swift
-/// let transport: any Transport = CurlTransport()
+/// let transport: any Transport = HTTPTransport()
 /// switch transport.send(request, attempt: 0, timeout: .seconds(30)) {
 /// case .response(let response): print(response.status)
 /// case .failure(let failure): print(failure.kind, failure.message)
@@ -36,7 +36,7 @@ public struct TransportResponse: Sendable, Equatable {
     /// The final response's headers, in the order received. Interim (1xx) responses'
     /// headers are not included.
     public var headers: [HTTPHeader]
-    /// The response body, up to the transport's limit (``CurlTransport`` keeps 64 KiB
+    /// The response body, up to the transport's limit (``HTTPTransport`` keeps 64 KiB
     /// by default).
     public var body: [UInt8]
     /// Whether the body was longer than the limit and ``body`` holds only its start.
@@ -77,7 +77,8 @@ public struct TransportFailure: Error, Sendable, Equatable {
 
     /// The broad reason.
     public var kind: Kind
-    /// A readable description for logs, such as libcurl's error text.
+    /// A readable description for logs: what failed, with the system's, OpenSSL's or
+    /// the certificate check's own text.
     public var message: String
 
     /// Creates a failure.

@@ -122,7 +122,7 @@ public struct UploaderStats: Sendable, Equatable {
 /// acknowledged or safely stored.
 ///
 /// ```swift
-/// let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+/// let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
 ///                         options: UploaderOptions(url: "https://collector.example/v1/batch"))
 /// uploader.start()
 /// …

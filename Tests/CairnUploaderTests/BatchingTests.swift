@@ -50,7 +50,7 @@ import Testing
         // A batch age no test would wait for: only a full batch can go.
         let options = UploaderOptions(url: collector.baseURL + "/v1/batch", maxBatchEvents: 5,
                                       maxBatchAge: .seconds(3600))
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: options)
         uploader.start()
         usleep(100_000)  // the worker is asleep on an empty ring
@@ -72,7 +72,7 @@ import Testing
         let ring = try box.ring()
         let options = UploaderOptions(url: collector.baseURL + "/v1/batch", maxBatchEvents: 10,
                                       maxBatchAge: .milliseconds(20))
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: options)
         for i in 0..<1500 { try ring.append(Self.event(i)) }
         uploader.start()

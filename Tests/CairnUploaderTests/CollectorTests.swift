@@ -13,7 +13,7 @@ import Testing
     @Test func decodesRecordsAndMetadataAndSurvivesMalformedBodies() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         let url = collector.baseURL + "/v1/batch"
         func send(_ body: [UInt8], key: String) -> Int? {
             let request = UploadRequest(url: url, headers: [
@@ -67,7 +67,7 @@ import Testing
     @Test func defaultResponseAndScriptOrder() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         let request = UploadRequest(url: collector.baseURL + "/v1/batch", headers: [],
                                     body: [1], idempotencyKey: "k")
         func status() throws -> Int {

@@ -25,7 +25,7 @@ import Testing
                                       maxBatchAge: .milliseconds(20), attempts: 1,
                                       backoff: Backoff(base: .milliseconds(20), cap: .milliseconds(100)),
                                       breaker: CircuitBreaker(threshold: 1_000_000), requestTimeout: .seconds(5))
-        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: options)
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: options)
         uploader.start()
 
         // Incompressible payloads, so the store fills the 3 MiB disk quickly.

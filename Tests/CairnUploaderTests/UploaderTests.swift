@@ -46,7 +46,7 @@ import Testing
         try collector.script([["status": 500], ["status": 503, "retry_after": "0"], ["status": 200]])
         let box = Sandbox()
         let ring = try box.ring()
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector))
         for i in 0..<10 { try ring.append(Self.event(i)) }
         uploader.start()
@@ -75,7 +75,7 @@ import Testing
         do {
             let ring = try box.ring()
             let store = try box.store()
-            let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+            let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
                                     options: Self.options(collector, attempts: 2))
             for i in 0..<25 { try ring.append(Self.event(i)) }
             uploader.start()
@@ -114,7 +114,7 @@ import Testing
         try collector.script([["status": 429, "retry_after": "2"]])
         let box = Sandbox()
         let ring = try box.ring()
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector))
         try ring.append(Self.event(1))
         uploader.start()
@@ -139,7 +139,7 @@ import Testing
         try collector.script([["status": 400, "body": "bad batch"]])
         let box = Sandbox()
         let ring = try box.ring()
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector))
         for i in 0..<7 { try ring.append(Self.event(i)) }
         uploader.start()
@@ -161,7 +161,7 @@ import Testing
         let box = Sandbox()
         let ring = try box.ring()
         let store = try box.store()
-        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
                                 options: Self.options(collector, attempts: 1,
                                                       breaker: CircuitBreaker(threshold: 2, probeAfter: .seconds(5))))
         uploader.start()
@@ -193,7 +193,7 @@ import Testing
         let logs = Logs()
         let box = Sandbox()
         let ring = try box.ring()
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector, observer: logs))
         try ring.append(Self.event(1, name: "signup"))
         try ring.append(Self.event(2, name: "checkout"))
@@ -218,7 +218,7 @@ import Testing
         let box = Sandbox()
         let ring = try box.ring()
         let store = try box.store()
-        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: Self.options(collector))
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: Self.options(collector))
         // Build-only: the exact request, for the integrator to send.
         let built = try uploader.buildRequest(records: [Self.event(1), Self.event(2)])
         #expect(built.url == collector.baseURL + "/v1/batch" && built.header("Idempotency-Key") == built.idempotencyKey)
@@ -251,7 +251,7 @@ import Testing
         let store = try box.store()
         var options = UploaderTests.options(collector)
         options.storeOnly = true
-        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: options)
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: options)
         for i in 0..<25 { try ring.append(UploaderTests.event(i)) }
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(10)))
@@ -274,7 +274,7 @@ import Testing
         let sampled = try #require(ring.dropSlot("sampled"))
         ring.countDrops(slot: sampled, 7)
         _ = ring.dropSlot("filtered")
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(), options: options)
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(), options: options)
         for i in 0..<250 { try ring.append(UploaderTests.event(i)) }
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))

@@ -25,6 +25,14 @@ Control:
                              {"headers": {"X-A": "b"}}   extra response headers
                              {"stall": 5}                sleep 5 s, then answer
                              {"drop": true}              close without answering
+                             {"close": true}             answer with Connection: close,
+                                                         then close
+                             {"close_after": true}       answer as usual (keep-alive),
+                                                         then close the connection
+                             {"chunked": true}           send the body chunked, with a
+                                                         trailer
+                             {"raw": "text"}             write these bytes instead of a
+                                                         response, then close
   POST /_control/default   one such object, used when the script is empty
                            (initially {"status": 200})
   GET  /_control/requests  every recorded attempt, oldest first (JSON list)
@@ -62,7 +70,8 @@ META_V1 = struct.Struct("<4sHHQIIQ")  # tag, version, flags, batch id, count, di
 MAX_BODY = 64 * 1024 * 1024          # larger request bodies are refused (400)
 MAX_DECODED = 64 * 1024 * 1024       # decompression stops beyond this (bomb guard)
 MAX_KEPT_BODY = 1024 * 1024          # bodies up to this size are kept as base64
-RESPONSE_KEYS = {"status", "retry_after", "body", "headers", "stall", "drop"}
+RESPONSE_KEYS = {"status", "retry_after", "body", "headers", "stall", "drop", "close",
+                 "close_after", "chunked", "raw"}
 
 
 class BadRequest(Exception):
@@ -82,8 +91,11 @@ def validate_response(entry):
     stall = entry.get("stall", 0)
     if isinstance(stall, bool) or not isinstance(stall, (int, float)) or stall < 0:
         return "stall must be a number of seconds >= 0, got %r" % (stall,)
-    if not isinstance(entry.get("drop", False), bool):
-        return "drop must be true or false"
+    for flag in ("drop", "close", "close_after", "chunked"):
+        if not isinstance(entry.get(flag, False), bool):
+            return "%s must be true or false" % flag
+    if not isinstance(entry.get("raw", ""), str):
+        return "raw must be a string"
     if not isinstance(entry.get("body", ""), str):
         return "body must be a string"
     retry_after = entry.get("retry_after", "")
@@ -358,6 +370,15 @@ class Handler(BaseHTTPRequestHandler):
         if response.get("drop"):
             self.close_connection = True
             return
+        if "raw" in response:
+            self.close_connection = True
+            self.wfile.write(response["raw"].encode("latin-1"))
+            self.wfile.flush()
+            with STATE.lock:
+                attempt["answered"] = True
+            return
+        if response.get("close"):
+            self.close_connection = True
         status = response.get("status", 200)
         text = response.get("body")
         payload = (json.dumps({"ok": 200 <= status <= 299}) if text is None else text).encode()
@@ -365,7 +386,12 @@ class Handler(BaseHTTPRequestHandler):
         if "retry_after" in response:
             headers.append(("Retry-After", str(response["retry_after"])))
         headers.extend(response.get("headers", {}).items())
-        self.reply(status, payload, headers)
+        if response.get("chunked"):
+            self.reply_chunked(status, payload, headers)
+        else:
+            self.reply(status, payload, headers)
+        if response.get("close_after"):
+            self.close_connection = True
         with STATE.lock:
             attempt["answered"] = True
 
@@ -417,6 +443,27 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(payload)
+        self.wfile.flush()
+
+
+    def reply_chunked(self, status, payload, headers=()):
+        """The payload in chunks of up to 7 bytes (sizes in hex, one with an extension),
+        then a trailer."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Transfer-Encoding", "chunked")
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        out = bytearray()
+        for index, start in enumerate(range(0, len(payload), 7)):
+            chunk = payload[start:start + 7]
+            extension = ";part=%d" % index if index == 1 else ""
+            out += b"%x%s\r\n%s\r\n" % (len(chunk), extension.encode(), chunk)
+        out += b"0\r\nX-Trailer: done\r\n\r\n"
+        self.wfile.write(bytes(out))
         self.wfile.flush()
 
 

@@ -93,7 +93,7 @@ case "next", "next-fail":
     do {
         let ring = try Ring(path: args[3] + "/events.ring")
         let store = try SnapshotStore(directory: args[3] + "/store")
-        uploader = Uploader(ring: ring, store: store, transport: CurlTransport(),
+        uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
                             options: UploaderOptions(url: "http://127.0.0.1:9/v1/batch"))
     } catch {
         FileHandle.standardError.write(Data("store: \(error)\n".utf8))

@@ -1,5 +1,5 @@
 // The test collector (Tests/Collector/collector.py) as a child process, and a tiny
-// HTTP/1.0 client for its control API that does not go through libcurl, so the
+// HTTP/1.0 client for its control API that does not go through HTTPTransport, so the
 // transport under test never checks itself. The collector fails the test, never skips
 // it, when python3 or the zstandard module is missing: `make deps` installs them.
 import Foundation
@@ -128,13 +128,18 @@ public final class CollectorProcess {
 
     /// Starts `python3 Tests/Collector/collector.py` and waits for its `PORT` line.
     ///
-    /// - Parameter selfSignedTLS: Serve HTTPS with Tests/Collector/selfsigned.pem, a
-    ///   certificate no client trusts. The control API then speaks TLS too, so only
-    ///   data requests can be made.
-    public init(selfSignedTLS: Bool = false) throws {
+    /// - Parameters:
+    ///   - selfSignedTLS: Serve HTTPS with Tests/Collector/selfsigned.pem, a
+    ///     certificate no client trusts. The control API then speaks TLS too, so only
+    ///     data requests can be made.
+    ///   - tlsCertificate: Serve HTTPS with this PEM file (certificate chain and key),
+    ///     with the same limit; it wins over `selfSignedTLS`.
+    public init(selfSignedTLS: Bool = false, tlsCertificate: String? = nil) throws {
         let script = repoRoot.appendingPathComponent("Tests/Collector/collector.py").path
-        let certificate = repoRoot.appendingPathComponent("Tests/Collector/selfsigned.pem").path
-        scheme = selfSignedTLS ? "https" : "http"
+        let certificate = tlsCertificate
+            ?? repoRoot.appendingPathComponent("Tests/Collector/selfsigned.pem").path
+        let tls = selfSignedTLS || tlsCertificate != nil
+        scheme = tls ? "https" : "http"
         stderrURL = FileManager.default.temporaryDirectory
             .appendingPathComponent("cairn-collector-\(UUID().uuidString).stderr")
         try Data().write(to: stderrURL)
@@ -145,7 +150,7 @@ public final class CollectorProcess {
         stdinPipe = Pipe()
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script] + (selfSignedTLS ? ["--tls", certificate] : [])
+        process.arguments = ["python3", script] + (tls ? ["--tls", certificate] : [])
         process.standardInput = stdinPipe
         process.standardOutput = stdoutPipe
         process.standardError = stderrHandle

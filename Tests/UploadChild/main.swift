@@ -31,7 +31,7 @@ do {
                                   maxPause: .milliseconds(300),
                                   breaker: CircuitBreaker(threshold: 1000, probeAfter: .milliseconds(100)),
                                   requestTimeout: .seconds(2), syncInterval: .milliseconds(200))
-    let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: options)
+    let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: options)
     uploader.start()
     if mode == "drain" {
         let deadline = ContinuousClock().now + .seconds(60)

@@ -1,4 +1,4 @@
-// CurlTransport against the real test collector over TCP on 127.0.0.1. Each test runs
+// HTTPTransport against the real test collector over TCP on 127.0.0.1. Each test runs
 // its own collector, so tests can run in parallel. Timeouts are generous and nothing
 // here measures time: a busy two-core machine must pass as well as an idle one.
 import CairnTestSupport
@@ -48,14 +48,14 @@ private func failure(_ result: TransportResult,
     }
 }
 
-@Suite struct CurlTransportTests {
+@Suite struct HTTPTransportTests {
     @Test func batchArrivesByteIdenticalOnEveryAttempt() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
         let records = [#"{"event":"checkout","plan":"pro"}"#, #"{"event":"ünïcødé ✓"}"#, "{}"]
         let request = try batchRequest(collector, batchID: 42, records: records, key: "key-42")
         try collector.script([["status": 500], ["status": 503]])
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
 
         let statuses = try (0..<3).map { attempt in
             try response(transport.send(request, attempt: attempt, timeout: generous)).status
@@ -102,7 +102,7 @@ private func failure(_ result: TransportResult,
             HTTPHeader("X-Tag", "second"),
             HTTPHeader("Accept", "application/json"),
         ], body: Array("plain".utf8), idempotencyKey: "k")
-        #expect(try response(CurlTransport().send(request, attempt: 5, timeout: generous)).status == 200)
+        #expect(try response(HTTPTransport().send(request, attempt: 5, timeout: generous)).status == 200)
 
         let attempt = try #require(try collector.requests().first)
         #expect(attempt.path == "/v1/other")
@@ -127,7 +127,7 @@ private func failure(_ result: TransportResult,
             ["status": 202, "headers": ["X-Collector": "yes"]],
         ])
         let request = try batchRequest(collector, batchID: 1, records: ["{}"], key: "k1")
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         let answers = try (0..<5).map {
             try response(transport.send(request, attempt: $0, timeout: generous))
         }
@@ -147,7 +147,7 @@ private func failure(_ result: TransportResult,
     @Test func getRequestsCarryNoBody() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         let list = UploadRequest(method: "GET", url: collector.baseURL + "/_control/requests",
                                  headers: [], body: [], idempotencyKey: "")
         let listed = try response(transport.send(list, attempt: 0, timeout: generous))
@@ -163,7 +163,7 @@ private func failure(_ result: TransportResult,
         defer { collector.stop() }
         try collector.script([["stall": 30]])
         let request = try batchRequest(collector, batchID: 2, records: ["{}"], key: "k2")
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
 
         let timedOut = failure(transport.send(request, attempt: 0, timeout: .seconds(1)))
         #expect(timedOut?.kind == .timeout)
@@ -180,8 +180,8 @@ private func failure(_ result: TransportResult,
         try collector.script([["drop": true], ["drop": true]])
         let request = try batchRequest(collector, batchID: 3, records: ["{}"], key: "k3")
         // A fresh transport, so the first request goes over a fresh connection: on a
-        // reused one, libcurl itself resends once when the server closes it unanswered.
-        let dropped = failure(CurlTransport().send(request, attempt: 0, timeout: generous))
+        // reused one, the transport resends once when the server closes it unanswered.
+        let dropped = failure(HTTPTransport().send(request, attempt: 0, timeout: generous))
         #expect(dropped?.kind == .network)
         let attempts = try collector.requests()
         #expect(attempts.first?.answered == false)
@@ -191,7 +191,7 @@ private func failure(_ result: TransportResult,
         let port = try CollectorProcess.closedPort()
         let request = UploadRequest(url: "http://127.0.0.1:\(port)/v1/batch", headers: [],
                                     body: [1, 2, 3], idempotencyKey: "k")
-        let refused = failure(CurlTransport().send(request, attempt: 0, timeout: generous))
+        let refused = failure(HTTPTransport().send(request, attempt: 0, timeout: generous))
         #expect(refused?.kind == .connect)
     }
 
@@ -200,7 +200,7 @@ private func failure(_ result: TransportResult,
         defer { collector.stop() }
         let request = UploadRequest(url: collector.baseURL + "/v1/batch", headers: [],
                                     body: [1], idempotencyKey: "k")
-        let refused = failure(CurlTransport().send(request, attempt: 0, timeout: generous))
+        let refused = failure(HTTPTransport().send(request, attempt: 0, timeout: generous))
         #expect(refused?.kind == .tls, "\(refused?.message ?? "")")
     }
 
@@ -226,7 +226,7 @@ private func failure(_ result: TransportResult,
             UploadRequest(method: "PO ST", url: good, headers: [], body: [], idempotencyKey: "k"),
             UploadRequest(method: "", url: good, headers: [], body: [], idempotencyKey: "k"),
         ]
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         for request in requests {
             let refused = failure(transport.send(request, attempt: 0, timeout: generous))
             #expect(refused?.kind == .invalidRequest, "\(request.method) \(request.url.debugDescription) \(request.headers)")
@@ -241,7 +241,7 @@ private func failure(_ result: TransportResult,
         var large = (0..<(3 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
         large[0] = 0
         large[large.count - 1] = 0
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         for body in [large, [], [0], [0, 0x0A, 0x0D, 0]] {
             let request = UploadRequest(url: collector.baseURL + "/v1/blob", headers: [
                 HTTPHeader("Content-Type", "application/octet-stream"),
@@ -252,7 +252,7 @@ private func failure(_ result: TransportResult,
         try #require(attempts.count == 4)
         #expect(attempts[0].body_length == large.count)
         #expect(attempts[0].body_sha256 == (try sha256Hex(large)))
-        #expect(attempts[0].headerValues("Expect").isEmpty)  // libcurl would ask above 1 MiB
+        #expect(attempts[0].headerValues("Expect").isEmpty)
         #expect(attempts[1].body_length == 0)
         #expect(attempts[1].body == [])
         #expect(attempts[2].body == [0])
@@ -264,7 +264,7 @@ private func failure(_ result: TransportResult,
         defer { collector.stop() }
         try collector.script([["status": 200, "body": String(repeating: "x", count: 100_000)]])
         let request = try batchRequest(collector, batchID: 5, records: ["{}"], key: "k5")
-        let transport = CurlTransport(maxResponseBodyBytes: 1000)
+        let transport = HTTPTransport(maxResponseBodyBytes: 1000)
 
         let capped = try response(transport.send(request, attempt: 0, timeout: generous))
         #expect(capped.status == 200)
@@ -280,7 +280,7 @@ private func failure(_ result: TransportResult,
     @Test func hundredSequentialRequestsReuseOneConnection() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         let encoder = try FrameEncoder()
         for index in 0..<100 {
             let body = try encoder.encode(batchID: UInt64(index), records: [Array(#"{"n":\#(index)}"#.utf8)])
@@ -297,10 +297,10 @@ private func failure(_ result: TransportResult,
         #expect(Set(attempts.map(\.client_port)).count == 1)
     }
 
-    @Test func concurrentSendersEachGetTheirOwnHandle() throws {
+    @Test func concurrentSendersEachGetTheirOwnConnection() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
-        let transport = CurlTransport()
+        let transport = HTTPTransport()
         let url = collector.baseURL + "/v1/batch"
         let statuses = Locked<[String: Int]>([:])
         DispatchQueue.concurrentPerform(iterations: 4) { sender in
@@ -327,11 +327,193 @@ private func failure(_ result: TransportResult,
     }
 
     @Test func timeoutsConvertToWholeMilliseconds() {
-        #expect(CurlTransport.milliseconds(.seconds(10)) == 10_000)
-        #expect(CurlTransport.milliseconds(.milliseconds(1500)) == 1500)
-        #expect(CurlTransport.milliseconds(.microseconds(1500)) == 2)
-        #expect(CurlTransport.milliseconds(.zero) == 1)
-        #expect(CurlTransport.milliseconds(.seconds(-5)) == 1)
-        #expect(CurlTransport.milliseconds(.seconds(Int64.max)) == Int(Int32.max))
+        #expect(HTTPTransport.milliseconds(.seconds(10)) == 10_000)
+        #expect(HTTPTransport.milliseconds(.milliseconds(1500)) == 1500)
+        #expect(HTTPTransport.milliseconds(.microseconds(1500)) == 2)
+        #expect(HTTPTransport.milliseconds(.zero) == 1)
+        #expect(HTTPTransport.milliseconds(.seconds(-5)) == 1)
+        #expect(HTTPTransport.milliseconds(.seconds(Int64.max)) == Int64(Int32.max))
     }
+}
+
+/// Connection reuse, framing and the failures a collector (or something pretending to
+/// be one) can cause, each checked through what the collector saw.
+@Suite struct HTTPTransportConnectionTests {
+    private func post(_ collector: CollectorProcess, _ key: String) -> UploadRequest {
+        UploadRequest(url: collector.baseURL + "/v1/batch", headers: [HTTPHeader("Idempotency-Key", key)],
+                      body: Array(key.utf8), idempotencyKey: key)
+    }
+
+    @Test func keptAliveConnectionCarriesChunkedAndPlainResponses() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let text = #"{"ok":true,"note":"a chunked body longer than one chunk"}"#
+        try collector.script([
+            ["chunked": true, "body": text, "retry_after": "7"],
+            ["status": 202],
+            ["chunked": true, "body": ""],
+            ["status": 200, "body": "last"],
+        ])
+        let transport = HTTPTransport()
+        let answers = try (0..<4).map { try response(transport.send(post(collector, "k\($0)"), attempt: 0, timeout: generous)) }
+        #expect(answers.map(\.status) == [200, 202, 200, 200])
+        #expect(answers[0].body == Array(text.utf8))
+        #expect(answers[0].header("Transfer-Encoding") == "chunked")
+        #expect(answers[0].header("Retry-After") == "7")
+        #expect(answers[0].header("X-Trailer") == nil)  // trailers are read, not kept
+        #expect(answers[2].body.isEmpty)
+        #expect(answers[3].body == Array("last".utf8))
+        let attempts = try collector.requests()
+        #expect(attempts.map(\.idempotency_key) == ["k0", "k1", "k2", "k3"])
+        #expect(Set(attempts.map(\.connection_id)).count == 1)
+    }
+
+    @Test func connectionCloseStartsANewConnection() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.script([["close": true], ["status": 200], ["status": 200]])
+        let transport = HTTPTransport()
+        for index in 0..<3 {
+            #expect(try response(transport.send(post(collector, "k\(index)"), attempt: 0, timeout: generous)).status == 200)
+        }
+        let ids = try collector.requests().map(\.connection_id)
+        #expect(ids.count == 3)
+        #expect(ids[0] != ids[1])
+        #expect(ids[1] == ids[2])
+    }
+
+    @Test func serverClosingAnIdleConnectionIsTransparent() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.script([["close_after": true], ["status": 200]])
+        let transport = HTTPTransport()
+        for index in 0..<2 {
+            #expect(try response(transport.send(post(collector, "k\(index)"), attempt: 0, timeout: generous)).status == 200)
+        }
+        let attempts = try collector.requests()
+        #expect(attempts.map(\.idempotency_key) == ["k0", "k1"])
+        #expect(attempts[0].connection_id != attempts[1].connection_id)
+    }
+
+    @Test func reusedConnectionDroppedUnansweredIsRetriedOnceOnANewOne() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.script([["status": 200], ["drop": true], ["status": 201]])
+        let transport = HTTPTransport()
+        #expect(try response(transport.send(post(collector, "first"), attempt: 0, timeout: generous)).status == 200)
+        #expect(try response(transport.send(post(collector, "second"), attempt: 3, timeout: generous)).status == 201)
+        let attempts = try collector.requests()
+        #expect(attempts.map(\.idempotency_key) == ["first", "second", "second"])
+        #expect(attempts.map(\.retry_count) == ["0", "3", "3"])
+        #expect(attempts[0].connection_id == attempts[1].connection_id)
+        #expect(attempts[1].connection_id != attempts[2].connection_id)
+
+        // Only once: a second drop on the new connection is the caller's failure.
+        try collector.script([["drop": true], ["drop": true]])
+        let failed = failure(transport.send(post(collector, "third"), attempt: 0, timeout: generous))
+        #expect(failed?.kind == .network)
+        #expect(try collector.requests().count == 5)
+    }
+
+    @Test func malformedOrCutShortRepliesAreNetworkFailures() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let replies = [
+            "SSH-2.0-OpenSSH_9.2\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc",
+            "HTTP/1.1 2x0 OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nBad Header\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+            "",
+        ]
+        try collector.script(replies.map { ["raw": $0] })
+        for (index, reply) in replies.enumerated() {
+            let failed = failure(HTTPTransport().send(post(collector, "k\(index)"), attempt: 0, timeout: generous))
+            #expect(failed?.kind == .network, "\(reply.debugDescription): \(failed?.message ?? "")")
+            #expect(failed?.message.isEmpty == false)
+        }
+    }
+
+    @Test func bodyDelimitedByTheCloseIsAResponse() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.script([
+            ["raw": "HTTP/1.0 200 OK\r\nX-A: 1\r\n\r\nuntil the close"],
+            ["raw": "HTTP/1.1 100 Continue\r\nX-Interim: yes\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"],
+        ])
+        let transport = HTTPTransport()
+        let first = try response(transport.send(post(collector, "a"), attempt: 0, timeout: generous))
+        #expect(first.status == 200)
+        #expect(first.headers == [HTTPHeader("X-A", "1")])
+        #expect(first.body == Array("until the close".utf8))
+        let second = try response(transport.send(post(collector, "b"), attempt: 0, timeout: generous))
+        #expect(second.status == 204)
+        #expect(second.headers.isEmpty)  // the interim response's headers are not kept
+    }
+
+    @Test func bodyFarOverTheLimitClosesTheConnectionInsteadOfDraining() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.script([["status": 200, "body": String(repeating: "y", count: 3 << 20)]])
+        let transport = HTTPTransport(maxResponseBodyBytes: 10)
+        let capped = try response(transport.send(post(collector, "big"), attempt: 0, timeout: generous))
+        #expect(capped.body == Array(repeating: UInt8(ascii: "y"), count: 10))
+        #expect(capped.bodyTruncated)
+        #expect(try response(transport.send(post(collector, "next"), attempt: 0, timeout: generous)).status == 200)
+        let ids = try collector.requests().map(\.connection_id)
+        #expect(ids.count == 2)
+        #expect(Set(ids).count == 2)
+    }
+
+    @Test func ipv6LiteralsAndHostNamesAreConnectedTo() throws {
+        let port = try CollectorProcess.closedPort()
+        // Nothing listens there (or IPv6 is off): a connect failure, not a refused URL.
+        for url in ["http://[::1]:\(port)/v1/batch", "http://localhost:\(port)/v1/batch?x=1#frag"] {
+            let request = UploadRequest(url: url, headers: [], body: [1], idempotencyKey: "k")
+            let refused = failure(HTTPTransport().send(request, attempt: 0, timeout: generous))
+            #expect(refused?.kind == .connect, "\(url): \(refused?.message ?? "")")
+        }
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let byName = UploadRequest(url: "HTTP://LocalHost:\(collector.port)?q=1#not-sent", headers: [],
+                                   body: [1], idempotencyKey: "k")
+        #expect(try response(HTTPTransport().send(byName, attempt: 0, timeout: generous)).status == 200)
+        let attempt = try #require(try collector.requests().first)
+        #expect(attempt.path == "/?q=1")
+        #expect(attempt.headerValues("Host") == ["localhost:\(collector.port)"])
+    }
+
+    @Test func unusableProxySettingRefusesRequests() throws {
+        let transport = HTTPTransport(environment: ["http_proxy": "socks5://127.0.0.1:1080"])
+        let request = UploadRequest(url: "http://127.0.0.1:9/v1/batch", headers: [], body: [1],
+                                    idempotencyKey: "k")
+        let refused = failure(transport.send(request, attempt: 0, timeout: generous))
+        #expect(refused?.kind == .invalidRequest)
+        #expect(refused?.message.contains("http_proxy") == true)
+    }
+
+    @Test func plainHTTPLoadsNoTLSLibrary() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let output = try runChild("cairn-http-child", [collector.baseURL + "/v1/batch"])
+        #expect(output.contains("STATUS 200"), "\(output)")
+        #expect(output.contains("LIBSSL no"), "\(output)")
+        #expect(try collector.requests().count == 1)
+    }
+}
+
+/// Runs a child process from the products directory and returns its stdout.
+func runChild(_ name: String, _ arguments: [String], environment: [String: String]? = nil) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: productsDirectory + "/" + name)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: data, as: UTF8.self)
 }

@@ -1,0 +1,401 @@
+/*
+ * cairn_http.h: Cairn's HTTP/1.1 client, the transport under the uploader.
+ *
+ * A small client for one job: send a request with a body to a collector and read its
+ * answer, with a total deadline, over plain TCP or TLS, directly or through a proxy
+ * named in the environment. It replaces libcurl, which cost every host process
+ * memory and start-up time even when nothing was sent.
+ *
+ *   - A client (cairn_http_client_t) holds what connections share: options, the proxy
+ *     settings read once at creation, and the TLS context, made on the first https
+ *     request. libssl.so.3 is loaded with dlopen() at that moment and never before:
+ *     a process that only speaks http maps no TLS library.
+ *   - A connection (cairn_http_conn_t) holds one socket (kept alive between requests
+ *     when the server allows it), a fixed header buffer and the response body up to
+ *     the client's limit. It is used by one thread at a time.
+ *   - The response parser (cairn_http_parser_t) is a pure state machine over bytes,
+ *     with no I/O, so it can be fed in any split and fuzzed.
+ *
+ * This header includes only the C standard library. No call raises SIGPIPE (sockets
+ * are written with MSG_NOSIGNAL, TLS included) or installs a signal handler.
+ *
+ * Conventions: functions returning `int` return CAIRN_HTTP_OK (0) or a negative
+ * CAIRN_HTTP_E* code; each function documents its ownership rules and thread-safety.
+ * None is async-signal-safe.
+ */
+#ifndef CAIRN_HTTP_H
+#define CAIRN_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------ */
+/* Errors: one code per broad reason, matching the Swift TransportFailure.Kind      */
+/* ------------------------------------------------------------------------------ */
+
+/** Success: a response came (whatever its status). */
+#define CAIRN_HTTP_OK 0
+/** No connection could be made: refused, unreachable, a name (host or proxy) that did
+ *  not resolve, or a proxy that refused the tunnel. */
+#define CAIRN_HTTP_ECONNECT (-1)
+/** The connect timeout or the request's total deadline passed. */
+#define CAIRN_HTTP_ETIMEOUT (-2)
+/** The TLS library could not be loaded, the handshake failed, or the peer's
+ *  certificate did not verify. */
+#define CAIRN_HTTP_ETLS (-3)
+/** The connection broke, or the reply is not well-formed HTTP/1.x. */
+#define CAIRN_HTTP_ENETWORK (-4)
+/** The request cannot be sent as given (nothing was sent): a URL that is not an
+ *  absolute http(s) URL, a method or header that is not valid HTTP, or a proxy
+ *  setting that cannot be used. */
+#define CAIRN_HTTP_EINVALID (-5)
+/** Memory could not be allocated. */
+#define CAIRN_HTTP_ENOMEM (-6)
+
+/** Most header bytes kept of one response (status line and headers, or trailers);
+ *  more is a CAIRN_HTTP_ENETWORK error. */
+#define CAIRN_HTTP_MAX_HEADER_BYTES (64u * 1024u)
+/** Most body bytes read and discarded after the kept part; past this the connection
+ *  is closed instead of drained, and the response is returned as it is. */
+#define CAIRN_HTTP_MAX_DRAIN_BYTES (1u << 20)
+
+/**
+ * Describes a CAIRN_HTTP_* code.
+ *
+ * @param err  CAIRN_HTTP_OK or a negative CAIRN_HTTP_E* code.
+ * @return     A static English phrase ("connect", "timeout", ...); "unknown error"
+ *             for other values. Never NULL.
+ *
+ * Ownership: the string is static; do not free it.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+const char *cairn_http_strerror(int err);
+
+/* ------------------------------------------------------------------------------ */
+/* Response parser                                                                  */
+/* ------------------------------------------------------------------------------ */
+
+/** What cairn_http_parser_feed() and cairn_http_parser_finish() found. */
+typedef enum cairn_http_parse_status {
+    /** The response is not complete: feed more bytes. */
+    CAIRN_HTTP_PARSE_MORE = 0,
+    /** The final response is complete. */
+    CAIRN_HTTP_PARSE_DONE = 1,
+    /** The bytes are not a well-formed response; `error` in the parser says why. */
+    CAIRN_HTTP_PARSE_ERROR = -1,
+} cairn_http_parse_status_t;
+
+/**
+ * The state of one response being parsed. Its fields are read-only for callers;
+ * the ones documented below are meaningful once the parse is DONE.
+ *
+ * Headers are kept in the caller's header buffer as consecutive pairs
+ * "name\0value\0" (value without surrounding white space; obsolete line folds joined
+ * with one space), in the order received. Interim 1xx responses are skipped; only the
+ * final response's headers remain.
+ */
+typedef struct cairn_http_parser {
+    /* Buffers given to cairn_http_parser_init (not owned). */
+    char *headers;
+    size_t header_cap;
+    uint8_t *body;
+    size_t body_cap;
+
+    /** Final status code, 200..999 (set once the status line is read). */
+    int status;
+    /** HTTP minor version of the final response (0 or 1). */
+    int minor_version;
+    /** Bytes of `headers` holding name/value pairs. */
+    size_t headers_len;
+    /** Number of header pairs in `headers`. */
+    size_t header_count;
+    /** Body bytes kept in `body` (at most body_cap). */
+    size_t body_len;
+    /** 1 when the body was longer than body_cap: `body` holds its start. */
+    int body_truncated;
+    /** 1 when the connection may carry another request after this response. */
+    int keep_alive;
+    /** 1 when more than CAIRN_HTTP_MAX_DRAIN_BYTES were past the kept part: parsing
+     *  stopped there (DONE), and the connection must be closed. */
+    int abandoned;
+    /** Static text saying why the parse failed; NULL unless it did. */
+    const char *error;
+
+    /* Internal state. */
+    int state;
+    int no_body;
+    int started;
+    int interim_count;
+    size_t line_len;
+    uint64_t remaining;
+    uint64_t drained;
+    size_t trailer_bytes;
+    char small_line[256];
+} cairn_http_parser_t;
+
+/**
+ * Prepares a parser for one response.
+ *
+ * @param p           The parser; any previous state is forgotten.
+ * @param headers     Buffer for the final response's headers; header_cap bytes.
+ *                    Status line and headers longer than this fail the parse.
+ * @param header_cap  Its size in bytes (CAIRN_HTTP_MAX_HEADER_BYTES suits).
+ * @param body        Buffer for the start of the body; may be NULL when body_cap is 0.
+ * @param body_cap    How many body bytes are kept; the rest is counted and dropped.
+ * @param no_body     Nonzero when the request was HEAD: the response has no body,
+ *                    whatever its headers announce.
+ *
+ * Ownership: the buffers stay the caller's and must outlive the parse.
+ * Thread-safety: a parser is used by one thread at a time.
+ * Async-signal-safe: yes.
+ */
+void cairn_http_parser_init(cairn_http_parser_t *p, char *headers, size_t header_cap,
+                            uint8_t *body, size_t body_cap, int no_body);
+
+/**
+ * Feeds bytes received from the server.
+ *
+ * @param p     A parser prepared by cairn_http_parser_init().
+ * @param data  The bytes; may be NULL when len is 0.
+ * @param len   Their count.
+ * @param used  Set to how many bytes were consumed. Less than len only with DONE
+ *              (the rest belongs after the response) or ERROR.
+ * @return      CAIRN_HTTP_PARSE_MORE, CAIRN_HTTP_PARSE_DONE or CAIRN_HTTP_PARSE_ERROR.
+ *              After DONE or ERROR further calls return the same result and consume
+ *              nothing.
+ *
+ * Ownership: nothing is retained from `data`.
+ * Thread-safety: a parser is used by one thread at a time.
+ * Async-signal-safe: yes.
+ */
+cairn_http_parse_status_t cairn_http_parser_feed(cairn_http_parser_t *p, const uint8_t *data,
+                                                 size_t len, size_t *used);
+
+/**
+ * Tells the parser that the server closed the connection.
+ *
+ * @param p  A parser prepared by cairn_http_parser_init().
+ * @return   CAIRN_HTTP_PARSE_DONE when the response is complete (a body delimited by
+ *           the close ends here, and keep_alive is 0), otherwise
+ *           CAIRN_HTTP_PARSE_ERROR (the response was cut short).
+ *
+ * Ownership: none.
+ * Thread-safety: a parser is used by one thread at a time.
+ * Async-signal-safe: yes.
+ */
+cairn_http_parse_status_t cairn_http_parser_finish(cairn_http_parser_t *p);
+
+/**
+ * Whether the parser has seen any byte of the response.
+ *
+ * @param p  A parser prepared by cairn_http_parser_init().
+ * @return   1 when at least one byte was fed, 0 otherwise.
+ *
+ * Ownership: none.
+ * Thread-safety: a parser is used by one thread at a time.
+ * Async-signal-safe: yes.
+ */
+int cairn_http_parser_started(const cairn_http_parser_t *p);
+
+/* ------------------------------------------------------------------------------ */
+/* Client and connections                                                           */
+/* ------------------------------------------------------------------------------ */
+
+/** Shared settings and TLS state of a family of connections. */
+typedef struct cairn_http_client cairn_http_client_t;
+
+/** One connection slot: at most one open socket, its buffers, the last response. */
+typedef struct cairn_http_conn cairn_http_conn_t;
+
+/** Options for cairn_http_client_new(). Zero-initialise, then set what you need. */
+typedef struct cairn_http_client_options {
+    /** How many body bytes of a response are kept (the rest is drained or the
+     *  connection closed). */
+    size_t max_body_bytes;
+    /** A PEM file of trusted CA certificates used instead of the system store;
+     *  NULL for the system store (which honours SSL_CERT_FILE and SSL_CERT_DIR). */
+    const char *ca_file;
+    /** Proxy variables as "NAME=value" strings, NULL-terminated like environ; NULL
+     *  reads the process environment. Read once, by cairn_http_client_new(). The
+     *  names read are http_proxy, https_proxy, HTTPS_PROXY, no_proxy and NO_PROXY;
+     *  a lowercase name wins over its uppercase one, and HTTP_PROXY is never read
+     *  (a CGI-style server sets it from a request's `Proxy:` header, "httpoxy"). */
+    const char *const *environment;
+} cairn_http_client_options_t;
+
+/**
+ * Creates a client.
+ *
+ * @param options  The options; NULL for all defaults (no body kept, system store,
+ *                 the process environment).
+ * @param out      Receives the client.
+ * @return         CAIRN_HTTP_OK; CAIRN_HTTP_ENOMEM; CAIRN_HTTP_EINVALID when a proxy
+ *                 variable is not a usable proxy URL (see cairn_http_client_error()
+ *                 for which one). A client is made in both error cases so that the
+ *                 error can be read; its requests then fail with the same error.
+ *
+ * Ownership: the caller frees the client with cairn_http_client_free() after every
+ *            connection made from it. Strings in `options` are copied.
+ * Thread-safety: safe from any thread. The environment is read without a lock: do not
+ *            call setenv(3) at the same time.
+ * Async-signal-safe: no.
+ */
+int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http_client_t **out);
+
+/**
+ * Why cairn_http_client_new() refused the configuration.
+ *
+ * @param client  A client.
+ * @return        A NUL-terminated message, empty when the configuration is usable.
+ *
+ * Ownership: the string belongs to the client.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no.
+ */
+const char *cairn_http_client_error(const cairn_http_client_t *client);
+
+/**
+ * Frees a client and its TLS context. libssl, once loaded, stays loaded.
+ *
+ * @param client  The client, or NULL.
+ *
+ * Ownership: every connection made from the client must be freed first.
+ * Thread-safety: no other thread may use the client during or after the call.
+ * Async-signal-safe: no.
+ */
+void cairn_http_client_free(cairn_http_client_t *client);
+
+/**
+ * Creates an unconnected connection slot for a client.
+ *
+ * @param client  The client; it must outlive the connection.
+ * @return        The connection, or NULL when memory could not be allocated. Its
+ *                buffers (CAIRN_HTTP_MAX_HEADER_BYTES of headers and the client's
+ *                body limit) are allocated here, once.
+ *
+ * Ownership: the caller frees it with cairn_http_conn_free().
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no.
+ */
+cairn_http_conn_t *cairn_http_conn_new(cairn_http_client_t *client);
+
+/**
+ * Closes the connection's socket, if open, and frees it.
+ *
+ * @param conn  The connection, or NULL.
+ *
+ * Ownership: pointers into its last response become invalid.
+ * Thread-safety: the connection must not be in use by another thread.
+ * Async-signal-safe: no.
+ */
+void cairn_http_conn_free(cairn_http_conn_t *conn);
+
+/** One request header. Bytes with lengths: NUL bytes are seen (and refused). */
+typedef struct cairn_http_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} cairn_http_header_t;
+
+/** A request for cairn_http_conn_send(). */
+typedef struct cairn_http_request {
+    /** The method, an HTTP token such as "POST". */
+    const char *method;
+    size_t method_len;
+    /** An absolute URL: http:// or https://, host name, IPv4 or [IPv6] literal,
+     *  optional port, then path and query (no fragment is sent). */
+    const char *url;
+    size_t url_len;
+    /** Headers sent in this order, as given. A Host header replaces the one the
+     *  client would send; Content-Length and Transfer-Encoding are not sent from
+     *  here (the client frames the body itself). */
+    const cairn_http_header_t *headers;
+    size_t header_count;
+    /** The body, sent with Content-Length (also when empty, except for GET and
+     *  HEAD). */
+    const void *body;
+    size_t body_len;
+    /** The most connecting may take (TCP, proxy tunnel, TLS handshake), in ms. */
+    int64_t connect_timeout_ms;
+    /** The most the whole exchange may take, connecting included, in ms. Name
+     *  resolution (getaddrinfo) is not interruptible and is not bounded by it. */
+    int64_t timeout_ms;
+} cairn_http_request_t;
+
+/** The final response of cairn_http_conn_send(). Pointers are into the connection
+ *  and stay valid until its next send or its free. */
+typedef struct cairn_http_response {
+    /** Status code, 200..999 (interim 1xx responses are skipped). */
+    int status;
+    /** Header pairs "name\0value\0", in the order received. */
+    const char *headers;
+    /** Bytes of `headers`. */
+    size_t headers_len;
+    /** Number of pairs. */
+    size_t header_count;
+    /** The start of the body, up to the client's max_body_bytes. */
+    const uint8_t *body;
+    size_t body_len;
+    /** 1 when the body was longer than what is kept. */
+    int body_truncated;
+} cairn_http_response_t;
+
+/**
+ * Sends one request and reads its final response.
+ *
+ * Reuses the connection's open socket when it leads to the same place (scheme, host,
+ * port, proxy) and the previous response allowed it; otherwise connects anew. When a
+ * reused socket fails before any byte of the response arrives (a keep-alive
+ * connection the server closed meanwhile), the request is sent once more on a fresh
+ * connection. Redirects are not followed.
+ *
+ * @param conn      The connection.
+ * @param request   The request; checked before anything is sent.
+ * @param response  Receives the response on CAIRN_HTTP_OK.
+ * @return          CAIRN_HTTP_OK, or a negative CAIRN_HTTP_E* code; then
+ *                  cairn_http_conn_error() says what happened.
+ *
+ * Ownership: nothing in `request` is retained after the call.
+ * Thread-safety: one thread at a time per connection; different connections of one
+ *            client may send at the same time.
+ * Async-signal-safe: no.
+ */
+int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *request,
+                         cairn_http_response_t *response);
+
+/**
+ * The message of the connection's last failed send: what failed, with the system's,
+ * OpenSSL's or the certificate check's own text.
+ *
+ * @param conn  The connection.
+ * @return      A NUL-terminated message; empty after a successful send.
+ *
+ * Ownership: the string belongs to the connection, valid until its next send.
+ * Thread-safety: as cairn_http_conn_send().
+ * Async-signal-safe: no.
+ */
+const char *cairn_http_conn_error(const cairn_http_conn_t *conn);
+
+/**
+ * Whether libssl has been loaded into this process by a client (a test hook for
+ * "plain http loads no TLS library").
+ *
+ * @return  1 once an https request has loaded libssl.so.3, 0 before.
+ *
+ * Ownership: none.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: yes.
+ */
+int cairn_http_tls_loaded(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAIRN_HTTP_H */

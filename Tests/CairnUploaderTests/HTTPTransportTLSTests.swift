@@ -1,0 +1,271 @@
+// HTTPTransport over TLS and through proxies, against the real collector serving HTTPS
+// with certificates made here by the `openssl` command, and a real forward proxy
+// (Tests/Collector/proxy.py) that records what it was asked.
+import CairnStore
+import CairnTestSupport
+import Foundation
+import Testing
+
+@testable import CairnUploader
+
+/// A CA and server certificates made for one test in a scratch directory.
+private final class Certificates {
+    let directory: URL
+    /// The CA's certificate, the one `caFile` names.
+    var caFile: String { directory.appendingPathComponent("ca.pem").path }
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("cairn-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                     "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=Cairn Test CA"])
+    }
+
+    deinit { try? FileManager.default.removeItem(at: directory) }
+
+    /// A PEM file with a server certificate (signed by the CA) and its key, for the
+    /// names in `subjectAltName` (such as "DNS:localhost,IP:127.0.0.1"); `days` -1
+    /// makes one that has expired.
+    func server(_ name: String, subjectAltName: String, days: Int = 2) throws -> String {
+        try Data("subjectAltName=\(subjectAltName)\n".utf8)
+            .write(to: directory.appendingPathComponent("\(name).ext"))
+        try openssl(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                     "-keyout", "\(name).key", "-out", "\(name).csr", "-subj", "/CN=\(name)"])
+        try openssl(["x509", "-req", "-in", "\(name).csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                     "-CAcreateserial", "-out", "\(name).crt", "-days", "\(days)",
+                     "-extfile", "\(name).ext"])
+        let pem = directory.appendingPathComponent("\(name).pem")
+        let chain = try Data(contentsOf: directory.appendingPathComponent("\(name).crt"))
+            + Data(contentsOf: directory.appendingPathComponent("\(name).key"))
+        try chain.write(to: pem)
+        return pem.path
+    }
+
+    private func openssl(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["openssl"] + arguments
+        process.currentDirectoryURL = directory
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0,
+                     "openssl \(arguments.first ?? "") failed (`make deps` installs openssl)")
+    }
+}
+
+/// Tests/Collector/proxy.py as a child process on 127.0.0.1.
+private final class ProxyProcess {
+    let port: Int
+    private let process = Process()
+    private let stdinPipe = Pipe()
+
+    /// "http://127.0.0.1:<port>".
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    init() throws {
+        let output = Pipe()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", repoRoot.appendingPathComponent("Tests/Collector/proxy.py").path]
+        process.standardInput = stdinPipe
+        process.standardOutput = output
+        try process.run()
+        try? output.fileHandleForWriting.close()
+        var line: [UInt8] = []
+        while let byte = try output.fileHandleForReading.read(upToCount: 1)?.first, byte != 0x0A {
+            line.append(byte)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5)) else {
+            process.terminate()
+            process.waitUntilExit()
+            throw CollectorError.startFailed("proxy.py printed \(text.debugDescription)")
+        }
+        self.port = port
+    }
+
+    deinit {
+        try? stdinPipe.fileHandleForWriting.close()
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+    }
+
+    /// One request the proxy was asked to carry.
+    struct Seen: Decodable {
+        var method: String
+        var target: String
+        var headers: [[String]]
+
+        func header(_ name: String) -> String? {
+            headers.first { $0.count == 2 && $0[0].lowercased() == name.lowercased() }?[1]
+        }
+    }
+
+    /// What the proxy was asked, oldest first.
+    func seen() throws -> [Seen] {
+        let (status, body) = try CollectorProcess.exchange(port: port, method: "GET", path: "/_proxy/seen", body: [])
+        try #require(status == 200)
+        return try JSONDecoder().decode([Seen].self, from: Data(body))
+    }
+}
+
+private let generous: Duration = .seconds(60)
+
+private func request(_ url: String) -> UploadRequest {
+    UploadRequest(url: url + "/v1/batch", headers: [HTTPHeader("Idempotency-Key", "tls")],
+                  body: Array(#"{"event":"tls"}"#.utf8), idempotencyKey: "tls")
+}
+
+private func status(_ result: TransportResult) -> Int? {
+    if case .response(let response) = result { return response.status }
+    Issue.record("expected a response, got \(result)")
+    return nil
+}
+
+private func failure(_ result: TransportResult) -> TransportFailure? {
+    if case .failure(let failure) = result { return failure }
+    Issue.record("expected a failure, got \(result)")
+    return nil
+}
+
+@Suite struct HTTPTransportTLSTests {
+    @Test func trustedCertificateForTheAddressAndTheName() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let transport = HTTPTransport(caFile: certificates.caFile)
+        for _ in 0..<3 {
+            #expect(status(transport.send(request(collector.baseURL), attempt: 0, timeout: generous)) == 200)
+        }
+        let byName = "https://localhost:\(collector.port)"
+        #expect(status(transport.send(request(byName), attempt: 0, timeout: generous)) == 200)
+    }
+
+    @Test func systemStoreDoesNotTrustATestCA() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let refused = failure(HTTPTransport().send(request(collector.baseURL), attempt: 0, timeout: generous))
+        #expect(refused?.kind == .tls)
+        #expect(refused?.message.contains("certificate verify failed") == true, "\(refused?.message ?? "")")
+    }
+
+    @Test func certificateForAnotherNameIsRefused() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("other", subjectAltName: "DNS:collector.example")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let transport = HTTPTransport(caFile: certificates.caFile)
+        for url in [collector.baseURL, "https://localhost:\(collector.port)"] {
+            let refused = failure(transport.send(request(url), attempt: 0, timeout: generous))
+            #expect(refused?.kind == .tls, "\(url)")
+            #expect(refused?.message.contains("mismatch") == true, "\(refused?.message ?? "")")
+        }
+    }
+
+    @Test func expiredCertificateIsRefused() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("expired", subjectAltName: "DNS:localhost,IP:127.0.0.1", days: -1)
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let refused = failure(HTTPTransport(caFile: certificates.caFile)
+            .send(request(collector.baseURL), attempt: 0, timeout: generous))
+        #expect(refused?.kind == .tls)
+        #expect(refused?.message.contains("expired") == true, "\(refused?.message ?? "")")
+    }
+
+    @Test func missingCAFileIsATLSFailure() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let missing = certificates.directory.appendingPathComponent("absent.pem").path
+        let refused = failure(HTTPTransport(caFile: missing)
+            .send(request(collector.baseURL), attempt: 0, timeout: generous))
+        #expect(refused?.kind == .tls)
+        #expect(refused?.message.contains("absent.pem") == true, "\(refused?.message ?? "")")
+    }
+
+    @Test func httpsLoadsTheTLSLibraryInTheChild() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let output = try runChild("cairn-http-child", [collector.baseURL + "/v1/batch", certificates.caFile])
+        #expect(output.contains("STATUS 200"), "\(output)")
+        #expect(output.contains("LIBSSL yes"), "\(output)")
+    }
+}
+
+@Suite struct HTTPTransportProxyTests {
+    @Test func httpGoesThroughTheProxyInAbsoluteForm() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let proxy = try ProxyProcess()
+        let proxyURL = "http://cairn:p%40ss@127.0.0.1:\(proxy.port)"
+        let transport = HTTPTransport(environment: ["http_proxy": proxyURL, "no_proxy": "example.com"])
+        #expect(status(transport.send(request(collector.baseURL), attempt: 0, timeout: generous)) == 200)
+
+        let seen = try proxy.seen()
+        try #require(seen.count == 1)
+        #expect(seen[0].method == "POST")
+        #expect(seen[0].target == collector.baseURL + "/v1/batch")
+        #expect(seen[0].header("Proxy-Authorization") == "Basic " + Data("cairn:p@ss".utf8).base64EncodedString())
+        let attempts = try collector.requests()
+        #expect(attempts.count == 1)
+        #expect(attempts.first?.path == "/v1/batch")
+        #expect(attempts.first?.body == Array(#"{"event":"tls"}"#.utf8))
+        #expect(attempts.first?.headerValues("Proxy-Authorization").isEmpty == true)
+    }
+
+    @Test func httpsGoesThroughAConnectTunnel() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let proxy = try ProxyProcess()
+        // The uppercase variable loses to the lowercase one.
+        let transport = HTTPTransport(caFile: certificates.caFile,
+                                      environment: ["https_proxy": proxy.url, "HTTPS_PROXY": "http://127.0.0.1:9"])
+        let url = "https://localhost:\(collector.port)"
+        #expect(status(transport.send(request(url), attempt: 0, timeout: generous)) == 200)
+        #expect(status(transport.send(request(url), attempt: 1, timeout: generous)) == 200)
+
+        let seen = try proxy.seen()
+        // One tunnel carried both requests.
+        #expect(seen.map(\.method) == ["CONNECT"])
+        #expect(seen.first?.target == "localhost:\(collector.port)")
+    }
+
+    @Test func noProxyAndUppercaseHTTPProxyGoDirect() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let proxy = try ProxyProcess()
+        let environments: [[String: String]] = [
+            ["http_proxy": proxy.url, "no_proxy": "example.com, 127.0.0.1"],
+            ["http_proxy": proxy.url, "NO_PROXY": "*"],
+            ["http_proxy": proxy.url, "no_proxy": ".0.0.1"],  // no suffix match for addresses
+            ["HTTP_PROXY": proxy.url],
+        ]
+        let expectDirect = [true, true, false, true]
+        for (environment, direct) in zip(environments, expectDirect) {
+            let before = try proxy.seen().count
+            let transport = HTTPTransport(environment: environment)
+            #expect(status(transport.send(request(collector.baseURL), attempt: 0, timeout: generous)) == 200)
+            #expect(try proxy.seen().count == before + (direct ? 0 : 1), "\(environment)")
+        }
+        #expect(try collector.requests().count == 4)
+    }
+
+    @Test func proxyThatCannotBeReachedIsAConnectFailure() throws {
+        let port = try CollectorProcess.closedPort()
+        let transport = HTTPTransport(environment: ["https_proxy": "http://127.0.0.1:\(port)"])
+        let refused = failure(transport.send(request("https://127.0.0.1:9"), attempt: 0, timeout: generous))
+        #expect(refused?.kind == .connect)
+        #expect(refused?.message.contains("proxy") == true, "\(refused?.message ?? "")")
+    }
+}
