@@ -33,8 +33,8 @@ public struct FrameInfo: Sendable, Equatable {
 /// Turns batches of records into batch frames: Cairn's metadata in a skippable zstd
 /// frame, then one standard zstd frame holding the records as newline-delimited lines.
 ///
-/// An encoder keeps one zstd compression context and an output buffer, both grown to
-/// the largest batch seen, so once warm a batch costs only the returned array (and,
+/// An encoder keeps one zstd compression context (a 64 KiB window: about 0.5 MiB), so
+/// once warm a batch costs only the returned array, sized to what zstd writes (and,
 /// from arrays of records, one copy of them). It is not `Sendable`: use it from one
 /// task or thread at a time, as the batcher does.
 ///
@@ -45,8 +45,6 @@ public struct FrameInfo: Sendable, Equatable {
 /// ```
 public final class FrameEncoder {
     private let handle: OpaquePointer
-    /// Reused output buffer, grown to the largest bound seen.
-    private var output: [UInt8] = []
     /// Reused copy of the records given as arrays.
     private var joined: [UInt8] = []
 
@@ -132,17 +130,26 @@ public final class FrameEncoder {
         }
         let bound = FrameEncoder.bound(payloadBytes: payload, recordCount: slices.count)
         if bound == Int.max { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
-        if output.count < bound {
-            output = [UInt8](repeating: 0, count: bound)
-        }
+        // Event JSON compresses 5 to 20 times: a quarter of the bound is nearly always
+        // enough, and a batch that does not fit is encoded again into the whole bound.
+        // The buffer is the batch (no copy), and only what zstd writes of it is touched.
+        var capacity = min(bound, FrameEncoder.bound(payloadBytes: payload / 4, recordCount: slices.count))
         let handle = self.handle
-        var written = 0
-        let rc = output.withUnsafeMutableBytes { dst in
-            cairn_frame_encode(handle, batchID, slices.baseAddress, slices.count,
-                               dst.baseAddress, dst.count, &written)
+        while true {
+            var rc: Int32 = 0
+            let batch = [UInt8](unsafeUninitializedCapacity: capacity) { dst, count in
+                var written = 0
+                rc = cairn_frame_encode(handle, batchID, slices.baseAddress, slices.count,
+                                        dst.baseAddress, dst.count, &written)
+                count = rc == 0 ? written : 0
+            }
+            if rc == CAIRN_EBUFSIZE && capacity < bound {
+                capacity = bound
+                continue
+            }
+            if rc != 0 { throw CairnError(rc, function: "cairn_frame_encode") }
+            return batch
         }
-        if rc != 0 { throw CairnError(rc, function: "cairn_frame_encode") }
-        return Array(output[0..<written])
     }
 
     /// Encodes a run of ring records as one batch, reading them in place in the ring's

@@ -78,7 +78,8 @@ import Testing
         uploader.start()
         #expect(try Self.eventually(60) { uploader.stats.deliveredEvents == 1500 })
         let sizes = try collector.requests().compactMap { $0.batch?.record_count }
-        #expect(sizes.first == 10, "the first batch has the options' size: \(sizes)")
+        // Several requests go out at once: the collector may record them in any order.
+        #expect(sizes.contains(10), "the first batch has the options' size: \(sizes)")
         #expect(sizes.contains { $0 > 10 }, "batches grew: \(sizes)")
         #expect(sizes.allSatisfy { $0 <= 10 * Uploader.maxBatchScale }, "and stayed within their cap: \(sizes)")
         #expect(sizes.reduce(0, +) == 1500)
