@@ -48,6 +48,11 @@ public struct UploaderOptions: Sendable {
     /// ``apiKey`` (true, the default), or to the URL and key it was built with. Its body
     /// and `Idempotency-Key` never change either way.
     public var followDestination: Bool = true
+    /// This process's `"context":{...},"sdk":{...}` fragment, for bare ring records
+    /// whose own context was lost (no snapshot store, or its `ring_context` missing or
+    /// damaged): they are sent with it, marked `"context_recovered":false` in `sdk`.
+    /// nil: an empty context, marked the same way.
+    public var currentContext: (@Sendable () -> [UInt8])?
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -165,6 +170,8 @@ public final class Uploader: @unchecked Sendable {
 
     private var breaker: CircuitBreaker
     private var encoder: FrameEncoder?
+    /// The contexts of bare records (``RingContexts``).
+    private let contexts: RingContexts
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
     private var lastSync: ContinuousClock.Instant
     /// Until a replay fails, stored requests are due whatever their backoff said: a new
@@ -183,6 +190,7 @@ public final class Uploader: @unchecked Sendable {
         self.options = options
         self.breaker = options.breaker
         self.lastSync = ContinuousClock().now
+        contexts = RingContexts(sdkVersion: options.sdkVersion, current: options.currentContext)
         // Evictions are counted, in events, as they happen, whichever thread stores; what
         // an evicted request reported never reached a collector and is counted again.
         store?.evictionObserver = { [ring, state] evictions in
@@ -367,6 +375,7 @@ public final class Uploader: @unchecked Sendable {
         // Requests the salvage could not prove intact (one when their number is unknown).
         if let d = store?.stats.damage { count(drop: "store_corrupt", d.lost ?? 1) }
         _ = try? store?.evictExpired()
+        contexts.restore(from: store, ring: ring)
         resumeMarkedBatch()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
@@ -401,9 +410,10 @@ public final class Uploader: @unchecked Sendable {
     private func nextBatchDeadline() -> ContinuousClock.Instant? {
         let now = clock.now
         let generation = state.withLock { $0.flushGeneration }
-        guard let run = try? ring.peek(maxRecords: options.maxBatchEvents, maxBytes: options.maxBatchBytes) else {
+        guard let peeked = try? ring.peek(maxRecords: options.maxBatchEvents, maxBytes: options.maxBatchBytes) else {
             return now + .milliseconds(100)
         }
+        let run = contexts.fitting(peeked, maxBytes: options.maxBatchBytes)
         if run.records.isEmpty {
             if run.next != ring.readPosition { try? ring.commit(upTo: run.next) } // padding only
             firstSeen = nil
@@ -431,20 +441,34 @@ public final class Uploader: @unchecked Sendable {
     /// recording the mark: a process killed before the batch is safe rebuilds exactly
     /// this batch, with this key, at its next start (``resumeMarkedBatch()``).
     private func startBatch(_ run: Ring.Run, mark: RingBatchMark, resumed: Bool = false) {
+        // Bare records completed with their context; context records are not sent, but
+        // the ones the next start may need are kept before any record is released.
+        let batch = contexts.complete(run)
+        contexts.persist(to: store, ring: ring, upTo: run.next)
+        if batch.fallbacks > 0 && options.debugLogging {
+            let note = "[cairn] \(batch.fallbacks) events without the context of the run that tracked them "
+                + "(lost with the snapshot store's ring_context): sent with this process's, marked "
+                + "\"context_recovered\":false (\(contexts.fallbacks) since start)\n"
+            FileHandle.standardError.write(Data(note.utf8))
+        }
+        guard batch.events > 0 else {
+            try? ring.commit(upTo: run.next) // context records only
+            return
+        }
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
-            let body = try encoder.encode(batchID: mark.batchID, run: run)
-            if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
+            let body = try encoder.encode(batchID: mark.batchID, joined: batch.bytes, lengths: batch.lengths)
+            if let tap = options.tap { tap(batch.records()) }
             try? store?.setMetadata(RingBatchMark.metadataKey, mark.encoded())
             // A resumed batch may already have reached the collector, which then drops this
             // copy as a duplicate: drops ride with the next new batch instead.
             let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed)
-            pending = (built.request, run.next, run.records.count, mark, built.reported)
+            pending = (built.request, run.next, batch.events, mark, built.reported)
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
-            count(drop: "unframeable", run.records.count)
+            count(drop: "unframeable", batch.events)
             try? ring.commit(upTo: run.next)
         }
     }
@@ -462,7 +486,9 @@ public final class Uploader: @unchecked Sendable {
               run.records.count == Int(mark.events), run.next == mark.next else { return }
         if mark.stored {
             // The store has this batch: release its records (the peek made `next` a
-            // position the ring accepts).
+            // position the ring accepts), once the contexts among them are kept.
+            contexts.observe(run)
+            contexts.persist(to: store, ring: ring, upTo: mark.next)
             do {
                 try ring.commit(upTo: mark.next)
             } catch {
