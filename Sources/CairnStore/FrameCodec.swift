@@ -172,7 +172,9 @@ public final class FrameEncoder {
     }
 
     /// Encodes a run of ring records as one batch, reading them in place in the ring's
-    /// mapping: call it before committing the run.
+    /// mapping: call it before committing the run. Payloads go as they are, whatever
+    /// their kind: for runs of data records (the uploader completes bare records from
+    /// their context first, and frames them with ``encode(batchID:joined:lengths:)``).
     ///
     /// ```swift
     /// let run = try ring.peek(maxRecords: 500, maxBytes: 512 * 1024)
