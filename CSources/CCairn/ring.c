@@ -39,6 +39,12 @@
  * cleared, so no stale header can be taken for a record a producer has yet to
  * publish. Only a file in which nothing checks out is set aside.
  *
+ * Records have a kind: data, padding, context and bare (version 2; a version 1 file
+ * holds the first two and is upgraded when opened). Only padding has no payload; the
+ * ring gives the others no meaning, it stores and returns them in order with their kind
+ * (what a context record means to the bare records after it is the consumer's
+ * business).
+ *
  * The read cursor has a check copy (its complement) beside it, written by the same
  * consumer: a damaged cursor would otherwise silently skip records. Where they
  * disagree the lower one wins, so damage repeats records rather than losing them.
@@ -116,8 +122,14 @@ static const char ring_magic[8] = {'C', 'A', 'I', 'R', 'N', 'R', 'N', 'G'};
  * keeps payload bytes that happen to hold a position from passing for a header. */
 #define KIND_SHIFT 30
 #define LEN_MASK ((1u << KIND_SHIFT) - 1)
-#define KIND_DATA 0u
-#define KIND_PADDING 1u
+#define KIND_DATA CAIRN_RING_KIND_DATA
+#define KIND_PADDING CAIRN_RING_KIND_PADDING
+/* Every kind but padding has a payload that its CRC covers (data, context, bare). */
+#define HAS_PAYLOAD(len_kind) (((len_kind) >> KIND_SHIFT) != KIND_PADDING)
+/* Version 1 files hold data and padding only; version 2 added context and bare
+ * records. A version 1 file is read as it is and becomes version 2 when reopened. */
+#define OLDEST_VERSION 1u
+static int version_known(uint32_t v) { return v >= OLDEST_VERSION && v <= CAIRN_RING_FORMAT_VERSION; }
 
 /* The repair bits that name a header field. */
 #define HEADER_FIELD_REPAIRS                                                                     \
@@ -194,14 +206,13 @@ static void fill_padding(const cairn__ring_area_t *a, uint64_t from, uint64_t to
 }
 
 /* Size of a record (header, payload, alignment) from its length-and-kind word, or 0
- * for a word no writer produces: an unknown kind, or padding of a length that is not
- * a multiple of 16. */
+ * for a word no writer produces: padding of a length that is not a multiple of 16.
+ * All four kinds are known: data, padding, context and bare. */
 static uint64_t record_size(uint32_t len_kind)
 {
-    uint32_t kind = len_kind >> KIND_SHIFT;
     uint64_t len = len_kind & LEN_MASK;
-    if (kind == KIND_DATA) return align_up(CAIRN_RING_RECORD_HEADER + len);
-    if (kind == KIND_PADDING && len % CAIRN_RING_ALIGN == 0) return CAIRN_RING_RECORD_HEADER + len;
+    if (HAS_PAYLOAD(len_kind)) return align_up(CAIRN_RING_RECORD_HEADER + len);
+    if (len % CAIRN_RING_ALIGN == 0) return CAIRN_RING_RECORD_HEADER + len;
     return 0;
 }
 
@@ -218,7 +229,7 @@ static int valid_record_at(const cairn__ring_area_t *a, uint64_t pos, uint64_t l
     uint64_t size = record_size(len_kind);
     if (size == 0 || size > a->capacity - off || pos > limit || size > limit - pos) return 0;
     if (crc_budget) {
-        uint64_t covered = (len_kind >> KIND_SHIFT) == KIND_DATA ? (len_kind & LEN_MASK) : 0;
+        uint64_t covered = HAS_PAYLOAD(len_kind) ? (len_kind & LEN_MASK) : 0;
         if (*crc_budget < covered + 12) {
             *crc_budget = 0;
             return 0;
@@ -270,7 +281,7 @@ int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t
              * wrote the header back before them (a reboot), or the cursor was damaged.
              * Nothing else can have published a record at a position not yet reached. */
             if (pos >= limit || !valid_record_at(a, pos, limit, &budget, &total, &len_kind)) break;
-            if ((len_kind >> KIND_SHIFT) == KIND_DATA) {
+            if (HAS_PAYLOAD(len_kind)) {
                 out->recovered++;
                 out->taken_in++;
             }
@@ -279,7 +290,7 @@ int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t
             continue;
         }
         if (valid_record_at(a, pos, limit, &budget, &total, &len_kind)) {
-            if ((len_kind >> KIND_SHIFT) == KIND_DATA) out->recovered++;
+            if (HAS_PAYLOAD(len_kind)) out->recovered++;
             pos += total;
             if (pos > write) write = pos; /* a damaged write cursor pointed inside it */
             continue;
@@ -323,10 +334,10 @@ static uint64_t round_capacity(uint64_t want)
 }
 
 /* Writes the fixed part of a header (bytes 0..39): constants, capacity, salt, CRC. */
-static void put_fixed(unsigned char *h, uint64_t capacity, uint64_t salt)
+static void put_fixed(unsigned char *h, uint32_t version, uint64_t capacity, uint64_t salt)
 {
     memcpy(h + H_MAGIC, ring_magic, sizeof ring_magic);
-    cairn__put32(h + H_VERSION, CAIRN_RING_FORMAT_VERSION);
+    cairn__put32(h + H_VERSION, version);
     cairn__put32(h + H_HEADER_SIZE, CAIRN_RING_HEADER_SIZE);
     cairn__put64(h + H_CAPACITY, capacity);
     cairn__put64(h + H_SALT, salt);
@@ -396,7 +407,7 @@ static int intact_at(const scan_t *s, uint64_t off, uint64_t *budget, uint64_t *
     uint32_t len_kind = cairn__le32(h + 8);
     uint64_t sz = record_size(len_kind);
     if (sz == 0 || sz > s->end - off) return 0;
-    int data_kind = (len_kind >> KIND_SHIFT) == KIND_DATA;
+    int data_kind = HAS_PAYLOAD(len_kind);
     uint64_t covered = data_kind ? (len_kind & LEN_MASK) : 0;
     if (*budget < covered + 12) {
         *budget = 0;
@@ -467,7 +478,7 @@ static uint64_t position_of(const scan_t *s, uint64_t off, uint64_t salt)
 }
 
 static uint64_t size_at(const scan_t *s, uint64_t off) { return record_size(cairn__le32(s->data + off + 8)); }
-static int data_at(const scan_t *s, uint64_t off) { return (cairn__le32(s->data + off + 8) >> KIND_SHIFT) == KIND_DATA; }
+static int data_at(const scan_t *s, uint64_t off) { return HAS_PAYLOAD(cairn__le32(s->data + off + 8)); }
 
 /* A way to read a file whose header cannot be taken as it is: a salt, and the laps
  * whose records count. Its positions are the header's (`anchored`) when the salt is
@@ -670,11 +681,14 @@ static int plan_from_records(int fixed_ok, uint64_t stored_salt, uint64_t read, 
 /* Sets a repair bit for each header field that the plan changes. */
 static void note_repairs(const unsigned char *hdr, uint64_t file_size, cairn__ring_plan_t *plan)
 {
+    /* A version 1 header is sound as it is: its upgrade to the current version when
+     * the file is restored is not a repair. */
+    const uint32_t version = cairn__le32(hdr + H_VERSION);
     unsigned char fixed[H_CRC + 4];
-    put_fixed(fixed, plan->capacity, plan->salt);
+    put_fixed(fixed, version_known(version) ? version : CAIRN_RING_FORMAT_VERSION, plan->capacity, plan->salt);
     uint32_t r = plan->repairs;
     if (memcmp(hdr + H_MAGIC, ring_magic, sizeof ring_magic) != 0) r |= CAIRN_RING_REPAIR_MAGIC;
-    if (cairn__le32(hdr + H_VERSION) != CAIRN_RING_FORMAT_VERSION) r |= CAIRN_RING_REPAIR_VERSION;
+    if (!version_known(version)) r |= CAIRN_RING_REPAIR_VERSION;
     if (cairn__le32(hdr + H_HEADER_SIZE) != CAIRN_RING_HEADER_SIZE) r |= CAIRN_RING_REPAIR_HEADER_SIZE;
     if (cairn__le64(hdr + H_CAPACITY) != plan->capacity) r |= CAIRN_RING_REPAIR_CAPACITY;
     if (cairn__le64(hdr + H_SALT) != plan->salt) r |= CAIRN_RING_REPAIR_SALT;
@@ -695,7 +709,7 @@ int cairn__ring_plan(const unsigned char *hdr, uint64_t file_size, const unsigne
     /* A header that checks out with a version or flags we do not know is a newer
      * writer's: its file must not be read as ours. */
     if (magic_ok && crc_ok &&
-        (cairn__le32(hdr + H_VERSION) != CAIRN_RING_FORMAT_VERSION || cairn__le32(hdr + H_FLAGS) != 0))
+        (!version_known(cairn__le32(hdr + H_VERSION)) || cairn__le32(hdr + H_FLAGS) != 0))
         return CAIRN_EVERSION;
     const uint64_t stored_cap = cairn__le64(hdr + H_CAPACITY), stored_salt = cairn__le64(hdr + H_SALT);
     const int fixed_ok = magic_ok && crc_ok && cairn__le32(hdr + H_HEADER_SIZE) == CAIRN_RING_HEADER_SIZE &&
@@ -740,7 +754,7 @@ uint32_t cairn__ring_restore(unsigned char *hdr, unsigned char *data, const cair
 {
     /* The header first, so that a process killed during recovery leaves a file whose
      * header already reads right. */
-    put_fixed(hdr, plan->capacity, plan->salt);
+    put_fixed(hdr, CAIRN_RING_FORMAT_VERSION, plan->capacity, plan->salt);
     cairn__put64(hdr + H_WRITE_POS, plan->write_pos);
     cairn__put64(hdr + H_READ_POS, plan->read_pos);
     cairn__put64(hdr + H_READ_CHECK, ~plan->read_pos);
@@ -1014,7 +1028,7 @@ static int create_ring(int fd, uint64_t capacity)
     }
     unsigned char hdr[CAIRN_RING_HEADER_SIZE];
     memset(hdr, 0, sizeof hdr);
-    put_fixed(hdr, capacity, new_salt());
+    put_fixed(hdr, CAIRN_RING_FORMAT_VERSION, capacity, new_salt());
     cairn__put64(hdr + H_READ_CHECK, ~(uint64_t)0);
     ssize_t n;
     do n = pwrite(fd, hdr, sizeof hdr, 0); while (n < 0 && errno == EINTR);
@@ -1301,14 +1315,25 @@ static void seal(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, 
     res->data = NULL;
 }
 
+/* The kinds a writer may append: every kind but padding. */
+static int appendable(uint32_t kind)
+{
+    return kind == CAIRN_RING_KIND_DATA || kind == CAIRN_RING_KIND_CONTEXT || kind == CAIRN_RING_KIND_BARE;
+}
+
 int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len)
 {
+    return cairn_ring_publish_kind(ring, res, len, CAIRN_RING_KIND_DATA);
+}
+
+int cairn_ring_publish_kind(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, uint32_t kind)
+{
     if (!ring || !res || !res->data) return CAIRN_EINVAL;
-    if (len > res->capacity) {
+    if (len > res->capacity || !appendable(kind)) {
         cairn_ring_cancel(ring, res);
         return CAIRN_EINVAL;
     }
-    uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
+    uint32_t len_kind = (uint32_t)len | (kind << KIND_SHIFT);
     uint64_t word = cairn__ring_publish_word(&ring->area, res->pos);
     seal(ring, res, len, len_kind, cairn__crc32c_after(word, len_kind, res->data, len));
     return 0;
@@ -1323,11 +1348,16 @@ void cairn_ring_cancel(cairn_ring_t *ring, cairn_ring_reservation_t *res)
 
 int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len)
 {
-    if (!ring || (!data && len)) return CAIRN_EINVAL;
+    return cairn_ring_append_kind(ring, CAIRN_RING_KIND_DATA, data, len);
+}
+
+int cairn_ring_append_kind(cairn_ring_t *ring, uint32_t kind, const void *data, size_t len)
+{
+    if (!ring || (!data && len) || !appendable(kind)) return CAIRN_EINVAL;
     cairn_ring_reservation_t res;
     int rc = cairn_ring_reserve(ring, len, &res);
     if (rc != 0) return rc;
-    uint32_t len_kind = (uint32_t)len | (KIND_DATA << KIND_SHIFT);
+    uint32_t len_kind = (uint32_t)len | (kind << KIND_SHIFT);
     /* The CRC is taken from the caller's bytes, still in cache, not re-read from the
      * mapping just written. */
     uint32_t crc = cairn__crc32c_after(cairn__ring_publish_word(&ring->area, res.pos), len_kind, data, len);
@@ -1365,11 +1395,12 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
         uint32_t len_kind;
         /* In-process, a published record is complete: the CRC is for recovery. */
         if (!valid_record_at(&ring->area, pos, head, NULL, &total, &len_kind)) break;
-        if ((len_kind >> KIND_SHIFT) == KIND_DATA) {
+        if (HAS_PAYLOAD(len_kind)) {
             uint32_t len = len_kind & LEN_MASK;
             if (n > 0 && bytes + len > max_bytes) break;
             records[n].data = ring->area.data + (pos & ring->mask) + CAIRN_RING_RECORD_HEADER;
             records[n].len = len;
+            records[n].kind = len_kind >> KIND_SHIFT;
             records[n].pos = pos;
             n++;
             bytes += len;

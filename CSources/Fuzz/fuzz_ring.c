@@ -4,9 +4,9 @@
  *   - raw: a header and a data area taken from the input (its bytes repeated to the
  *     file size the input names) are planned as cairn_ring_open plans them and, when
  *     the plan keeps the file, restored;
- *   - built: records (lengths and contents) written in the ring format at some
+ *   - built: records (kinds, lengths and contents) written in the ring format at some
  *     starting position, then damage (byte flips, unpublished records); recovery runs,
- *     and with no damage every record must come back;
+ *     and with no damage every record must come back, with its kind;
  *   - repair: a ring file of one to three laps as producers and a consumer leave it
  *     (lap-end padding, unused reserved room, the last reservations torn by dying
  *     producers), then damage to its header (bytes flipped, zeroed, random salt or
@@ -53,15 +53,17 @@ static uint64_t mix(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* A data record seen by walk(). */
+/* A record with a payload (data, context or bare) seen by walk(). */
 typedef struct {
     uint64_t pos;
     uint32_t len;
+    uint32_t kind;
     const unsigned char *payload;
 } seen_t;
 
 /* Walks [read, write) the way a consumer does, checking CRCs; returns the number of
- * data records (storing up to `max` of them), or aborts if the window is not clean. */
+ * records with a payload, every kind but padding (storing up to `max` of them), or
+ * aborts if the window is not clean. */
 static uint64_t walk(const cairn__ring_area_t *a, uint64_t read, uint64_t write, seen_t *seen, uint64_t max)
 {
     const unsigned char *data = a->data;
@@ -78,13 +80,11 @@ static uint64_t walk(const cairn__ring_area_t *a, uint64_t read, uint64_t write,
         uint64_t total;
         if (kind == 1) {
             total = 16 + len;
-        } else if (kind == 0) {
+        } else {
             crc = cairn__crc32c(crc, h + 16, len);
             total = (16 + len + 15) / 16 * 16;
-            if (seen && n < max) seen[n] = (seen_t){pos, (uint32_t)len, h + 16};
+            if (seen && n < max) seen[n] = (seen_t){pos, (uint32_t)len, (uint32_t)kind, h + 16};
             n++;
-        } else {
-            abort();
         }
         if (crc != cairn__le32(h + 12)) abort();
         if ((pos & (cap - 1)) + total > cap || pos + total > write || total % 16) abort();
@@ -112,7 +112,7 @@ static void write_record(const cairn__ring_area_t *a, uint64_t pos, uint32_t kin
     cairn__put64(hb, cairn__ring_publish_word(a, pos));
     cairn__put32(hb + 8, len_kind);
     uint32_t crc = cairn__crc32c(0, hb, 12);
-    if (kind == 0) {
+    if (kind != 1) {
         memcpy(h + 16, payload, len);
         crc = cairn__crc32c(crc, payload, len);
     }
@@ -189,7 +189,7 @@ static void built_mode(input_t in)
     for (uint64_t i = 0; i < cap && in.n && i < 64; i++) area[i * 7 % cap] = (unsigned char)take(&in, 1);
     uint64_t read = take(&in, 2) * 16;
     uint64_t pos = read;
-    uint32_t written[512];
+    uint32_t written[512], kinds[512];
     uint64_t ends[512]; /* the position after each record: the write cursor's values */
     uint64_t n = 0;
     unsigned records = (unsigned)take(&in, 1);
@@ -202,7 +202,11 @@ static void built_mode(input_t in)
         if (start != pos) write_record(&a, pos, 1, NULL, 0, room);
         uint8_t payload[64 * 1024];
         for (uint64_t k = 0; k < len; k++) payload[k] = (uint8_t)(in.n ? in.p[k % in.n] : k);
-        write_record(&a, start, 0, payload, len, need);
+        static const uint32_t payload_kinds[] = {CAIRN_RING_KIND_DATA, CAIRN_RING_KIND_CONTEXT, CAIRN_RING_KIND_BARE,
+                                                 CAIRN_RING_KIND_BARE};
+        uint32_t kind = payload_kinds[len % 4];
+        write_record(&a, start, kind, payload, len, need);
+        kinds[n] = kind;
         written[n] = (uint32_t)len;
         pos = start + need;
         ends[n++] = pos;
@@ -221,16 +225,15 @@ static void built_mode(input_t in)
     uint64_t recovered_write = header_write;
     cairn__ring_recover(&a, read, &recovered_write, after_reboot, &rec);
     if (recovered_write < header_write || recovered_write > read + cap) abort();
-    uint32_t lens[512];
     seen_t seen[512];
     uint64_t got = walk(&a, read, recovered_write, seen, 512);
     if (got != rec.recovered) abort();
-    for (uint64_t i = 0; i < got && i < 512; i++) lens[i] = seen[i].len;
     if (damage == 0) {
-        /* Undamaged: every record comes back, including those the header missed. */
+        /* Undamaged: every record comes back, with its kind, including those the header
+         * missed. */
         if (recovered_write != write || got != n || rec.skipped_regions != 0) abort();
         for (uint64_t i = 0; i < n; i++)
-            if (lens[i] != written[i]) abort();
+            if (seen[i].len != written[i] || seen[i].kind != kinds[i]) abort();
     }
     if (after_reboot) check_free_space(&a, read, recovered_write);
     free(area);
@@ -314,7 +317,7 @@ static void repair_mode(input_t in)
     }
     const int has_check = !(shape & 4);
     memcpy(file, "CAIRNRNG", 8);
-    cairn__put32(file + 8, 1);
+    cairn__put32(file + 8, 1 + ((shape >> 5) & 1)); /* version 1 files are read as they are */
     cairn__put32(file + 12, CAIRN_RING_HEADER_SIZE);
     cairn__put64(file + F_CAPACITY, cap);
     cairn__put64(file + F_SALT, salt);

@@ -111,6 +111,12 @@ public final class Cairn: @unchecked Sendable {
 
     /// nil in a disabled SDK (`startOrDisabled` after a failed start).
     let ring: Ring?
+    /// Whether the ring lacks a context record of this process's current context:
+    /// until one is appended, events are written whole (with their context), since a
+    /// bare event would take an earlier run's context (docs/FORMATS.md, "Ring file").
+    private let contextPending = Atomic<Bool>(true)
+    /// Held while a context record is appended, so two never race.
+    private let contextAppend = Locked(())
     /// Events estimated larger than this are cleaned before they are encoded (16 KiB,
     /// or the ring's largest record if smaller).
     private let fastPathLimit: Int
@@ -265,6 +271,8 @@ public final class Cairn: @unchecked Sendable {
             throw .storage("event ring: \(error)")
         }
         let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor)
+        // Before any event: this run's bare events take the context in force.
+        cairn.appendContext(to: ring)
         cairn.background.start { [cairn] in cairn.startInBackground(crash: crash, ring: ring) }
         if !options.terminationSignals.isEmpty {
             TerminationHandler.install(signals: options.terminationSignals) { [cairn] in
@@ -280,6 +288,9 @@ public final class Cairn: @unchecked Sendable {
         crash.finishSetup()  // first: the OOM-kill baseline counts from as early as it can
         let common = options.common(.collect())
         processor.updateCommon(common)
+        // Events tracked meanwhile may land on either side of the new context record:
+        // both are this run's, and the new one holds everything the first did.
+        appendContext(to: ring)
         crash.recordContext(common.encodedContext())
         _ = install
         let dir = options.dataDirectory
@@ -310,6 +321,7 @@ public final class Cairn: @unchecked Sendable {
         uploadOptions.storeOnly = options.uploadURL == nil
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
+        uploadOptions.currentContext = { [processor] in processor.contextFragment }
         let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? HTTPTransport(caFile: options.caFile),
                                 options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
@@ -331,6 +343,7 @@ public final class Cairn: @unchecked Sendable {
         state.withLock { $0.ready = true }
         background.signal()
         while !background.waitForStop(timeout: nextWake()) {
+            if contextPending.load(ordering: .acquiring) { appendContext(to: ring) }
             emitDedupSummaries()
             if let due = healthDueIn(), due <= .zero { emitHealth(final: false) }
         }
@@ -632,33 +645,54 @@ public final class Cairn: @unchecked Sendable {
         }
     }
 
+    /// Appends the processor's current context fragment to the ring as a context
+    /// record; the events after it are written bare. When the ring has no room, events
+    /// are written whole until the background thread's next try succeeds (a context
+    /// record is not an event: a refused try is not counted as a drop, unless the ring
+    /// filled between the look at its room and the append).
+    private func appendContext(to ring: Ring) {
+        contextAppend.withLock { _ in
+            let fragment = processor.contextFragment
+            let stats = ring.stats()
+            let need = UInt64(32 + fragment.count)
+            guard stats.capacity >= stats.used + need, (try? ring.append(fragment, kind: .context)) != nil else {
+                contextPending.store(true, ordering: .releasing)
+                return
+            }
+            contextPending.store(false, ordering: .releasing)
+        }
+    }
+
     /// Encodes `event` into the ring, in one pass when its properties are not `cleaned`
     /// yet and no privacy or sanitising rule would change them (the common case);
     /// otherwise `event` is cleaned (what the rules changed is counted) and encoded again
     /// into the same reservation. A full ring, or a record too big for it, counts its own
-    /// drop.
+    /// drop. The event is written bare (without its context and sdk fields, which the
+    /// uploader adds back from the context record in force) once this run's context
+    /// record is in the ring, whole before that.
     private func write(_ event: inout Event, cleaned: Bool, into ring: Ring) {
         var cleaned = cleaned
-        var needed = processor.estimate(event)
+        let whole = contextPending.load(ordering: .acquiring)
+        var needed = processor.estimate(event, context: whole)
         if !cleaned && needed > fastPathLimit {
             // Large before cleaning (a long string, a big array): clean first, so that
             // what the rules cut is not reserved, or refused as too big.
             clean(&event)
             cleaned = true
-            needed = processor.estimate(event)
+            needed = processor.estimate(event, context: whole)
         }
         for _ in 0..<2 {
             do {
                 var overflow = 0
-                let done = try ring.withReservation(capacity: needed) { buf -> Int? in
+                let done = try ring.withReservation(capacity: needed, kind: whole ? .data : .bare) { buf -> Int? in
                     var w = JSONWriter(into: buf)
-                    if !cleaned && processor.encodeIfClean(event, into: &w) == nil {
+                    if !cleaned && processor.encodeIfClean(event, into: &w, context: whole) == nil {
                         clean(&event)
                         cleaned = true
                     }
                     if cleaned {
                         w = JSONWriter(into: buf)
-                        processor.encode(event, into: &w)
+                        processor.encode(event, into: &w, context: whole)
                     }
                     if w.overflowed {
                         overflow = w.count

@@ -246,6 +246,11 @@ public final class Processor: Sendable {
         self.common.replace(common.encodedFragment(sdkVersion: sdkVersion))
     }
 
+    /// The `"context":{...},"sdk":{...}` fragment that ends every event encoded with its
+    /// context now (a copy): what the SDK writes to the ring as a context record, for
+    /// the events it encodes without it (docs/FORMATS.md, "Ring file").
+    public var contextFragment: [UInt8] { Array(common.bytes) }
+
     /// `url` with the values of sensitive query parameters masked (when privacy is on).
     public func maskURL(_ url: String) -> String {
         options.privacy.enabled ? masker.maskURL(url) : url
@@ -317,9 +322,10 @@ public final class Processor: Sendable {
     /// A size that is enough for `event` unless its strings need escaping (then
     /// `encode` overflows and the caller retries with the exact size it reports).
     /// Containers deeper than the sanitiser's depth limit count as the `null` that
-    /// replaces them, so a hostile nesting costs no more than the limit allows.
-    public func estimate(_ event: Event) -> Int {
-        var n = 160 + common.bytes.count + event.name.utf8.count + event.identity.distinctID.utf8.count
+    /// replaces them, so a hostile nesting costs no more than the limit allows. Without
+    /// `context`, for an event encoded without its context.
+    public func estimate(_ event: Event, context: Bool = true) -> Int {
+        var n = 160 + (context ? common.bytes.count : 0) + event.name.utf8.count + event.identity.distinctID.utf8.count
             + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
             + (event.span == nil ? 0 : 110)
         for (k, v) in event.properties { n += k.utf8.count + 4 + estimate(v, level: 2) }
@@ -342,23 +348,27 @@ public final class Processor: Sendable {
     }
 
     /// Encodes `event` (properties already cleaned) with a new id; returns the id.
+    /// Without `context`, the event ends after its properties: no `context` and `sdk`
+    /// fields (the ring's bare records, completed from a context record before they
+    /// are sent).
     @discardableResult
-    public func encode(_ event: Event, into w: inout JSONWriter) -> (UInt64, UInt64) {
+    public func encode(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64) {
         let id = ids.next(millis: event.timeMillis)
-        encode(event, id: id, into: &w)
+        encode(event, id: id, into: &w, context: context)
         return id
     }
 
     /// Encodes `event` with the given id. Its name and ids are written as
     /// `clean(_:counts:)` (the event form) leaves them even when it did not run (uncounted
-    /// then); its properties are written as they are.
-    public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
+    /// then); its properties are written as they are. Without `context`, as
+    /// `encode(_:into:context:)`.
+    public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter, context: Bool = true) {
         let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
         _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
                       distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
                       checked: false, id: id, into: &w)
         w.object(event.properties)
-        writeTail(into: &w)
+        writeTail(into: &w, context: context)
     }
 
     /// The single-pass hot path: encodes `event` straight from the call site's name, ids
@@ -366,19 +376,20 @@ public final class Processor: Sendable {
     /// would change any of them, checking each as it is written. The bytes are then
     /// exactly those of `clean` followed by `encode`. Returns nil when some rule applies
     /// (the writer's content is then meaningless): the caller runs `clean` and `encode`
-    /// instead.
-    public func encodeIfClean(_ event: Event, into w: inout JSONWriter) -> (UInt64, UInt64)? {
+    /// instead. Without `context`, as `encode(_:into:context:)`.
+    public func encodeIfClean(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64)? {
         let id = ids.next(millis: event.timeMillis)
-        return encodeIfClean(event, id: id, into: &w) ? id : nil
+        return encodeIfClean(event, id: id, into: &w, context: context) ? id : nil
     }
 
     /// `encodeIfClean` with the given id; false when some rule applies.
-    public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) -> Bool {
+    public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter,
+                              context: Bool = true) -> Bool {
         if let account = event.identity.accountID, account.isEmpty { return false }
         guard writeHead(event, name: event.name, distinctID: event.identity.distinctID,
                         accountID: event.identity.accountID, checked: true, id: id, into: &w),
               writeChecked(event.properties, level: 1, privacy: masker.rootScope, into: &w) else { return false }
-        writeTail(into: &w)
+        writeTail(into: &w, context: context)
         return true
     }
 
@@ -498,9 +509,11 @@ public final class Processor: Sendable {
         }
     }
 
-    private func writeTail(into w: inout JSONWriter) {
-        w.byte(0x2C)
-        w.raw(common.bytes)
+    private func writeTail(into w: inout JSONWriter, context: Bool) {
+        if context {
+            w.byte(0x2C)
+            w.raw(common.bytes)
+        }
         w.byte(0x7D)
     }
 

@@ -110,6 +110,32 @@ public final class FrameEncoder {
         return try result.get()
     }
 
+    /// Encodes records laid end to end in `joined`, the `lengths[i]` bytes of record
+    /// `i` after those of the records before it, as one batch.
+    ///
+    /// - Throws: ``CairnError``, as ``encode(batchID:records:)``; `CAIRN_EINVAL` also
+    ///   when the lengths are negative or do not add up to `joined.count`.
+    public func encode(batchID: UInt64, joined: [UInt8], lengths: [Int]) throws(CairnError) -> [UInt8] {
+        var total = 0
+        for n in lengths {
+            let (sum, overflow) = total.addingReportingOverflow(n)
+            guard n >= 0, !overflow else { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
+            total = sum
+        }
+        guard total == joined.count else { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
+        let result = joined.withUnsafeBytes { all -> Result<[UInt8], CairnError> in
+            var offset = 0
+            let slices = lengths.map { n in
+                defer { offset += n }
+                return cairn_slice_t(data: n == 0 ? nil : all.baseAddress.map { $0 + offset }, len: n)
+            }
+            return slices.withUnsafeBufferPointer { buffer in
+                Result { () throws(CairnError) in try encode(batchID: batchID, slices: buffer) }
+            }
+        }
+        return try result.get()
+    }
+
     /// Encodes the records described by `slices` as one batch, without copying them
     /// first: the records can point straight into the ring buffer's mapping.
     ///
@@ -153,7 +179,9 @@ public final class FrameEncoder {
     }
 
     /// Encodes a run of ring records as one batch, reading them in place in the ring's
-    /// mapping: call it before committing the run.
+    /// mapping: call it before committing the run. Payloads go as they are, whatever
+    /// their kind: for runs of data records (the uploader completes bare records from
+    /// their context first, and frames them with ``encode(batchID:joined:lengths:)``).
     ///
     /// ```swift
     /// let run = try ring.peek(maxRecords: 500, maxBytes: 512 * 1024)

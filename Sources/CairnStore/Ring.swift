@@ -159,6 +159,19 @@ public final class Ring: @unchecked Sendable {
     /// here.
     public static let otherDropSlot = Int32(CAIRN_RING_DROP_OTHER)
 
+    /// What a record's payload is (docs/FORMATS.md, "Ring file", "Records"). The ring
+    /// keeps and returns the kind; what a context means to the records after it is the
+    /// consumer's business.
+    public enum Kind: UInt32, Sendable {
+        /// A complete record, delivered as it is.
+        case data = 0
+        /// A context: it applies to every ``bare`` record after it, in ring order,
+        /// until the next context record.
+        case context = 2
+        /// A record completed by the context in force where it lies.
+        case bare = 3
+    }
+
     /// A record returned by ``Ring/peek(from:maxRecords:maxBytes:)``.
     ///
     /// ``bytes`` points into the ring's mapping: it stays valid until the record is
@@ -168,6 +181,8 @@ public final class Ring: @unchecked Sendable {
         public let bytes: UnsafeRawBufferPointer
         /// The record's absolute position in the ring.
         public let position: UInt64
+        /// Its kind.
+        public let kind: Kind
     }
 
     /// A run of records in order, and the position that releases them.
@@ -177,6 +192,13 @@ public final class Ring: @unchecked Sendable {
         /// Pass to ``Ring/commit(upTo:)`` to release the run, or to
         /// ``Ring/peek(from:maxRecords:maxBytes:)`` to continue after it.
         public let next: UInt64
+
+        /// The run of its first `count` records: it ends where the next record starts
+        /// (the whole run when `count` covers it).
+        public func prefix(_ count: Int) -> Run {
+            guard count >= 0, count < records.count else { return self }
+            return Run(records: Array(records.prefix(count)), next: records[count].position)
+        }
     }
 
     private let handle: OpaquePointer
@@ -294,6 +316,15 @@ public final class Ring: @unchecked Sendable {
         fillAction.withLock { $0 }?()
     }
 
+    /// Appends one record of `kind` (copied). Never blocks.
+    ///
+    /// - Throws: as ``append(_:)-(UnsafeRawBufferPointer)``.
+    public func append(_ bytes: [UInt8], kind: Kind) throws(CairnError) {
+        let rc = bytes.withUnsafeBytes { cairn_ring_append_kind(handle, kind.rawValue, $0.baseAddress, $0.count) }
+        if rc != 0 { throw CairnError(rc, function: "cairn_ring_append_kind") }
+        if fillAlarmArmed { checkFillAlarm(end: nil) }
+    }
+
     /// Reserves room for up to `capacity` bytes and lets `body` write the record in
     /// place (no intermediate copy).
     ///
@@ -304,9 +335,10 @@ public final class Ring: @unchecked Sendable {
     /// - Throws: ``CairnError/full`` or ``CairnError/tooBig`` (counted), or
     ///   ``CairnError/invalid`` when `body` claims more bytes than were reserved (the
     ///   record is then abandoned).
+    /// The record is published as `kind` (``Kind/data`` unless told).
     @discardableResult
     public func withReservation(
-        capacity: Int, _ body: (UnsafeMutableRawBufferPointer) -> Int?
+        capacity: Int, kind: Kind = .data, _ body: (UnsafeMutableRawBufferPointer) -> Int?
     ) throws(CairnError) -> Bool {
         var res = cairn_ring_reservation_t()
         let rc = cairn_ring_reserve(handle, max(capacity, 0), &res)
@@ -317,7 +349,7 @@ public final class Ring: @unchecked Sendable {
             cairn_ring_cancel(handle, &res)
             return false
         }
-        try cairnCheck("cairn_ring_publish") { cairn_ring_publish(handle, &res, written) }
+        try cairnCheck("cairn_ring_publish_kind") { cairn_ring_publish_kind(handle, &res, written, kind.rawValue) }
         if fillAlarmArmed { checkFillAlarm(end: res.pos + UInt64(CAIRN_RING_ALIGN) + UInt64(written)) }
         return true
     }
@@ -339,7 +371,8 @@ public final class Ring: @unchecked Sendable {
     ///   - maxBytes: Stop before the payload total exceeds this (one oversized record
     ///     is still returned on its own).
     /// An empty run whose ``Run/next`` moved past `from` held only padding: commit it
-    /// to free that space.
+    /// to free that space. Context records come in the run, in order, with their kind,
+    /// and count towards both limits.
     ///
     /// - Throws: ``CairnError/invalid`` when `from` is not the read cursor, the end of
     ///   an earlier run, or the position of a record.
@@ -358,7 +391,7 @@ public final class Ring: @unchecked Sendable {
         records.reserveCapacity(Int(n))
         for r in raw.prefix(Int(n)) {
             records.append(Record(bytes: UnsafeRawBufferPointer(start: r.data, count: Int(r.len)),
-                                  position: r.pos))
+                                  position: r.pos, kind: Kind(rawValue: r.kind) ?? .data))
         }
         return Run(records: records, next: next)
     }

@@ -52,6 +52,11 @@ public struct UploaderOptions: Sendable {
     /// while it fails): a distant collector's round trip then bounds throughput less.
     /// Batches are still released from the ring in order. 1 to 16; 4 by default.
     public var maxInFlight: Int = 4
+    /// This process's `"context":{...},"sdk":{...}` fragment, for bare ring records
+    /// whose own context was lost (no snapshot store, or its `ring_context` missing or
+    /// damaged): they are sent with it, marked `"context_recovered":false` in `sdk`.
+    /// nil: an empty context, marked the same way.
+    public var currentContext: (@Sendable () -> [UInt8])?
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -185,6 +190,8 @@ public final class Uploader: @unchecked Sendable {
 
     private var breaker: CircuitBreaker
     private var encoder: FrameEncoder?
+    /// The contexts of bare records (``RingContexts``).
+    private let contexts: RingContexts
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
     private var lastSync: ContinuousClock.Instant
     /// Until a replay fails, stored requests are due whatever their backoff said: a new
@@ -214,6 +221,7 @@ public final class Uploader: @unchecked Sendable {
         self.breaker = options.breaker
         self.maxInFlight = min(max(1, options.maxInFlight), RingBatchMark.slots)
         self.lastSync = ContinuousClock().now
+        contexts = RingContexts(sdkVersion: options.sdkVersion, current: options.currentContext)
         // Evictions are counted, in events, as they happen, whichever thread stores; what
         // an evicted request reported never reached a collector and is counted again.
         // A burst wakes the worker as soon as a batch is full, not at the batch's age.
@@ -454,6 +462,7 @@ public final class Uploader: @unchecked Sendable {
         // Requests the salvage could not prove intact (one when their number is unknown).
         if let d = store?.stats.damage { count(drop: "store_corrupt", d.lost ?? 1) }
         _ = try? store?.evictExpired()
+        contexts.restore(from: store, ring: ring)
         resumeMarkedBatches()
         while !state.withLock({ $0.stopping }) {
             let now = clock.now
@@ -501,9 +510,11 @@ public final class Uploader: @unchecked Sendable {
             let generation = state.withLock { $0.flushGeneration }
             let limits = batchLimits
             let from = flights.last?.mark.next ?? ring.readPosition
-            guard let run = try? ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes) else {
+            guard let peeked = try? ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes) else {
                 return now + .milliseconds(100)
             }
+            // The byte limit is on what is sent: bare records completed with their context.
+            let run = contexts.fitting(peeked, maxBytes: limits.bytes)
             if run.records.isEmpty {
                 // Padding only: released now when nothing waits before it, else with the
                 // next batch, whose mark starts before it.
@@ -559,11 +570,28 @@ public final class Uploader: @unchecked Sendable {
     /// safe rebuilds exactly this batch, with this key, at its next start
     /// (``resumeMarkedBatches()``).
     private func startBatch(_ run: Ring.Run, mark: RingBatchMark, slot: Int, resumed: Bool = false) {
+        // Bare records completed with their context; context records are not sent, but
+        // the ones the next start may need are kept before any record is released.
+        let batch = contexts.complete(run)
+        contexts.persist(to: store, ring: ring, upTo: run.next)
+        if batch.fallbacks > 0 && options.debugLogging {
+            let note = "[cairn] \(batch.fallbacks) events without the context of the run that tracked them "
+                + "(lost with the snapshot store's ring_context): sent with this process's, marked "
+                + "\"context_recovered\":false (\(contexts.fallbacks) since start)\n"
+            FileHandle.standardError.write(Data(note.utf8))
+        }
+        guard batch.events > 0 else {
+            // Context records only: released in turn, nothing to send.
+            nextToken += 1
+            flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
+                                  due: clock.now, done: true))
+            return
+        }
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
-            let body = try encoder.encode(batchID: mark.batchID, run: run)
-            if let tap = options.tap { tap(run.records.map { Array($0.bytes) }) }
+            let body = try encoder.encode(batchID: mark.batchID, joined: batch.bytes, lengths: batch.lengths)
+            if let tap = options.tap { tap(batch.records()) }
             try? store?.setMetadata(RingBatchMark.metadataKey(slot: slot), mark.encoded())
             // A resumed batch may already have reached the collector, which then drops this
             // copy as a duplicate: drops ride with a new batch instead, and with one
@@ -572,11 +600,11 @@ public final class Uploader: @unchecked Sendable {
             let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed && !carrying)
             nextToken += 1
             flights.append(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
-                                  events: run.records.count, reported: built.reported, due: clock.now))
+                                  events: batch.events, reported: built.reported, due: clock.now))
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
-            count(drop: "unframeable", run.records.count)
+            count(drop: "unframeable", batch.events)
             nextToken += 1
             flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
                                   due: clock.now, done: true))
@@ -608,7 +636,10 @@ public final class Uploader: @unchecked Sendable {
                       (tail.records.first?.position ?? tail.next) == mark.next else { break }
             }
             if mark.stored {
-                // The store has this batch: its records are released in turn.
+                // The store has this batch: its records are released in turn, once the
+                // contexts among them are kept.
+                contexts.observe(run)
+                contexts.persist(to: store, ring: ring, upTo: mark.next)
                 nextToken += 1
                 flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0,
                                       reported: [], due: clock.now, done: true))

@@ -8,7 +8,8 @@ import Testing
 /// random; then a clean final run. For every acknowledged `track` call, either its event
 /// arrived or a drop was reported for it (`Cairn-Dropped`); nothing arrives that no call
 /// tracked; an event that arrives twice has the same event id, and an event id goes under
-/// one `Idempotency-Key` only. Sharper: every loss was counted in the ring's drop table
+/// one `Idempotency-Key` only, and with the `context` of the run that tracked it (its
+/// pid), however many kills later it arrives. Sharper: every loss was counted in the ring's drop table
 /// when it happened, and every count reached the collector. Afterwards nothing waits in
 /// the ring or the store.
 ///
@@ -87,6 +88,7 @@ import Testing
         let base = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 }
 
         var runs: [String: [Int]] = [:]
+        var pids: [String: Int] = [:]
         for round in 0..<Self.rounds {
             try collector.script((0..<Int.random(in: 0...12, using: &g)).map { _ in Self.answer(&g) })
             try collector.setDefault(Self.answer(&g))
@@ -106,7 +108,10 @@ import Testing
             let said = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
             #expect(p.terminationReason == .uncaughtSignal && p.terminationStatus == SIGKILL,
                     "round \(round) ended on its own (\(p.terminationStatus)): \(said)")
-            if let (session, counts) = Self.acknowledged(ack) { runs[session] = counts }
+            if let (session, counts) = Self.acknowledged(ack) {
+                runs[session] = counts
+                pids[session] = Int(p.processIdentifier)
+            }
         }
 
         // The collector recovers; a clean run delivers what the store and the ring hold.
@@ -120,6 +125,7 @@ import Testing
         var idOfCall: [Call: String] = [:]
         var keyOfID: [String: String] = [:]
         var invented: [Call] = [], twoIDs: [Call] = [], twoKeys: [String] = [], unreadable = 0
+        var otherContext: [Call] = []
         var keysTaken = Set<String>()
         var reported: [String: Int] = [:]
         var acknowledgedAgain = 0
@@ -138,6 +144,10 @@ import Testing
                     continue
                 }
                 let call = Call(session: session, thread: t, i: i)
+                let pid = ((object["context"] as? [String: Any])?["process"] as? [String: Any])?["pid"] as? Int
+                if let want = pids[session], pid != want || (object["sdk"] as? [String: Any])?["context_recovered"] != nil {
+                    otherContext.append(call)
+                }
                 if let earlier = idOfCall.updateValue(id, forKey: call), earlier != id { twoIDs.append(call) }
                 if let earlier = keyOfID.updateValue(key, forKey: id), earlier != key { twoKeys.append(id) }
                 guard attempt.acknowledged else { continue }
@@ -193,6 +203,8 @@ import Testing
         #expect(inventedCount == 0, "events arrived that no acknowledged call tracked, e.g. \(invented.prefix(3))")
         #expect(twoIDsCount == 0, "calls arrived under two event ids, e.g. \(twoIDs.prefix(3))")
         #expect(twoKeysCount == 0, "event ids were sent under two Idempotency-Keys, e.g. \(twoKeys.prefix(3))")
+        let otherContextCount = otherContext.count
+        #expect(otherContextCount == 0, "events arrived without their run's context, e.g. \(otherContext.prefix(3))")
         #expect(missing <= reportedDrops, "\(missing - reportedDrops) acknowledged calls neither arrived nor were reported dropped")
         // Sharper, without the slack of drops reported twice (by a request acknowledged
         // just before a kill, then by the next one): every loss was counted when it

@@ -9,8 +9,9 @@
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
-//   serve <n>     track n events, flush for CAIRN_TEST_FLUSH_MS (if set), print "ready",
-//                 then wait to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
+//   serve <n>     track n events, flush for CAIRN_TEST_FLUSH_MS (if set), track
+//                 CAIRN_TEST_MORE more (if set; "i" counting on), print "ready", then wait
+//                 to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
 //   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
 //                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
 //   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
@@ -96,6 +97,8 @@ case "burst":
 case "serve":
     for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     if let ms = env["CAIRN_TEST_FLUSH_MS"].flatMap({ Int($0) }) { _ = cairn.flush(timeout: .milliseconds(ms)) }
+    let more = env["CAIRN_TEST_MORE"].flatMap { Int($0) } ?? 0
+    for i in n..<n + more { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     say("ready")
     while true { pause() }
 case "shutdown":

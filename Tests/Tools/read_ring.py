@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""Reads a Cairn ring file (docs/FORMATS.md, "Ring file", version 1) without Cairn's
-code and prints the payload of every unconsumed data record, one per line; with
---drops, the drop table instead: "reason counted reported" per used slot.
+"""Reads a Cairn ring file (docs/FORMATS.md, "Ring file", versions 1 and 2) without
+Cairn's code and prints every unconsumed event, one per line: a data record's payload
+as it is, a bare record's completed with the context record in force (the payload
+without its final "}", then ",", the context, "}"), or as it is when no context record
+precedes it in the window (its context is outside the file: the SDK keeps it in its
+snapshot store). Context records are not printed.
 
-Usage: read_ring.py [--drops] <ring file>
+With --records, every unconsumed record instead, as "<kind> <payload>" (kind: data,
+context or bare), payloads as they are. With --drops, the drop table instead:
+"reason counted reported" per used slot.
 
-Exits 1 with a message on stderr if the file is not a valid version-1 ring, a record
-in the unconsumed window fails its checks, or (with --drops) a used slot of the drop
-table is not well formed.
+Usage: read_ring.py [--drops | --records] <ring file>
+
+Exits 1 with a message on stderr if the file is not a valid ring of version 1 or 2, a
+record in the unconsumed window fails its checks, or (with --drops) a used slot of the
+drop table is not well formed.
 """
 import struct
 import sys
 
 HEADER_SIZE = 4096
 RECORD_HEADER = 16
-KIND_DATA, KIND_PADDING = 0, 1
+KIND_DATA, KIND_PADDING, KIND_CONTEXT, KIND_BARE = 0, 1, 2, 3
+KIND_NAMES = {KIND_DATA: b"data", KIND_CONTEXT: b"context", KIND_BARE: b"bare"}
 
 
 def crc32c(data, crc=0):
@@ -50,7 +58,14 @@ def print_drops(buf):
         print("%s %d %d" % (name.decode(), counted, reported))
 
 
-def main(path, drops=False):
+def complete(bare, context):
+    """A bare event with its context: without its final "}", then ",", the context, "}"."""
+    if context is None or len(bare) < 2 or bare[-1:] != b"}":
+        return bare
+    return bare[:-1] + (b"" if bare[-2:-1] == b"{" else b",") + context + b"}"
+
+
+def main(path, mode=None):
     with open(path, "rb") as f:
         buf = f.read()
     if len(buf) < HEADER_SIZE:
@@ -60,11 +75,11 @@ def main(path, drops=False):
         fail("bad magic")
     if crc32c(buf[0:36]) != hcrc:
         fail("header checksum mismatch")
-    if version != 1 or flags != 0 or header_size != HEADER_SIZE:
+    if version not in (1, 2) or flags != 0 or header_size != HEADER_SIZE:
         fail("unsupported version %d (flags %#x)" % (version, flags))
     if len(buf) != HEADER_SIZE + capacity or capacity & (capacity - 1) or salt & 1:
         fail("bad capacity or salt")
-    if drops:
+    if mode == "--drops":
         print_drops(buf)
         return
     (write_pos,) = struct.unpack_from("<Q", buf, 64)
@@ -75,6 +90,7 @@ def main(path, drops=False):
     data = memoryview(buf)[HEADER_SIZE:]
     pos = read_pos
     out = sys.stdout.buffer
+    context = None
     while pos < write_pos:
         off = pos & (capacity - 1)
         word, len_kind, rcrc = struct.unpack_from("<QII", data, off)
@@ -90,20 +106,25 @@ def main(path, drops=False):
                 fail("padding checksum mismatch at %d" % pos)
             pos += size
             continue
-        if kind != KIND_DATA:
-            fail("unknown record kind %d at %d" % (kind, pos))
+        if version == 1 and kind != KIND_DATA:
+            fail("record kind %d in a version 1 file at %d" % (kind, pos))
         payload = bytes(data[off + RECORD_HEADER:off + RECORD_HEADER + length])
         if crc32c(payload, crc32c(head)) != rcrc:
             fail("record checksum mismatch at %d" % pos)
-        out.write(payload + b"\n")
+        if mode == "--records":
+            out.write(KIND_NAMES[kind] + b" " + payload + b"\n")
+        elif kind == KIND_CONTEXT:
+            context = payload
+        else:
+            out.write((complete(payload, context) if kind == KIND_BARE else payload) + b"\n")
         pos += size
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    want_drops = args[:1] == ["--drops"]
-    if want_drops:
+    chosen = args[0] if args[:1] in (["--drops"], ["--records"]) else None
+    if chosen:
         args = args[1:]
     if len(args) != 1:
-        fail("usage: read_ring.py [--drops] <ring file>")
-    main(args[0], want_drops)
+        fail("usage: read_ring.py [--drops | --records] <ring file>")
+    main(args[0], chosen)

@@ -34,8 +34,10 @@ extern "C" {
 /** Version of the C core library, as major * 10000 + minor * 100 + patch. */
 #define CAIRN_CORE_VERSION 100
 
-/** Version of the ring file format written by this library (docs/FORMATS.md). */
-#define CAIRN_RING_FORMAT_VERSION 1
+/** Version of the ring file format written by this library (docs/FORMATS.md).
+ *  Version 1 files (data and padding records only) are read too, and become version 2
+ *  when opened. */
+#define CAIRN_RING_FORMAT_VERSION 2
 
 /** Version of the batch frame metadata written by this library (docs/FORMATS.md). */
 #define CAIRN_FRAME_FORMAT_VERSION 1
@@ -110,6 +112,22 @@ typedef struct cairn_ring cairn_ring_t;
 #define CAIRN_RING_RECORD_HEADER 16u
 /** Records start at multiples of this many bytes. */
 #define CAIRN_RING_ALIGN 16u
+
+/** @name Record kinds (docs/FORMATS.md, "Ring file", "Records")
+ *  What a record's payload is. The ring stores and returns the kind; what a context
+ *  means to the records after it is the consumer's business. */
+/** @{ */
+/** A complete record: delivered as it is. */
+#define CAIRN_RING_KIND_DATA 0u
+/** Filler the consumer never sees. */
+#define CAIRN_RING_KIND_PADDING 1u
+/** A context: applies to every bare record after it, in ring order, until the next
+ *  context record. Cairn's payload is the `"context":{...},"sdk":{...}` fragment. */
+#define CAIRN_RING_KIND_CONTEXT 2u
+/** A bare record: completed by the context in force where it lies (for Cairn, an
+ *  event object without its context and sdk fields). */
+#define CAIRN_RING_KIND_BARE 3u
+/** @} */
 
 /** Options for cairn_ring_open(). Initialise with cairn_ring_options_init(). */
 typedef struct cairn_ring_options {
@@ -196,6 +214,7 @@ typedef struct cairn_ring_reservation {
 typedef struct cairn_ring_record {
     const void *data; /**< payload, inside the mapping; valid until committed */
     uint32_t len;     /**< payload length in bytes */
+    uint32_t kind;    /**< CAIRN_RING_KIND_DATA, _CONTEXT or _BARE (never padding) */
     uint64_t pos;     /**< absolute position of the record */
 } cairn_ring_record_t;
 
@@ -267,6 +286,23 @@ void cairn_ring_close(cairn_ring_t *ring);
 int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len);
 
 /**
+ * Appends one record of the given kind, as cairn_ring_append() does for data.
+ *
+ * @param ring  The ring.
+ * @param kind  CAIRN_RING_KIND_DATA, CAIRN_RING_KIND_CONTEXT or CAIRN_RING_KIND_BARE.
+ * @param data  Payload; may be NULL only when `len` is 0.
+ * @param len   Payload length in bytes.
+ * @return As cairn_ring_append(); CAIRN_EINVAL also for any other kind (padding
+ *         included), without reserving anything.
+ *
+ * Ownership: the bytes are copied; the caller keeps `data`.
+ * Thread-safety: safe from any number of threads concurrently (lock-free). Records of
+ *                concurrent appends are ordered as their reservations were made.
+ * Async-signal-safe: yes (no allocation, no locks, no system calls).
+ */
+int cairn_ring_append_kind(cairn_ring_t *ring, uint32_t kind, const void *data, size_t len);
+
+/**
  * Reserves room for a payload of up to `len` bytes to be written in place.
  *
  * Every successful reservation must be ended by exactly one cairn_ring_publish() or
@@ -301,6 +337,23 @@ int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t 
 int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len);
 
 /**
+ * Publishes a reservation as a record of the given kind, as cairn_ring_publish() does
+ * for data.
+ *
+ * @param ring  The ring the reservation came from.
+ * @param res   The reservation; it is ended by this call.
+ * @param len   Bytes written at `res->data`.
+ * @param kind  CAIRN_RING_KIND_DATA, CAIRN_RING_KIND_CONTEXT or CAIRN_RING_KIND_BARE.
+ * @return 0; CAIRN_EINVAL when `len` exceeds the reservation or `kind` is not one of
+ *         those (the reservation is then cancelled, so the ring never stalls).
+ *
+ * Ownership: the bytes now belong to the ring.
+ * Thread-safety: called by the thread that made the reservation.
+ * Async-signal-safe: yes.
+ */
+int cairn_ring_publish_kind(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, uint32_t kind);
+
+/**
  * Ends a reservation without a record: the space becomes padding.
  *
  * @param ring  The ring the reservation came from.
@@ -329,7 +382,8 @@ uint64_t cairn_ring_read_pos(const cairn_ring_t *ring);
  *
  * Stops at the first record not yet published, after `max_records`, or before the
  * payload total would exceed `max_bytes` (at least one record is returned when one
- * is available, however large). Padding is skipped. Peeking again from `*next`
+ * is available, however large). Padding is skipped; every other kind is returned, in
+ * ring order, with its kind (context records count towards both limits). Peeking again from `*next`
  * continues the run, so a consumer can form the next batch while the previous one is
  * still in flight.
  *

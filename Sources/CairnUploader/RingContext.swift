@@ -1,0 +1,298 @@
+import CairnStore
+import Foundation
+
+/// The contexts of the ring's bare events, on the uploader's side (docs/FORMATS.md,
+/// "Ring file", "Records", and "Snapshot store", `ring_context`).
+///
+/// The SDK writes its `"context":{...},"sdk":{...}` fragment once per run as a context
+/// record, and each event after it bare: the event object without those two fields,
+/// its last ones. A bare record takes the context of the last context record before it
+/// in ring order. The uploader completes each one as it forms a batch (the record
+/// without its final `}`, then `,`, the fragment and `}`), so what is sent, stored and
+/// tapped is the event exactly as the processor encodes it whole. Context records are
+/// never sent; complete (data) records go as they are.
+///
+/// Once the read cursor has passed a context record it is no longer in the ring, yet
+/// the bare events after the cursor still need it. So before a batch's records can be
+/// released, the contexts that may be in force at the read cursor then are kept in the
+/// snapshot store's metadata under `ring_context` (``RingContextMark``), and a new
+/// process restores the one in force at its read cursor. Without a store, or when that
+/// value is missing, damaged or from another ring, bare records before the first
+/// context record in the ring get this process's context, with `"context_recovered":
+/// false` added to their `sdk` object, and are counted.
+///
+/// Worker-only: used from the uploader's thread.
+final class RingContexts {
+    /// A context record: where it is in the ring and its fragment (empty when its
+    /// payload is not a fragment: the bare records after it get the fallback).
+    struct Entry: Equatable {
+        var position: UInt64
+        var fragment: [UInt8]
+    }
+
+    /// Records completed from `run`, laid end to end, and what went into them.
+    struct Batch {
+        /// The records (completed bare ones, data ones as they are), end to end.
+        var bytes: [UInt8] = []
+        /// Each record's length in `bytes`, in order.
+        var lengths: [Int] = []
+        /// Bare records completed with this process's context, marked.
+        var fallbacks = 0
+
+        /// The number of records (events).
+        var events: Int { lengths.count }
+
+        /// Each record as its own array (for a tap).
+        func records() -> [[UInt8]] {
+            var out: [[UInt8]] = []
+            out.reserveCapacity(lengths.count)
+            var at = 0
+            for n in lengths {
+                out.append(Array(bytes[at..<at + n]))
+                at += n
+            }
+            return out
+        }
+    }
+
+    /// The largest fragment accepted from the ring or the store.
+    static let maxFragment = 64 << 10
+
+    /// Context records known, in ring order: the one in force at the read cursor (when
+    /// known), then those read since.
+    private(set) var entries: [Entry] = []
+    /// What `ring_context` in the store holds now: the positions it lists and where it
+    /// is complete up to.
+    private var persisted: (positions: [UInt64], upto: UInt64)?
+    /// Bare records completed with the fallback, since start.
+    private(set) var fallbacks = 0
+    private let sdkVersion: String
+    private let current: (@Sendable () -> [UInt8])?
+
+    /// - Parameters:
+    ///   - sdkVersion: For the fallback when `current` gives no fragment.
+    ///   - current: This process's context fragment, for bare records whose own
+    ///     context is lost.
+    init(sdkVersion: String, current: (@Sendable () -> [UInt8])?) {
+        self.sdkVersion = sdkVersion
+        self.current = current
+    }
+
+    // MARK: Restoring and keeping
+
+    /// Restores the context in force at the ring's read cursor from `store`, when its
+    /// `ring_context` is whole, names this ring and covers the cursor. Returns whether it
+    /// did.
+    @discardableResult
+    func restore(from store: SnapshotStore?, ring: Ring) -> Bool {
+        guard let bytes = try? store?.metadata(RingContextMark.metadataKey),
+              let mark = RingContextMark(bytes) else { return false }
+        guard mark.ringID == ring.id else { return false }
+        persisted = (mark.entries.map(\.position), mark.upto)
+        let read = ring.readPosition
+        guard read <= mark.upto,
+              let inForce = mark.entries.last(where: { $0.position < read }) else { return false }
+        entries = [inForce]
+        return true
+    }
+
+    /// Keeps in `store` the contexts in force anywhere from the read cursor to `upto`
+    /// (the end of a batch about to be formed or released), unless it holds them
+    /// already: the context in force at the cursor, and every context record after it
+    /// below `upto`. Call before releasing any record below `upto`. A failed write is
+    /// tried again with the next batch; meanwhile the stored value does not cover the
+    /// later cursor, and a new process falls back rather than use a stale context.
+    func persist(to store: SnapshotStore?, ring: Ring, upTo upto: UInt64) {
+        guard let store else { return }
+        let read = ring.readPosition
+        prune(before: read)
+        // Records whose context record was not a fragment keep their entry (empty), so
+        // that a later process falls back for them too rather than take the one before.
+        let needed = entries.filter { $0.position < upto }
+        guard !needed.isEmpty else { return }
+        let positions = needed.map(\.position)
+        if let p = persisted, p.positions == positions, p.upto >= upto { return }
+        let mark = RingContextMark(ringID: ring.id, upto: upto, entries: needed)
+        guard (try? store.setMetadata(RingContextMark.metadataKey, mark.encoded())) != nil else { return }
+        persisted = (positions, upto)
+    }
+
+    /// Forgets context records that can no longer be in force: all before `read` but
+    /// the last.
+    private func prune(before read: UInt64) {
+        guard let last = entries.lastIndex(where: { $0.position < read }), last > 0 else { return }
+        entries.removeFirst(last)
+    }
+
+    /// Learns the context records of `run` (read in ring order, after every run
+    /// before it).
+    func observe(_ run: Ring.Run) {
+        for r in run.records where r.kind == .context { learn(r) }
+    }
+
+    private func learn(_ r: Ring.Record) {
+        let fragment = Self.isFragment(r.bytes) ? Array(r.bytes) : []
+        if let i = entries.firstIndex(where: { $0.position == r.position }) {
+            entries[i].fragment = fragment
+        } else if entries.last.map({ $0.position < r.position }) ?? true {
+            entries.append(Entry(position: r.position, fragment: fragment))
+        }
+    }
+
+    /// The context in force just before `position`, or nil when unknown.
+    private func inForce(before position: UInt64) -> [UInt8]? {
+        guard let e = entries.last(where: { $0.position < position }), !e.fragment.isEmpty else { return nil }
+        return e.fragment
+    }
+
+    // MARK: Completing records
+
+    /// `run` cut so that its records, completed, total at most `maxBytes` (the batch
+    /// limit is on what is sent), keeping at least one event.
+    func fitting(_ run: Ring.Run, maxBytes: Int) -> Ring.Run {
+        var context = inForce(before: run.records.first?.position ?? 0)
+        var total = 0
+        var events = 0
+        for (i, r) in run.records.enumerated() {
+            switch r.kind {
+            case .context:
+                context = Self.isFragment(r.bytes) ? Array(r.bytes) : nil
+            case .data, .bare:
+                let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? Self.fallbackBound) : 0)
+                if events > 0 && total + size > maxBytes { return run.prefix(i) }
+                total += size
+                events += 1
+            }
+        }
+        return run
+    }
+
+    /// The records of `run` as they are sent: bare ones completed with the context in
+    /// force, data ones as they are; context records are learnt, not sent.
+    func complete(_ run: Ring.Run) -> Batch {
+        var batch = Batch()
+        var context = inForce(before: run.records.first?.position ?? 0)
+        var fallback: [UInt8]?
+        for r in run.records {
+            switch r.kind {
+            case .context:
+                learn(r)
+                context = inForce(before: r.position + 1)
+            case .data:
+                batch.bytes.append(contentsOf: r.bytes)
+                batch.lengths.append(r.bytes.count)
+            case .bare:
+                let start = batch.bytes.count
+                if let context {
+                    Self.complete(r.bytes, with: context, into: &batch.bytes)
+                } else {
+                    if fallback == nil { fallback = fallbackFragment() }
+                    Self.complete(r.bytes, with: fallback ?? [], into: &batch.bytes)
+                    batch.fallbacks += 1
+                }
+                batch.lengths.append(batch.bytes.count - start)
+            }
+        }
+        fallbacks += batch.fallbacks
+        return batch
+    }
+
+    /// Appends `bare` completed with `fragment`: without its final `}`, then `,` (none
+    /// after an empty object), the fragment, `}`. A record that does not end with `}`
+    /// cannot be completed and goes as it is.
+    static func complete(_ bare: UnsafeRawBufferPointer, with fragment: [UInt8], into out: inout [UInt8]) {
+        guard bare.count >= 2, bare[bare.count - 1] == UInt8(ascii: "}") else {
+            out.append(contentsOf: bare)
+            return
+        }
+        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bare[0..<bare.count - 1]))
+        if bare[bare.count - 2] != UInt8(ascii: "{") { out.append(UInt8(ascii: ",")) }
+        out.append(contentsOf: fragment)
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// Whether `bytes` can be a context fragment: `"context":` first, `}` last, no
+    /// newline (it goes into NDJSON), and not over ``maxFragment``.
+    static func isFragment<C: BidirectionalCollection>(_ bytes: C) -> Bool where C.Element == UInt8 {
+        let head = Array(#""context":"#.utf8)
+        return bytes.count > head.count && bytes.count <= maxFragment && bytes.starts(with: head)
+            && bytes.last == UInt8(ascii: "}") && !bytes.contains(UInt8(ascii: "\n"))
+    }
+
+    /// The marker added to the `sdk` object of an event completed with this process's
+    /// context because its own was lost.
+    static let marker = Array(#","context_recovered":false"#.utf8)
+
+    /// A bound on the fallback fragment's size, for ``fitting(_:maxBytes:)``.
+    private static let fallbackBound = 4096
+
+    /// This process's fragment with the marker inside its `sdk` object (the fragment's
+    /// last member); an empty context with the marker when there is none.
+    private func fallbackFragment() -> [UInt8] {
+        if let f = current?(), Self.isFragment(f), f.count < Self.fallbackBound - Self.marker.count {
+            return Array(f.dropLast()) + Self.marker + [UInt8(ascii: "}")]
+        }
+        var version = sdkVersion.utf8.filter { $0 >= 0x20 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+        version = Array(version.prefix(64))
+        return Array(#""context":{},"sdk":{"name":"cairn-swift","version":""#.utf8) + version
+            + Array(#"""#.utf8) + Self.marker + [UInt8(ascii: "}")]
+    }
+}
+
+/// The contexts in force over part of a ring, kept in the snapshot store's metadata
+/// under `ring_context` (docs/FORMATS.md, "Snapshot store"): the context record in
+/// force at the read cursor when it was written and every one after it up to `upto`,
+/// so that the context in force at any read cursor up to `upto` is known.
+struct RingContextMark: Equatable, Sendable {
+    /// The metadata key.
+    static let metadataKey = "ring_context"
+    static let version: UInt8 = 1
+    /// Most entries a value holds (a ring rarely has more than two per run in its window).
+    static let maxEntries = 4096
+
+    /// The ring file's id (`cairn_ring_id`).
+    var ringID: UInt64
+    /// Every context record below this position, from the first entry on, is listed.
+    var upto: UInt64
+    /// The context records, in ring order, at least one.
+    var entries: [RingContexts.Entry]
+
+    /// Version 1: u8 version, u8 0, u16 0, u32 entry count, u64 ring id, u64 upto; then
+    /// per entry u64 position, u32 length, the fragment; little-endian.
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = [Self.version, 0, 0, 0]
+        LittleEndian.append(&out, UInt64(entries.count), bytes: 4)
+        LittleEndian.append(&out, ringID, bytes: 8)
+        LittleEndian.append(&out, upto, bytes: 8)
+        for e in entries {
+            LittleEndian.append(&out, e.position, bytes: 8)
+            LittleEndian.append(&out, UInt64(e.fragment.count), bytes: 4)
+            out += e.fragment
+        }
+        return out
+    }
+
+    /// Decodes a value; nil for anything that is not a whole, well-formed version-1
+    /// value (entries in ring order below `upto`, each a fragment or empty: a context
+    /// record that held no fragment).
+    init?(_ b: [UInt8]) {
+        var r = LittleEndian.Reader(bytes: b)
+        guard r.u8() == Self.version, r.u8() == 0, r.u16() == 0, let count = r.u32(),
+              count >= 1, count <= Self.maxEntries, let ringID = r.u64(), let upto = r.u64() else { return nil }
+        var entries: [RingContexts.Entry] = []
+        for _ in 0..<count {
+            guard let position = r.u64(), let length = r.u32(), length <= RingContexts.maxFragment,
+                  let fragment = r.bytes(UInt64(length)), fragment.isEmpty || RingContexts.isFragment(fragment),
+                  position < upto, entries.last.map({ $0.position < position }) ?? true else { return nil }
+            entries.append(RingContexts.Entry(position: position, fragment: fragment))
+        }
+        guard r.atEnd else { return nil }
+        self.init(ringID: ringID, upto: upto, entries: entries)
+    }
+
+    init(ringID: UInt64, upto: UInt64, entries: [RingContexts.Entry]) {
+        self.ringID = ringID
+        self.upto = upto
+        self.entries = entries
+    }
+}
