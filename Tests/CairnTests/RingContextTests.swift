@@ -91,7 +91,7 @@ import Testing
             expected.append(String(decoding: processor.record(e, id: id), as: UTF8.self))
         }
         let tapped = Tapped()
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector, tap: { r in tapped.records.withLock { $0 += r } }))
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))
@@ -113,7 +113,7 @@ import Testing
         try ring.append(processor.contextFragment, kind: .context)
         let e = Self.events()[0]
         try ring.append(JSONWriter.bytes { processor.encode(e, id: (5, 6), into: &$0, context: false) }, kind: .bare)
-        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: Self.options(collector))
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: Self.options(collector))
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))
         uploader.shutdown(timeout: .seconds(5))
@@ -133,7 +133,7 @@ import Testing
             try ring.append(JSONWriter.bytes { first.encode(Self.event(i), id: (1, UInt64(i)), into: &$0, context: false) },
                             kind: .bare)
         }
-        let uploader = Uploader(ring: ring, store: store, transport: CurlTransport(), options: Self.options(collector))
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: Self.options(collector))
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))
         uploader.shutdown(timeout: .seconds(5))
@@ -163,7 +163,7 @@ import Testing
         let ring = try box.ring()
         try ring.append(second.contextFragment, kind: .context)
         try ring.append(JSONWriter.bytes { second.encode(Self.event(9), id: (2, 9), into: &$0, context: false) }, kind: .bare)
-        let uploader = Uploader(ring: ring, store: try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector, current: second.contextFragment))
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))
@@ -199,7 +199,7 @@ import Testing
         }
         let second = Self.processor(pid: 2002)
         let ring = try box.ring()
-        let uploader = Uploader(ring: ring, store: how == "no store" ? nil : try box.store(), transport: CurlTransport(),
+        let uploader = Uploader(ring: ring, store: how == "no store" ? nil : try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector, current: second.contextFragment))
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))
