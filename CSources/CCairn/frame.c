@@ -188,21 +188,27 @@ static int feed(ZSTD_CCtx *cctx, ZSTD_outBuffer *outb, const void *data, size_t 
     return compress(cctx, outb, &inb, ZSTD_e_continue);
 }
 
-int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
-                       const cairn_slice_t *records, size_t count,
-                       void *dst, size_t dst_cap, size_t *dst_len)
+/* Encodes the records the pieces make: with `ends` NULL each piece is a record, else a
+ * record ends at each piece whose `ends` byte is non-zero (the last one must be). */
+static int encode_pieces(cairn_frame_encoder_t *enc, uint64_t batch_id,
+                         const cairn_slice_t *records, const uint8_t *ends, size_t count,
+                         void *dst, size_t dst_cap, size_t *dst_len)
 {
     if (dst_len != NULL)
         *dst_len = 0;
     if (enc == NULL || records == NULL || dst_len == NULL || (dst == NULL && dst_cap != 0))
         return CAIRN_EINVAL;
-    if (count == 0 || count > UINT32_MAX)
+    if (count == 0 || (ends != NULL && ends[count - 1] == 0))
         return CAIRN_EINVAL;
 
     /* The body is every record plus one '\n' each. */
-    uint64_t content = count;
+    uint64_t record_count = 0;
+    uint64_t content = 0;
     for (size_t i = 0; i < count; i++) {
         const cairn_slice_t *r = &records[i];
+        bool end = ends == NULL || ends[i] != 0;
+        record_count += end;
+        content += end;
         if (r->len == 0)
             continue;
         if (r->data == NULL || r->len > UINT64_MAX - content)
@@ -211,6 +217,8 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
             return CAIRN_EINVAL;
         content += r->len;
     }
+    if (record_count > UINT32_MAX)
+        return CAIRN_EINVAL;
     if (dst_cap < CAIRN_FRAME_PREFIX_SIZE)
         return CAIRN_EBUFSIZE;
 
@@ -222,7 +230,7 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
     cairn__put16(meta + 4, CAIRN_FRAME_FORMAT_VERSION);
     cairn__put16(meta + 6, 0);
     cairn__put64(meta + 8, batch_id);
-    cairn__put32(meta + 16, (uint32_t)count);
+    cairn__put32(meta + 16, (uint32_t)record_count);
     cairn__put32(meta + 20, enc->dict_id);
     cairn__put64(meta + 24, content);
 
@@ -250,7 +258,8 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
             memcpy(enc->stage + staged, records[i].data, len);
             staged += len;
         }
-        enc->stage[staged++] = '\n';
+        if (ends == NULL || ends[i] != 0)
+            enc->stage[staged++] = '\n';
     }
     if (rc == CAIRN_OK) {
         ZSTD_inBuffer inb = {enc->stage, staged, 0};
@@ -264,6 +273,25 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
     }
     *dst_len = CAIRN_FRAME_PREFIX_SIZE + outb.pos;
     return CAIRN_OK;
+}
+
+int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
+                       const cairn_slice_t *records, size_t count,
+                       void *dst, size_t dst_cap, size_t *dst_len)
+{
+    return encode_pieces(enc, batch_id, records, NULL, count, dst, dst_cap, dst_len);
+}
+
+int cairn_frame_encode_parts(cairn_frame_encoder_t *enc, uint64_t batch_id,
+                             const cairn_slice_t *pieces, const uint8_t *ends, size_t count,
+                             void *dst, size_t dst_cap, size_t *dst_len)
+{
+    if (ends == NULL) {
+        if (dst_len != NULL)
+            *dst_len = 0;
+        return CAIRN_EINVAL;
+    }
+    return encode_pieces(enc, batch_id, pieces, ends, count, dst, dst_cap, dst_len);
 }
 
 /* ---------------------------------------------------------------------------- */

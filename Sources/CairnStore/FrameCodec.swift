@@ -110,32 +110,6 @@ public final class FrameEncoder {
         return try result.get()
     }
 
-    /// Encodes records laid end to end in `joined`, the `lengths[i]` bytes of record
-    /// `i` after those of the records before it, as one batch.
-    ///
-    /// - Throws: ``CairnError``, as ``encode(batchID:records:)``; `CAIRN_EINVAL` also
-    ///   when the lengths are negative or do not add up to `joined.count`.
-    public func encode(batchID: UInt64, joined: [UInt8], lengths: [Int]) throws(CairnError) -> [UInt8] {
-        var total = 0
-        for n in lengths {
-            let (sum, overflow) = total.addingReportingOverflow(n)
-            guard n >= 0, !overflow else { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
-            total = sum
-        }
-        guard total == joined.count else { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
-        let result = joined.withUnsafeBytes { all -> Result<[UInt8], CairnError> in
-            var offset = 0
-            let slices = lengths.map { n in
-                defer { offset += n }
-                return cairn_slice_t(data: n == 0 ? nil : all.baseAddress.map { $0 + offset }, len: n)
-            }
-            return slices.withUnsafeBufferPointer { buffer in
-                Result { () throws(CairnError) in try encode(batchID: batchID, slices: buffer) }
-            }
-        }
-        return try result.get()
-    }
-
     /// Encodes the records described by `slices` as one batch, without copying them
     /// first: the records can point straight into the ring buffer's mapping.
     ///
@@ -148,25 +122,51 @@ public final class FrameEncoder {
     public func encode(batchID: UInt64, slices: UnsafeBufferPointer<cairn_slice_t>)
         throws(CairnError) -> [UInt8]
     {
+        try sized(slices, records: slices.count) { dst, count, written in
+            cairn_frame_encode(handle, batchID, slices.baseAddress, slices.count, dst, count, &written)
+        }
+    }
+
+    /// Encodes a batch of records given in pieces, without copying them first: a record
+    /// is the pieces up to and including one whose `ends` entry is true (the last must
+    /// be), so an event in the ring can be completed with bytes kept elsewhere.
+    ///
+    /// - Throws: ``CairnError``, as ``encode(batchID:records:)``; `CAIRN_EINVAL` also when
+    ///   `ends` does not match `pieces` or the last piece does not end a record.
+    public func encode(batchID: UInt64, pieces: UnsafeBufferPointer<cairn_slice_t>, ends: [Bool])
+        throws(CairnError) -> [UInt8]
+    {
+        guard ends.count == pieces.count else { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode_parts") }
+        let flags = ends.map { UInt8($0 ? 1 : 0) }
+        let records = ends.reduce(0) { $0 + ($1 ? 1 : 0) }
+        return try flags.withUnsafeBufferPointer { (f) throws(CairnError) -> [UInt8] in
+            try sized(pieces, records: records) { dst, count, written in
+                cairn_frame_encode_parts(handle, batchID, pieces.baseAddress, f.baseAddress, pieces.count,
+                                         dst, count, &written)
+            }
+        }
+    }
+
+    /// Runs `encode` into a batch array sized for `pieces` of `records` records: a
+    /// quarter of the bound first (event JSON compresses 5 to 20 times), the whole bound
+    /// when that was too small. The array is the batch (no copy), and only what zstd
+    /// writes of it is touched.
+    private func sized(_ pieces: UnsafeBufferPointer<cairn_slice_t>, records: Int,
+                       _ encode: (UnsafeMutableRawPointer?, Int, inout Int) -> Int32) throws(CairnError) -> [UInt8] {
         var payload = 0
-        for slice in slices {
-            let (sum, overflow) = payload.addingReportingOverflow(slice.len)
+        for piece in pieces {
+            let (sum, overflow) = payload.addingReportingOverflow(piece.len)
             if overflow { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
             payload = sum
         }
-        let bound = FrameEncoder.bound(payloadBytes: payload, recordCount: slices.count)
+        let bound = FrameEncoder.bound(payloadBytes: payload, recordCount: records)
         if bound == Int.max { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
-        // Event JSON compresses 5 to 20 times: a quarter of the bound is nearly always
-        // enough, and a batch that does not fit is encoded again into the whole bound.
-        // The buffer is the batch (no copy), and only what zstd writes of it is touched.
-        var capacity = min(bound, FrameEncoder.bound(payloadBytes: payload / 4, recordCount: slices.count))
-        let handle = self.handle
+        var capacity = min(bound, FrameEncoder.bound(payloadBytes: payload / 4, recordCount: records))
         while true {
             var rc: Int32 = 0
             let batch = [UInt8](unsafeUninitializedCapacity: capacity) { dst, count in
                 var written = 0
-                rc = cairn_frame_encode(handle, batchID, slices.baseAddress, slices.count,
-                                        dst.baseAddress, dst.count, &written)
+                rc = encode(dst.baseAddress, dst.count, &written)
                 count = rc == 0 ? written : 0
             }
             if rc == CAIRN_EBUFSIZE && capacity < bound {
@@ -181,7 +181,7 @@ public final class FrameEncoder {
     /// Encodes a run of ring records as one batch, reading them in place in the ring's
     /// mapping: call it before committing the run. Payloads go as they are, whatever
     /// their kind: for runs of data records (the uploader completes bare records from
-    /// their context first, and frames them with ``encode(batchID:joined:lengths:)``).
+    /// their context first, and frames them with ``encode(batchID:pieces:ends:)``).
     ///
     /// ```swift
     /// let run = try ring.peek(maxRecords: 500, maxBytes: 512 * 1024)

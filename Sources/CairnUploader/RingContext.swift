@@ -1,4 +1,5 @@
 import CairnStore
+import CCairn
 import Foundation
 
 /// The contexts of the ring's bare events, on the uploader's side (docs/FORMATS.md,
@@ -30,26 +31,62 @@ final class RingContexts {
         var fragment: [UInt8]
     }
 
-    /// Records completed from `run`, laid end to end, and what went into them.
+    /// The records of a run as they are sent, in pieces that point into the ring (the
+    /// events) and into ``pool`` (the fragments completing them), so that a batch is
+    /// framed without a copy of its records: a bare record is its bytes without the
+    /// final `}`, then `,`, the fragment and `}`.
     struct Batch {
-        /// The records (completed bare ones, data ones as they are), end to end.
-        var bytes: [UInt8] = []
-        /// Each record's length in `bytes`, in order.
-        var lengths: [Int] = []
+        /// Where a piece's bytes are.
+        enum Source {
+            case ring(UnsafeRawBufferPointer)
+            case pool(offset: Int, count: Int)
+        }
+        /// `,` and `}`, then each fragment the batch uses, once.
+        var pool: [UInt8] = Array(",}".utf8)
+        /// The pieces, in order, and whether each ends a record.
+        var pieces: [(source: Source, ends: Bool)] = []
+        /// The number of records (events).
+        var events = 0
         /// Bare records completed with this process's context, marked.
         var fallbacks = 0
+        /// Where in ``pool`` each fragment used so far is, by its context record's
+        /// position (`UInt64.max`: the fallback).
+        var fragments: [UInt64: (offset: Int, count: Int)] = [:]
 
-        /// The number of records (events).
-        var events: Int { lengths.count }
+        /// The pieces as slices, and where records end; valid inside `body` only (the
+        /// ring records must stay uncommitted meanwhile).
+        func withSlices<R>(_ body: (UnsafeBufferPointer<cairn_slice_t>, [Bool]) throws(CairnError) -> R)
+            throws(CairnError) -> R
+        {
+            let result = pool.withUnsafeBytes { p -> Result<R, CairnError> in
+                let slices = pieces.map { piece -> cairn_slice_t in
+                    switch piece.source {
+                    case .ring(let bytes): return cairn_slice_t(data: bytes.baseAddress, len: bytes.count)
+                    case .pool(let offset, let count):
+                        return cairn_slice_t(data: p.baseAddress.map { $0 + offset }, len: count)
+                    }
+                }
+                return slices.withUnsafeBufferPointer { s in
+                    Result { () throws(CairnError) in try body(s, pieces.map(\.ends)) }
+                }
+            }
+            return try result.get()
+        }
 
         /// Each record as its own array (for a tap).
         func records() -> [[UInt8]] {
             var out: [[UInt8]] = []
-            out.reserveCapacity(lengths.count)
-            var at = 0
-            for n in lengths {
-                out.append(Array(bytes[at..<at + n]))
-                at += n
+            out.reserveCapacity(events)
+            var current: [UInt8] = []
+            for piece in pieces {
+                switch piece.source {
+                case .ring(let bytes): current.append(contentsOf: bytes)
+                case .pool(let offset, let count): current.append(contentsOf: pool[offset..<offset + count])
+                }
+                if piece.ends {
+                    out.append(current)
+                    current = []
+                }
             }
             return out
         }
@@ -139,6 +176,13 @@ final class RingContexts {
         }
     }
 
+    /// The context record in force just before `position`, or nil when unknown or not a
+    /// fragment.
+    private func inForceEntry(before position: UInt64) -> Entry? {
+        guard let e = entries.last(where: { $0.position < position }), !e.fragment.isEmpty else { return nil }
+        return e
+    }
+
     /// The context in force just before `position`, or nil when unknown.
     private func inForce(before position: UInt64) -> [UInt8]? {
         guard let e = entries.last(where: { $0.position < position }), !e.fragment.isEmpty else { return nil }
@@ -171,44 +215,38 @@ final class RingContexts {
     /// force, data ones as they are; context records are learnt, not sent.
     func complete(_ run: Ring.Run) -> Batch {
         var batch = Batch()
-        var context = inForce(before: run.records.first?.position ?? 0)
-        var fallback: [UInt8]?
+        var context = inForceEntry(before: run.records.first?.position ?? 0)
         for r in run.records {
             switch r.kind {
             case .context:
                 learn(r)
-                context = inForce(before: r.position + 1)
+                context = inForceEntry(before: r.position + 1)
             case .data:
-                batch.bytes.append(contentsOf: r.bytes)
-                batch.lengths.append(r.bytes.count)
+                batch.pieces.append((.ring(r.bytes), true))
+                batch.events += 1
             case .bare:
-                let start = batch.bytes.count
-                if let context {
-                    Self.complete(r.bytes, with: context, into: &batch.bytes)
-                } else {
-                    if fallback == nil { fallback = fallbackFragment() }
-                    Self.complete(r.bytes, with: fallback ?? [], into: &batch.bytes)
-                    batch.fallbacks += 1
+                batch.events += 1
+                guard r.bytes.count >= 2, r.bytes[r.bytes.count - 1] == UInt8(ascii: "}") else {
+                    // Cannot be completed: it goes as it is.
+                    batch.pieces.append((.ring(r.bytes), true))
+                    continue
                 }
-                batch.lengths.append(batch.bytes.count - start)
+                let key = context?.position ?? .max
+                if batch.fragments[key] == nil {
+                    let fragment = context?.fragment ?? fallbackFragment()
+                    batch.fragments[key] = (batch.pool.count, fragment.count)
+                    batch.pool.append(contentsOf: fragment)
+                }
+                if context == nil { batch.fallbacks += 1 }
+                let f = batch.fragments[key] ?? (0, 0)
+                batch.pieces.append((.ring(UnsafeRawBufferPointer(rebasing: r.bytes[0..<r.bytes.count - 1])), false))
+                if r.bytes[r.bytes.count - 2] != UInt8(ascii: "{") { batch.pieces.append((.pool(offset: 0, count: 1), false)) }
+                batch.pieces.append((.pool(offset: f.offset, count: f.count), false))
+                batch.pieces.append((.pool(offset: 1, count: 1), true))
             }
         }
         fallbacks += batch.fallbacks
         return batch
-    }
-
-    /// Appends `bare` completed with `fragment`: without its final `}`, then `,` (none
-    /// after an empty object), the fragment, `}`. A record that does not end with `}`
-    /// cannot be completed and goes as it is.
-    static func complete(_ bare: UnsafeRawBufferPointer, with fragment: [UInt8], into out: inout [UInt8]) {
-        guard bare.count >= 2, bare[bare.count - 1] == UInt8(ascii: "}") else {
-            out.append(contentsOf: bare)
-            return
-        }
-        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bare[0..<bare.count - 1]))
-        if bare[bare.count - 2] != UInt8(ascii: "{") { out.append(UInt8(ascii: ",")) }
-        out.append(contentsOf: fragment)
-        out.append(UInt8(ascii: "}"))
     }
 
     /// Whether `bytes` can be a context fragment: `"context":` first, `}` last, no

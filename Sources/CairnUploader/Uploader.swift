@@ -590,7 +590,9 @@ public final class Uploader: @unchecked Sendable {
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
-            let body = try encoder.encode(batchID: mark.batchID, joined: batch.bytes, lengths: batch.lengths)
+            let body = try batch.withSlices { (slices, ends) throws(CairnError) in
+                try encoder.encode(batchID: mark.batchID, pieces: slices, ends: ends)
+            }
             if let tap = options.tap { tap(batch.records()) }
             try? store?.setMetadata(RingBatchMark.metadataKey(slot: slot), mark.encoded())
             // A resumed batch may already have reached the collector, which then drops this

@@ -88,6 +88,36 @@ func wrapperRoundTrip(level: Int32) throws {
     #expect(FrameEncoder.bound(payloadBytes: Int.max, recordCount: 1) == Int.max)
 }
 
+@Test func recordsInPiecesFrameAsTheWholeRecordsWould() throws {
+    // Each record cut in three pieces (the last may be empty), as the uploader completes
+    // a bare event from the ring with its context.
+    let records = sampleEvents(50) + [Array("{}".utf8), []]
+    var pieces: [[UInt8]] = [], ends: [Bool] = []
+    for r in records {
+        let a = r.count / 3, b = 2 * r.count / 3
+        pieces += [Array(r[0..<a]), Array(r[a..<b]), Array(r[b...])]
+        ends += [false, false, true]
+    }
+    let joined = pieces.flatMap { $0 }
+    let encoder = try FrameEncoder()
+    func encode(_ ends: [Bool]) throws -> [UInt8] {
+        try joined.withUnsafeBytes { all in
+            var offset = 0
+            let slices = pieces.map { p in
+                defer { offset += p.count }
+                return cairn_slice_t(data: p.isEmpty ? nil : all.baseAddress.map { $0 + offset }, len: p.count)
+            }
+            return try slices.withUnsafeBufferPointer { try encoder.encode(batchID: 4, pieces: $0, ends: ends) }
+        }
+    }
+    let batch = try encode(ends)
+    #expect(batch == (try encoder.encode(batchID: 4, records: records)))
+    #expect(try FrameDecoder.info(of: batch).recordCount == UInt32(records.count))
+    // The last piece must end a record; `ends` must match the pieces.
+    expectCairnError(CAIRN_EINVAL, "cairn_frame_encode") { try encode(Array(ends.dropLast()) + [false]) }
+    expectCairnError(CAIRN_EINVAL, "cairn_frame_encode_parts") { try encode(Array(ends.dropLast())) }
+}
+
 @Test func wrapperErrorsAreTypedAndCarryTheCode() throws {
     let encoder = try FrameEncoder()
     expectCairnError(CAIRN_EINVAL, "cairn_frame_encode") {

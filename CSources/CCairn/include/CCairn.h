@@ -657,6 +657,34 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
                        void *dst, size_t dst_cap, size_t *dst_len);
 
 /**
+ * Encodes a batch as cairn_frame_encode() does, from records given in pieces: a record
+ * is the pieces up to and including one whose `ends` byte is non-zero, so a record can be
+ * put together from bytes in different places (an event in the ring and the context it
+ * is completed with) without copying it first.
+ *
+ * @param enc       The encoder.
+ * @param batch_id  Identifier stored in the metadata.
+ * @param pieces    The pieces, in order; none may contain a '\n' byte.
+ * @param ends      One byte per piece: non-zero where a record ends. The last must be
+ *                  non-zero.
+ * @param count     Number of pieces (at least 1); the records they make are at most
+ *                  UINT32_MAX.
+ * @param dst       Output buffer; may be NULL only when `dst_cap` is 0.
+ * @param dst_cap   Its size; cairn_frame_bound() of the pieces' bytes and the record
+ *                  count is always enough. Nothing is written past it.
+ * @param dst_len   Receives the batch size in bytes (0 on failure).
+ * @return As cairn_frame_encode(); CAIRN_EINVAL also when `ends` is NULL or the last
+ *         piece does not end a record.
+ *
+ * Ownership: the caller owns all buffers.
+ * Thread-safety: one thread at a time per encoder.
+ * Async-signal-safe: no.
+ */
+int cairn_frame_encode_parts(cairn_frame_encoder_t *enc, uint64_t batch_id,
+                             const cairn_slice_t *pieces, const uint8_t *ends, size_t count,
+                             void *dst, size_t dst_cap, size_t *dst_len);
+
+/**
  * Reads the metadata of the batch at the start of `src` without decompressing.
  *
  * Bytes after the batch are allowed (batches may be concatenated): `frame_size` is
