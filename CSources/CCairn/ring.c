@@ -66,6 +66,7 @@
 #include "cairn_internal.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1472,6 +1473,19 @@ int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto)
     store_rel(ring->read_pos, upto);
     if (ring->reclaim_bytes) manage_pages(ring, upto);
     return 0;
+}
+
+int cairn_heap_trim(void)
+{
+    return malloc_trim(0);
+}
+
+int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to)
+{
+    if (!ring) return CAIRN_EINVAL;
+    if (from > to || from < load_acq(ring->read_pos) || to > ring->peeked_to) return CAIRN_EINVAL;
+    if (!ring->reclaim_bytes) return 0;
+    return advise(ring, from, to, MADV_DONTNEED);
 }
 
 int cairn_ring_sync(cairn_ring_t *ring)

@@ -33,9 +33,9 @@ public struct FrameInfo: Sendable, Equatable {
 /// Turns batches of records into batch frames: Cairn's metadata in a skippable zstd
 /// frame, then one standard zstd frame holding the records as newline-delimited lines.
 ///
-/// An encoder keeps one zstd compression context (a 64 KiB window: about 0.5 MiB), so
-/// once warm a batch costs only the returned array, sized to what zstd writes (and,
-/// from arrays of records, one copy of them). It is not `Sendable`: use it from one
+/// An encoder keeps one zstd compression context (a 64 KiB window: about 0.5 MiB) and
+/// a scratch buffer, so once warm a batch costs only the returned array, of the batch's
+/// own size (and, from arrays of records, one copy of them). It is not `Sendable`: use it from one
 /// task or thread at a time, as the batcher does.
 ///
 /// ```swift
@@ -45,6 +45,9 @@ public struct FrameInfo: Sendable, Equatable {
 /// ```
 public final class FrameEncoder {
     private let handle: OpaquePointer
+    /// Where batches are compressed, grown to the largest needed and used again; not
+    /// initialised, so only what zstd has written is in memory.
+    private var scratch = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     /// Reused copy of the records given as arrays.
     private var joined: [UInt8] = []
 
@@ -71,6 +74,7 @@ public final class FrameEncoder {
 
     deinit {
         cairn_frame_encoder_free(handle)
+        scratch.deallocate()
     }
 
     /// The largest batch that `recordCount` records totalling `payloadBytes` bytes can
@@ -147,10 +151,9 @@ public final class FrameEncoder {
         }
     }
 
-    /// Runs `encode` into a batch array sized for `pieces` of `records` records: a
+    /// Runs `encode` into the scratch buffer, sized for `pieces` of `records` records: a
     /// quarter of the bound first (event JSON compresses 5 to 20 times), the whole bound
-    /// when that was too small. The array is the batch (no copy), and only what zstd
-    /// writes of it is touched.
+    /// when that was too small; returns the batch as an array of its own size.
     private func sized(_ pieces: UnsafeBufferPointer<cairn_slice_t>, records: Int,
                        _ encode: (UnsafeMutableRawPointer?, Int, inout Int) -> Int32) throws(CairnError) -> [UInt8] {
         var payload = 0
@@ -163,18 +166,20 @@ public final class FrameEncoder {
         if bound == Int.max { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode") }
         var capacity = min(bound, FrameEncoder.bound(payloadBytes: payload / 4, recordCount: records))
         while true {
-            var rc: Int32 = 0
-            let batch = [UInt8](unsafeUninitializedCapacity: capacity) { dst, count in
-                var written = 0
-                rc = encode(dst.baseAddress, dst.count, &written)
-                count = rc == 0 ? written : 0
+            if scratch.count < capacity {
+                scratch.deallocate()
+                scratch = .allocate(byteCount: capacity, alignment: 16)
             }
+            var written = 0
+            let rc = encode(scratch.baseAddress, capacity, &written)
             if rc == CAIRN_EBUFSIZE && capacity < bound {
                 capacity = bound
                 continue
             }
             if rc != 0 { throw CairnError(rc, function: "cairn_frame_encode") }
-            return batch
+            // The batch is an exact copy: bodies held while their requests are out take
+            // their size, not a bound's, and the scratch buffer is used again.
+            return Array(UnsafeRawBufferPointer(start: scratch.baseAddress, count: written))
         }
     }
 

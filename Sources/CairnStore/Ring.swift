@@ -382,9 +382,12 @@ public final class Ring: @unchecked Sendable {
         // only allocate a larger array.
         let limit = min(max(maxRecords, 0), Int(clamping: capacity / UInt64(CAIRN_RING_ALIGN)))
         var next: UInt64 = 0
-        var raw = [cairn_ring_record_t](repeating: cairn_ring_record_t(), count: limit)
-        let n = raw.withUnsafeMutableBufferPointer { buf in
-            cairn_ring_peek(handle, start, buf.baseAddress, limit, max(maxBytes, 0), &next)
+        // Uninitialised: only the entries the peek fills are touched (a large limit costs
+        // address space, not memory).
+        var n: Int32 = 0
+        let raw = [cairn_ring_record_t](unsafeUninitializedCapacity: limit) { buf, count in
+            n = cairn_ring_peek(handle, start, buf.baseAddress, limit, max(maxBytes, 0), &next)
+            count = max(0, Int(n))
         }
         if n < 0 { throw CairnError(n, function: "cairn_ring_peek") }
         var records: [Record] = []
@@ -403,6 +406,17 @@ public final class Ring: @unchecked Sendable {
     ///   beyond what has been peeked, or not a record boundary.
     public func commit(upTo position: UInt64) throws(CairnError) {
         try cairnCheck("cairn_ring_commit") { cairn_ring_commit(handle, position) }
+    }
+
+    /// Drops the pages wholly inside `from..<to` from this process's memory without
+    /// consuming anything (`cairn_ring_release_pages`): for records read and kept
+    /// elsewhere until they are safe, such as a batch framed into a request in flight.
+    /// The file keeps their contents; reading them again faults them back in.
+    ///
+    /// - Throws: ``CairnError/invalid`` for a range outside the read cursor and the
+    ///   furthest peeked position; an `errno` code when `madvise` fails.
+    public func releasePages(from: UInt64, to: UInt64) throws(CairnError) {
+        try cairnCheck("cairn_ring_release_pages") { cairn_ring_release_pages(handle, from, to) }
     }
 
     /// Flushes the mapping to disk, for durability across power loss.

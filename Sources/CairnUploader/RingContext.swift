@@ -41,8 +41,10 @@ final class RingContexts {
             case ring(UnsafeRawBufferPointer)
             case pool(offset: Int, count: Int)
         }
-        /// `,` and `}`, then each fragment the batch uses, once.
-        var pool: [UInt8] = Array(",}".utf8)
+        /// Each fragment the batch uses, once, as `,<fragment>}`: a bare record is its
+        /// bytes without the final `}`, then that (from its `,` on, or after it for an
+        /// empty object).
+        var pool: [UInt8] = []
         /// The pieces, in order, and whether each ends a record.
         var pieces: [(source: Source, ends: Bool)] = []
         /// The number of records (events).
@@ -234,15 +236,18 @@ final class RingContexts {
                 let key = context?.position ?? .max
                 if batch.fragments[key] == nil {
                     let fragment = context?.fragment ?? fallbackFragment()
-                    batch.fragments[key] = (batch.pool.count, fragment.count)
+                    batch.fragments[key] = (batch.pool.count, fragment.count + 2)
+                    batch.pool.append(UInt8(ascii: ","))
                     batch.pool.append(contentsOf: fragment)
+                    batch.pool.append(UInt8(ascii: "}"))
                 }
                 if context == nil { batch.fallbacks += 1 }
                 let f = batch.fragments[key] ?? (0, 0)
+                // No comma after an empty object.
+                let comma = r.bytes[r.bytes.count - 2] != UInt8(ascii: "{")
                 batch.pieces.append((.ring(UnsafeRawBufferPointer(rebasing: r.bytes[0..<r.bytes.count - 1])), false))
-                if r.bytes[r.bytes.count - 2] != UInt8(ascii: "{") { batch.pieces.append((.pool(offset: 0, count: 1), false)) }
-                batch.pieces.append((.pool(offset: f.offset, count: f.count), false))
-                batch.pieces.append((.pool(offset: 1, count: 1), true))
+                batch.pieces.append((.pool(offset: comma ? f.offset : f.offset + 1, count: comma ? f.count : f.count - 1),
+                                     true))
             }
         }
         fallbacks += batch.fallbacks

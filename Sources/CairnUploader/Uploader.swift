@@ -1,4 +1,5 @@
 import CairnStore
+import CCairn
 import Foundation
 
 /// Options of the ``Uploader``.
@@ -194,18 +195,22 @@ public final class Uploader: @unchecked Sendable {
     private let contexts: RingContexts
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
     private var lastSync: ContinuousClock.Instant
+    /// Batches framed since the heap was last trimmed, and when that was.
+    private var framedSinceTrim = 0
+    private var lastTrim = ContinuousClock().now
     /// Until a replay fails, stored requests are due whatever their backoff said: a new
     /// process (often with a corrected URL or key) tries them all at once.
     private var replayAllDue = true
     /// Batches grow under load: a batch that its limits cut short (more records wait
-    /// behind it) doubles the next one's limits, up to ``maxBatchScale`` times the
-    /// options' (and a quarter of the ring); a batch that closes on its age halves them.
+    /// behind it) while half the request slots or more are out doubles the next one's
+    /// limits, up to ``maxBatchScale`` times the options' (and an eighth of the ring); a
+    /// batch that closes on its age halves them.
     private var batchScale = 1
     /// Ring bytes per record in the last batch, to tell where a batch will be full.
     private var ringBytesPerRecord: UInt64 = 256
 
     /// How far batches grow under load: 16 times ``UploaderOptions/maxBatchEvents`` and
-    /// ``UploaderOptions/maxBatchBytes`` (never more than a quarter of the ring's bytes).
+    /// ``UploaderOptions/maxBatchBytes`` (never more than an eighth of the ring's bytes).
     public static let maxBatchScale = 16
 
     /// Creates an uploader; nothing runs until ``start()``.
@@ -470,6 +475,7 @@ public final class Uploader: @unchecked Sendable {
                 try? store?.sync()
                 lastSync = now
             }
+            trimHeapIfDue(now)
             collectOutcomes()
             releaseDone()
             var wake: [ContinuousClock.Instant] = []
@@ -538,7 +544,14 @@ public final class Uploader: @unchecked Sendable {
                 let fullAt = first + min(UInt64(limits.bytes), UInt64(limits.events) * ringBytesPerRecord)
                 return ring.armFillAlarm(at: fullAt) ? due : min(due, now + .milliseconds(1))
             }
-            batchScale = full ? min(batchScale * 2, Self.maxBatchScale) : max(1, batchScale / 2)
+            // Grow only while requests queue up (half the slots out or more): a full batch
+            // alone, with the collector keeping up, is no reason to hold more in memory.
+            let out = flights.filter { !$0.done }.count
+            if full && out >= max(1, maxInFlight / 2) {
+                batchScale = min(batchScale * 2, Self.maxBatchScale)
+            } else if !full {
+                batchScale = max(1, batchScale / 2)
+            }
             // The mark names the run from where this batch was read (padding may come
             // before the first record), which is where the next start finds it.
             let mark = RingBatchMark(ringID: ring.id, first: from, next: run.next,
@@ -551,6 +564,17 @@ public final class Uploader: @unchecked Sendable {
         return nil
     }
 
+    /// Gives the memory that batches freed back to the system, at most 4 times a second
+    /// while batches are framed: their records, pieces and bodies come and go in the
+    /// worker's heap arena, which glibc otherwise keeps at its largest
+    /// (`cairn_heap_trim`: every arena, the host's included, but only what is free).
+    private func trimHeapIfDue(_ now: ContinuousClock.Instant) {
+        guard framedSinceTrim > 0, now - lastTrim >= .milliseconds(250) else { return }
+        cairn_heap_trim()
+        framedSinceTrim = 0
+        lastTrim = now
+    }
+
     /// A metadata slot no flight holds.
     private func freeSlot() -> Int {
         var slot = 0
@@ -561,7 +585,7 @@ public final class Uploader: @unchecked Sendable {
     /// The limits of the next batch: the options' times ``batchScale``.
     private var batchLimits: (events: Int, bytes: Int) {
         let bytes = min(options.maxBatchBytes.multipliedReportingOverflow(by: batchScale).partialValue,
-                        max(options.maxBatchBytes, Int(clamping: ring.capacity / 4)))
+                        max(options.maxBatchBytes, Int(clamping: ring.capacity / 8)))
         return (options.maxBatchEvents * batchScale, bytes)
     }
 
@@ -594,6 +618,10 @@ public final class Uploader: @unchecked Sendable {
                 try encoder.encode(batchID: mark.batchID, pieces: slices, ends: ends)
             }
             if let tap = options.tap { tap(batch.records()) }
+            framedSinceTrim += 1
+            // The request holds the batch now: its ring pages need not stay in memory
+            // while it is out (the ring file keeps them until they are released).
+            try? ring.releasePages(from: mark.first, to: run.next)
             try? store?.setMetadata(RingBatchMark.metadataKey(slot: slot), mark.encoded())
             // A resumed batch may already have reached the collector, which then drops this
             // copy as a duplicate: drops ride with a new batch instead, and with one

@@ -422,6 +422,39 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
 int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
 
 /**
+ * Returns the free memory of the C heap to the system: glibc's malloc_trim(0), which
+ * releases free pages inside every malloc arena (the calling thread's and others'),
+ * never memory in use. For a consumer whose per-batch buffers come and go: an arena
+ * otherwise stays at its largest.
+ *
+ * @return 1 when memory was released, 0 when there was none to release.
+ *
+ * Ownership: nothing changes hands.
+ * Thread-safety: safe from any thread (takes each arena's lock in turn).
+ * Async-signal-safe: no.
+ */
+int cairn_heap_trim(void);
+
+/**
+ * Drops the pages wholly inside [from, to) from this process's memory, as committed
+ * pages are, without consuming anything: for records the consumer has read and keeps
+ * elsewhere until they are safe (a batch framed into a request that is in flight). The
+ * file keeps their contents (the mapping is shared); reading them again faults them
+ * back in. A no-op when the ring was opened with `reclaim_bytes` 0.
+ *
+ * @param ring  The ring.
+ * @param from  At or after the read position.
+ * @param to    At most the furthest position a peek has returned, and not before `from`.
+ * @return 0; CAIRN_EINVAL for a range outside [read position, furthest peeked]; an
+ *         errno value when madvise fails.
+ *
+ * Ownership: nothing changes hands.
+ * Thread-safety: one consumer thread at a time (with cairn_ring_peek()).
+ * Async-signal-safe: no (calls madvise).
+ */
+int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to);
+
+/**
  * Writes the mapping to disk (msync MS_SYNC), for durability across power loss.
  *
  * @param ring  The ring.
