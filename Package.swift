@@ -81,7 +81,8 @@ let package = Package(
         .executableTarget(name: "cairn-service-child", dependencies: ["Cairn"], path: "Tests/ServiceChild"),
         .testTarget(name: "CairnTests",
                     dependencies: ["Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
-                                  "cairn-service-child", "cairn", "cairn-crash-child"],
+                                  "cairn-service-child", "cairn", "cairn-crash-child",
+                                  "CairnBenchmarks", "cairn-bench-host", "cairn-bench-baseline"],
                     path: "Tests/CairnTests"),
 
         // A child process for kill tests: appends to a ring until it is SIGKILLed.

@@ -179,13 +179,15 @@ func spawnAndReap(_ path: String) -> Double? {
     let at10k = run(rate: 10_000)
     record("drops_at_10k_50ms", "events dropped at 10k/s, 50 ms collector, \(seconds) s", at10k.run.outcome("dropped"),
            "events", goal: "0")
-    let at100k = run(rate: 100_000)
-    record("drops_at_100k_50ms", "events dropped at 100k/s, 50 ms collector, \(seconds) s",
-           at100k.run.outcome("dropped"), "events", goal: "0")
-    record("rss_delta_kb_100k", "RSS added at 100k/s, 50 ms collector", at100k.run.first("rss_kb")
-           - at100k.baseline.first("rss_kb"), "KiB", goal: "<= 2048", budget: 5.0 * 1024)
-    record("private_delta_kb_100k", "private dirty added at 100k/s", at100k.run.first("private_dirty_kb")
-           - at100k.baseline.first("private_dirty_kb"), "KiB", goal: "<= 1024")
+    // Three runs: the most any run dropped, the median memory.
+    let at100k = (0..<3).map { _ in run(rate: 100_000) }
+    record("drops_at_100k_50ms", "events dropped at 100k/s, 50 ms collector, \(seconds) s (worst of 3)",
+           at100k.map { $0.run.outcome("dropped") }.max() ?? .nan, "events", goal: "0")
+    let runs = (cairn: at100k.map(\.run), baseline: at100k.map(\.baseline))
+    record("rss_delta_kb_100k", "RSS added at 100k/s, 50 ms collector", delta(runs, "rss_kb"), "KiB",
+           goal: "<= 2048", budget: 5.0 * 1024)
+    record("private_delta_kb_100k", "private dirty added at 100k/s", delta(runs, "private_dirty_kb"), "KiB",
+           goal: "<= 1024")
     let flat = run(rate: 0)
     let elapsed = flat.run.outcome("elapsed_ms") / 1000
     record("e2e_default_events_per_s", "track() flat out to delivered, defaults, 50 ms collector",

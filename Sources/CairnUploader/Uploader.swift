@@ -475,7 +475,6 @@ public final class Uploader: @unchecked Sendable {
                 try? store?.sync()
                 lastSync = now
             }
-            trimHeapIfDue(now)
             collectOutcomes()
             releaseDone()
             var wake: [ContinuousClock.Instant] = []
@@ -526,7 +525,10 @@ public final class Uploader: @unchecked Sendable {
                 // next batch, whose mark starts before it.
                 if flights.isEmpty && run.next != ring.readPosition { try? ring.commit(upTo: run.next) }
                 firstSeen = nil
-                if flights.isEmpty { markIdle(generation) }
+                if flights.isEmpty {
+                    markIdle(generation)
+                    trimHeapIfDue(now)
+                }
                 // Records are 16 bytes at least: wake early rather than late, and measure.
                 let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * 16)
                 return ring.armFillAlarm(at: fullAt) ? now + options.maxBatchAge : now + .milliseconds(1)
@@ -564,12 +566,13 @@ public final class Uploader: @unchecked Sendable {
         return nil
     }
 
-    /// Gives the memory that batches freed back to the system, at most 4 times a second
-    /// while batches are framed: their records, pieces and bodies come and go in the
-    /// worker's heap arena, which glibc otherwise keeps at its largest
-    /// (`cairn_heap_trim`: every arena, the host's included, but only what is free).
+    /// Once the uploader is idle after framing batches, gives the memory they freed back
+    /// to the system, at most once a second: records, pieces and bodies come and go in
+    /// the worker's heap arena, which glibc otherwise keeps at its largest
+    /// (`cairn_heap_trim`: every arena, but only what is free). Never under load, when
+    /// the same memory is about to be used again.
     private func trimHeapIfDue(_ now: ContinuousClock.Instant) {
-        guard framedSinceTrim > 0, now - lastTrim >= .milliseconds(250) else { return }
+        guard framedSinceTrim > 0, now - lastTrim >= .seconds(1) else { return }
         cairn_heap_trim()
         framedSinceTrim = 0
         lastTrim = now
