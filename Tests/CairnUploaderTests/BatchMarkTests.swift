@@ -61,6 +61,10 @@ import Testing
         let ta = Recorder(blockAt: 2)
         var opts = UploaderOptions(url: "http://127.0.0.1:9/v1/batch", maxBatchEvents: 3, maxBatchAge: .milliseconds(10))
         opts.breaker = CircuitBreaker(threshold: 1000)
+        // One request at a time, so that "the second request" is the second batch (with
+        // several out, the collector may see them in either order; the kill loop covers
+        // several batches out at a kill).
+        opts.maxInFlight = 1
         let up = Uploader(ring: ring, store: store, transport: ta, options: opts)
         up.start()
         ta.reached.wait()
