@@ -569,8 +569,7 @@ record("e2e_events_per_s", "track to acknowledged upload, loopback, 2 cores", be
 /// by the handler itself and written into the report; median of several crashes of the
 /// `cairn-crash-child` built beside this executable.
 func benchCrashHandler(runs: Int) -> Double {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    let child = URL(fileURLWithPath: exe).deletingLastPathComponent().path + "/cairn-crash-child"
+    let child = productsDirectory() + "/cairn-crash-child"
     guard FileManager.default.isExecutableFile(atPath: child) else { return .nan }
     let dir = scratch + "/crashes"
     try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -603,8 +602,7 @@ record("crash_handler_ms", "crash report written inside the handler", benchCrash
 /// files on disk with a fresh `Symbolizer` (ELF symbols, demangling, DWARF lines).
 /// Median over several runs; the files are in the page cache after the first.
 func benchSymbolicate(runs: Int) -> Double {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    let child = URL(fileURLWithPath: exe).deletingLastPathComponent().path + "/cairn-swift-crash-child"
+    let child = productsDirectory() + "/cairn-swift-crash-child"
     guard FileManager.default.isExecutableFile(atPath: child) else { return .nan }
     let dir = scratch + "/symbolicate"
     try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -738,8 +736,7 @@ _ = benchSDK?.shutdown(timeout: .seconds(10))
 /// exists (the common case: every start but the first), or, with `fresh`, each with a
 /// new data directory (the first start, which also creates directories and the ring).
 func benchStart(runs: Int, fresh: Bool) -> (p50: Double, p99: Double) {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    let child = URL(fileURLWithPath: exe).deletingLastPathComponent().path + "/cairn-service-child"
+    let child = productsDirectory() + "/cairn-service-child"
     guard FileManager.default.isExecutableFile(atPath: child) else { return (.nan, .nan) }
     func startOnce(_ dir: String) -> Double? {
         let p = Process()

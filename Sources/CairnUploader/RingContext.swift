@@ -185,18 +185,12 @@ final class RingContexts {
         return e
     }
 
-    /// The context in force just before `position`, or nil when unknown.
-    private func inForce(before position: UInt64) -> [UInt8]? {
-        guard let e = entries.last(where: { $0.position < position }), !e.fragment.isEmpty else { return nil }
-        return e.fragment
-    }
-
     // MARK: Completing records
 
     /// `run` cut so that its records, completed, total at most `maxBytes` (the batch
     /// limit is on what is sent), keeping at least one event.
     func fitting(_ run: Ring.Run, maxBytes: Int) -> Ring.Run {
-        var context = inForce(before: run.records.first?.position ?? 0)
+        var context = inForceEntry(before: run.records.first?.position ?? 0)?.fragment
         var total = 0
         var events = 0
         for (i, r) in run.records.enumerated() {

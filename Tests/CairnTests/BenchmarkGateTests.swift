@@ -9,17 +9,7 @@ import Testing
 /// release build.
 @Suite(.serialized) struct BenchmarkGateTests {
     func runBenchmark(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: productsDirectory + "/CairnBenchmarks")
-        p.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+        try runCapturing(productsDirectory + "/CairnBenchmarks", arguments)
     }
 
     @Test func aFigureOverItsBudgetFailsTheRun() throws {
