@@ -720,15 +720,19 @@ public final class Uploader: @unchecked Sendable {
                 next = min(next ?? f.due, f.due)
                 continue
             }
-            // Several attempts at once while the collector answers; one at a time while it
-            // fails (and while the breaker probes).
-            let sending = flights.filter(\.sending).count + (replaying == nil ? 0 : 1)
-            if sending >= maxInFlight || (sending > 0 && state.withLock({ $0.collectorFailing })) { break }
+            if !canSendAnother { break }
             f.sending = true
             dispatch(token: f.token, request, attempt: f.attempts)
             f.attempts += 1
         }
         return next
+    }
+
+    /// Whether another attempt may start now: several at once while the collector
+    /// answers, one at a time while it fails (and while the breaker probes).
+    private var canSendAnother: Bool {
+        let sending = flights.filter(\.sending).count + (replaying == nil ? 0 : 1)
+        return sending < maxInFlight && (sending == 0 || !state.withLock { $0.collectorFailing })
     }
 
     /// Keeps a flight's exact request in the store and releases its records in turn;
@@ -767,9 +771,7 @@ public final class Uploader: @unchecked Sendable {
     private func replayIfDue() {
         guard replaying == nil, !options.storeOnly, let store,
               !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }) else { return }
-        let sending = flights.filter(\.sending).count
-        guard sending < maxInFlight, sending == 0 || !state.withLock({ $0.collectorFailing }),
-              let snapshot = try? store.oldest(limit: 1, readyAt: replayReadyAt).first,
+        guard canSendAnother, let snapshot = try? store.oldest(limit: 1, readyAt: replayReadyAt).first,
               breaker.allows(at: clock.now) else { return }
         nextToken += 1
         replaying = Replaying(token: nextToken, snapshot: snapshot)
