@@ -77,6 +77,7 @@ typedef struct cairn__ring_plan {
     uint64_t read_pos;
     uint64_t write_pos;
     uint32_t repairs; /* CAIRN_RING_REPAIR_* bits; 0 for a sound file */
+    int header_only;  /* the header alone planned it: the data area was not read */
 } cairn__ring_plan_t;
 
 /* Plans the opening of an existing ring file from its header `hdr`
@@ -87,7 +88,8 @@ typedef struct cairn__ring_plan {
  * (docs/FORMATS.md, "Recovery"). Returns 0 with *plan filled; CAIRN_EVERSION for a
  * file of a newer format (its header checks out, its version or flags are unknown);
  * CAIRN_ECORRUPT when nothing in it can be trusted (no sound header, no intact
- * record); CAIRN_ENOMEM. */
+ * record); CAIRN_ENOMEM. With `data` NULL, a plan whose `header_only` is 0 must be made
+ * again with the data area. */
 int cairn__ring_plan(const unsigned char *hdr, uint64_t file_size, const unsigned char *data,
                      uint64_t avail, cairn__ring_plan_t *plan);
 

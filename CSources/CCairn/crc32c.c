@@ -10,6 +10,11 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__has_include)
+#if __has_include(<sys/platform/x86.h>)
+#include <sys/platform/x86.h> /* glibc 2.33+: the CPU features it read at load */
+#endif
+#endif
 #endif
 
 static uint32_t crc_table[8][256];
@@ -162,8 +167,14 @@ static int have_hw(void)
     static int cached; /* 0 = unknown, 1 = no, 2 = yes */
     int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
     if (v == 0) {
+#if defined(CPU_FEATURE_ACTIVE)
+        /* glibc asked the CPU at load; `cpuid` itself traps to the hypervisor in a VM
+         * (about 13 us each, on the caller's thread in `cairn_ring_open`). */
+        v = CPU_FEATURE_ACTIVE(SSE4_2) ? 2 : 1;
+#else
         unsigned a, b, c, d;
         v = (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_2)) ? 2 : 1;
+#endif
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v == 2;

@@ -163,6 +163,7 @@ struct cairn_ring {
     uint64_t reclaimed_to; /* pages before this position have been dropped */
     uint64_t populated_to; /* pages before this position have been prefaulted */
     int populate_failed;   /* the kernel lacks MADV_POPULATE_WRITE */
+    int unread_advised;    /* the first peek asked the kernel to read the unread part */
     /* Set at open. */
     cairn__recovery_t recovery;
     uint32_t origin;
@@ -741,6 +742,7 @@ int cairn__ring_plan(const unsigned char *hdr, uint64_t file_size, const unsigne
         plan->salt = stored_salt;
         plan->read_pos = read;
         plan->write_pos = write;
+        plan->header_only = 1;
     } else {
         int rc = plan_from_records(fixed_ok, stored_salt, read, read_ok, read_checked, write, data,
                                    avail < cap ? avail : cap, plan);
@@ -1112,16 +1114,17 @@ static int plan_file(int fd, uint64_t size, cairn__ring_plan_t *plan)
         if (n == 0) break;
         got += (size_t)n;
     }
+    /* The header first: when it is sound (the common case) the records are not read,
+     * and the data area need not be mapped here. */
+    int rc = cairn__ring_plan(hdr, size, NULL, 0, plan);
+    if (plan->header_only) return rc;
     const uint64_t most = CAIRN_RING_HEADER_SIZE + (uint64_t)CAIRN_RING_MAX_CAPACITY;
     const uint64_t map_len = size < most ? size : most;
-    unsigned char *map = NULL;
-    if (map_len > CAIRN_RING_HEADER_SIZE) {
-        map = mmap(NULL, (size_t)map_len, PROT_READ, MAP_SHARED, fd, 0);
-        if (map == MAP_FAILED) return errno;
-    }
-    int rc = cairn__ring_plan(hdr, size, map ? map + CAIRN_RING_HEADER_SIZE : NULL,
-                              map ? map_len - CAIRN_RING_HEADER_SIZE : 0, plan);
-    if (map) munmap(map, (size_t)map_len);
+    if (map_len <= CAIRN_RING_HEADER_SIZE) return rc;
+    unsigned char *map = mmap(NULL, (size_t)map_len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) return errno;
+    rc = cairn__ring_plan(hdr, size, map + CAIRN_RING_HEADER_SIZE, map_len - CAIRN_RING_HEADER_SIZE, plan);
+    munmap(map, (size_t)map_len);
     return rc;
 }
 
@@ -1168,8 +1171,11 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
         capacity = plan.capacity;
         const uint64_t full = CAIRN_RING_HEADER_SIZE + capacity;
         /* Make sure every block exists: a copied or restored file may be sparse, a
-         * truncated one short (its missing bytes come back as zeros: no record). */
-        if ((rc = posix_fallocate(fd, 0, (off_t)full)) != 0) goto fail;
+         * truncated one short (its missing bytes come back as zeros: no record). A file
+         * of the right size with as many blocks as bytes is whole already (the common
+         * case; fallocate would still cost a journal transaction). */
+        const int allocated = size == full && (uint64_t)st.st_blocks * 512 >= full;
+        if (!allocated && (rc = posix_fallocate(fd, 0, (off_t)full)) != 0) goto fail;
         if (size < full) restored = full - size;
         if (size > full) {
             /* Bytes past the ring belong to no record: cut, the file is a ring again. */
@@ -1185,6 +1191,13 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     r->map_len = CAIRN_RING_HEADER_SIZE + capacity;
     r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (r->map == MAP_FAILED) { rc = errno; free(r); goto fail; }
+    /* No read-ahead on faults: the producers fault pages in one at a time as they
+     * write, and the background side populates ahead (MADV_POPULATE_WRITE). With the
+     * default read-ahead, the first fault on a new ring reads (zero-fills) up to
+     * read_ahead_kb of it (8 MiB on some systems): milliseconds on the thread that opens
+     * the ring, and as much page cache charged to the service. What a
+     * restart finds unread is read ahead deliberately, at the first peek. */
+    (void)madvise(r->map, r->map_len, MADV_RANDOM);
     r->area.data = r->map + CAIRN_RING_HEADER_SIZE;
     r->area.capacity = capacity;
     r->write_pos = (uint64_t *)(r->map + H_WRITE_POS);
@@ -1382,6 +1395,8 @@ static int is_boundary(const cairn_ring_t *ring, uint64_t pos, uint64_t tail, ui
     return pos == tail || pos == ring->peeked_to || valid_record_at(&ring->area, pos, head, NULL, &total, &len_kind);
 }
 
+static int advise(cairn_ring_t *ring, uint64_t from, uint64_t to, int advice);
+
 int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *records,
                     size_t max_records, size_t max_bytes, uint64_t *next)
 {
@@ -1389,6 +1404,12 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
     uint64_t tail = load_acq(ring->read_pos);
     uint64_t head = load_acq(ring->write_pos);
     if (!is_boundary(ring, from, tail, head)) return CAIRN_EINVAL;
+    if (!ring->unread_advised) {
+        /* What an earlier run left unread, in one asynchronous read instead of a fault
+         * per page (the mapping reads no further ahead itself: MADV_RANDOM). */
+        ring->unread_advised = 1;
+        (void)advise(ring, tail, head, MADV_WILLNEED);
+    }
     size_t n = 0, bytes = 0;
     uint64_t pos = from;
     while (pos < head && n < max_records) {

@@ -189,6 +189,15 @@ static int parse_url(const char *url, size_t len, target *out, const char **why)
     return 0;
 }
 
+int cairn_http_url_check(const char *url, size_t url_len, const char **why)
+{
+    target t;
+    const char *problem = "the URL is missing";
+    if (url && parse_url(url, url_len, &t, &problem) == 0) return 0;
+    if (why) *why = problem;
+    return CAIRN_HTTP_EINVALID;
+}
+
 /* ------------------------------------------------------------------------------ */
 /* Proxies                                                                          */
 /* ------------------------------------------------------------------------------ */

@@ -1,4 +1,5 @@
 import CairnProcessor
+import CairnStore
 import CairnUploader
 import Foundation
 
@@ -184,7 +185,7 @@ extension Cairn {
             var problems: [EnvironmentProblem] = []
             func value(_ key: String) -> String? {
                 guard let raw = env[key] else { return nil }
-                let v = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+                let v = raw.trimmingWhiteSpace
                 return v.isEmpty ? nil : v
             }
             func flag(_ key: String, option: String) -> Bool? {
@@ -249,7 +250,7 @@ extension Cairn {
         func normalized() -> Options {
             var o = self
             func trim(_ s: String?) -> String? {
-                guard let t = s?.trimmingCharacters(in: .whitespacesAndNewlines), !t.isEmpty else { return nil }
+                guard let t = s?.trimmingWhiteSpace, !t.isEmpty else { return nil }
                 return t
             }
             o.uploadURL = trim(uploadURL)
@@ -280,13 +281,8 @@ extension Cairn {
             if appID.isEmpty { throw bad("appID", "is empty (set it, or CAIRN_APP_ID)") }
             if distinctID.isEmpty { throw bad("distinctID", "is empty (a host or instance id suits a service)") }
             if dataDirectory.isEmpty { throw bad("dataDirectory", "is empty") }
-            if let url = o.uploadURL {
-                let lower = url.lowercased()
-                let visible = url.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
-                guard visible, lower.hasPrefix("http://") || lower.hasPrefix("https://"),
-                      URL(string: url)?.host != nil else {
-                    throw bad("uploadURL", "\(url.debugDescription) is not an http or https URL (CAIRN_UPLOAD_URL)")
-                }
+            if let url = o.uploadURL, let why = HTTPTransport.problem(withURL: url) {
+                throw bad("uploadURL", "\(url.debugDescription) cannot be used: \(why) (CAIRN_UPLOAD_URL)")
             }
             if let key = o.apiKey, !key.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
                 throw bad("apiKey", "holds a control or non-ASCII character, which an HTTP header cannot carry "

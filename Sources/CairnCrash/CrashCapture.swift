@@ -189,7 +189,8 @@ public final class CrashCapture: @unchecked Sendable {
         let sessionID = uuidV7(millis: now)
         let start = RunStart(sessionID: sessionID, pid: getpid(), startedAtMillis: now, release: options.release,
                              attributes: options.attributes)
-        let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.line)
+        let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.line,
+                                            spare: dir + "/" + Self.spareName)
         var flags = CAIRN_CRASH_DEFER_WARM_UP
         if options.captureSIGQUIT { flags |= CAIRN_CRASH_SIGQUIT }
         let rc = dir.withCString { d in
@@ -222,6 +223,8 @@ public final class CrashCapture: @unchecked Sendable {
             if options.deferSetup {
                 (s.claimed, s.live) = Self.claimEndedRuns(in: options.directory, except: sessionID)
             }
+            // The next start's run record, made now, off the thread that starts.
+            LockedFile.makeSpare(options.directory + "/" + Self.spareName)
             if !s.ended, let (file, kills) = OOMCounter.locate() {
                 let line: JSONValue = .object([("oom", .object([("file", .string(file)), ("oom_kill", .uint(kills))]))])
                 // Best effort: without this line the run can end as `abnormal` but not `oom_killed`.
@@ -405,6 +408,10 @@ public final class CrashCapture: @unchecked Sendable {
         }
         return (claimed, live)
     }
+
+    /// The empty file the next start renames into its run record (docs/FORMATS.md,
+    /// "Run record").
+    static let spareName = "next-run.record"
 
     private static func idOf(_ path: String) -> String? {
         let name = (path as NSString).lastPathComponent

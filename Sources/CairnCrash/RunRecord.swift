@@ -155,9 +155,18 @@ final class LockedFile {
     }
 
     /// Creates `path` holding `line` and a newline, locked from before it appears under
-    /// its name (written as `<path>.tmp`, locked, then renamed), so no other process can
-    /// mistake it for a dead run's.
-    static func create(_ path: String, line: [UInt8]) throws(CrashCaptureError) -> LockedFile {
+    /// its name (written under another name, locked, then renamed), so no other process
+    /// can mistake it for a dead run's. It takes the empty file at `spare` when there is
+    /// one (see ``makeSpare(_:)``): creating a file costs about 50 us on ext4, renaming
+    /// one about 10, and this runs on the thread that calls `start`. Otherwise it
+    /// creates `<path>.tmp`.
+    static func create(_ path: String, line: [UInt8], spare: String? = nil) throws(CrashCaptureError) -> LockedFile {
+        if let spare, let fd = takeSpare(spare) {
+            let file = LockedFile(path: path, fd: fd)
+            if (try? file.append(line)) != nil, rename(spare, path) == 0 { return file }
+            // Not taken after all: leave it empty for the next start, and create.
+            _ = ftruncate(fd, 0)
+        }
         let tmp = path + ".tmp"
         let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw .io("open \(tmp)", errno) }
@@ -177,6 +186,27 @@ final class LockedFile {
             throw error
         }
         return file
+    }
+
+    /// Leaves an empty file at `spare` for the next `create` to take, unless one is
+    /// there. Best effort: without it, the next start creates its record itself.
+    static func makeSpare(_ spare: String) {
+        let fd = open(spare, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        if fd >= 0 { close(fd) }
+    }
+
+    /// The spare, open and locked, when it is there, empty and not being taken by
+    /// another process (which would hold its lock, or have renamed it already).
+    private static func takeSpare(_ spare: String) -> Int32? {
+        let fd = open(spare, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var held = stat(), named = stat()
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0, fstat(fd, &held) == 0, stat(spare, &named) == 0,
+              held.st_dev == named.st_dev, held.st_ino == named.st_ino, held.st_size == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 
     /// Appends `line` and a newline.

@@ -780,9 +780,11 @@ private struct KeyPatterns: Sendable {
             columns += 1
         }
         for c in UInt8(ascii: "A")...UInt8(ascii: "Z") { column[Int(c)] = column[Int(lowercaseASCII(c))] }
-        // The trie: child[state * columns + column] (-1: none), and which states end a
-        // pattern.
-        var child = [Int](repeating: -1, count: (bytes.count + 1) * columns)  // room for every state
+        // The trie, one row of `columns` entries per state, built in the table itself:
+        // an entry is the child state, 0 for none (the root is no one's child). One
+        // array of 32-bit entries, room for every state (this runs on the caller's
+        // thread in `Cairn.start`: 12 KiB for the default keys).
+        var next = [UInt32](repeating: 0, count: (bytes.count + 1) * columns)
         var final = [Bool](repeating: false, count: bytes.count + 1)
         var states = 1
         var start = 0
@@ -790,26 +792,24 @@ private struct KeyPatterns: Sendable {
             var state = 0
             for i in start..<end {
                 let slot = state * columns + Int(column[Int(bytes[i])])
-                if child[slot] < 0 {
-                    child[slot] = states
+                if next[slot] == 0 {
+                    next[slot] = UInt32(states)
                     states += 1
                 }
-                state = child[slot]
+                state = Int(next[slot])
             }
             final[state] = true
             start = end
         }
-        child.removeLast(child.count - states * columns)
+        next.removeLast(next.count - states * columns)
         final.removeLast(final.count - states)
-        // Breadth first, so a state's failure state is complete before the state itself;
-        // `next` becomes the automaton: a missing child goes where the failure state goes.
-        var next = [Int](repeating: 0, count: final.count * columns)
+        // Breadth first, so a state's failure state is complete before the state itself.
+        // In place: a row not yet visited holds only trie children (nonzero), and a
+        // missing child becomes where the failure state goes.
         var fail = [Int](repeating: 0, count: final.count)
         var queue: [Int] = []
-        for col in 0..<columns where child[col] > 0 {
-            next[col] = child[col]
-            queue.append(child[col])
-        }
+        queue.reserveCapacity(final.count)
+        for col in 0..<columns where next[col] != 0 { queue.append(Int(next[col])) }
         var head = 0
         while head < queue.count {
             let state = queue[head]
@@ -817,10 +817,9 @@ private struct KeyPatterns: Sendable {
             final[state] = final[state] || final[fail[state]]
             for col in 0..<columns {
                 let via = next[fail[state] * columns + col]
-                let c = child[state * columns + col]
-                if c >= 0 {
-                    fail[c] = via
-                    next[state * columns + col] = c
+                let c = Int(next[state * columns + col])
+                if c != 0 {
+                    fail[c] = Int(via)
                     queue.append(c)
                 } else {
                     next[state * columns + col] = via
@@ -828,7 +827,11 @@ private struct KeyPatterns: Sendable {
             }
         }
         // Entries hold the next state's row offset, so a step is one add and one load.
-        table = next.map { n in UInt32(n * columns) | (final[n] ? Self.accept : 0) }
+        for i in next.indices {
+            let n = Int(next[i])
+            next[i] = UInt32(n * columns) | (final[n] ? Self.accept : 0)
+        }
+        table = next
     }
 
     /// Whether the normalised key contains one of the patterns.

@@ -108,6 +108,19 @@ public final class HTTPTransport: Transport {
         return result
     }
 
+    /// Why requests to `url` cannot be sent, or nil when they can: the check every send
+    /// makes (an absolute http or https URL with a host, an optional port, no user
+    /// credentials, visible ASCII only), made ahead, for checking options.
+    public static func problem(withURL url: String) -> String? {
+        var url = url
+        return url.withUTF8 { u -> String? in
+            var why: UnsafePointer<CChar>?
+            guard u.withMemoryRebound(to: CChar.self, { cairn_http_url_check($0.baseAddress, $0.count, &why) }) != 0
+            else { return nil }
+            return why.map { String(cString: $0) } ?? "the URL cannot be sent"
+        }
+    }
+
     // MARK: - Connection pool
 
     /// An idle connection, the most recently used first (its socket is the likeliest

@@ -236,6 +236,37 @@ extension CRing {
         #expect(ring.drain() == Array(p.unconsumed))
     }
 
+    /// A sparse copy of a sound ring (its all-zero pages left as holes, as `cp
+    /// --sparse` or a restore may leave it) opens as it is, with every block allocated
+    /// again, so a write through the mapping cannot fail for want of disk space.
+    @Test func sparseFileIsAllocatedAgain() throws {
+        let dir = TempDir()
+        let records = (0..<20).map { i in Array("record \(i) ".utf8) + [UInt8](repeating: UInt8(i), count: 300) }
+        do {
+            let ring = try CRing(dir.file("original"))
+            for r in records { try #require(ring.append(r) == 0) }
+        }
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: dir.file("original"))))
+        let path = dir.file("r")
+        let fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0o644)
+        try #require(fd >= 0 && ftruncate(fd, off_t(bytes.count)) == 0)
+        for page in stride(from: 0, to: bytes.count, by: 4096) {
+            let chunk = bytes[page..<min(page + 4096, bytes.count)]
+            if chunk.allSatisfy({ $0 == 0 }) { continue }
+            _ = chunk.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(page)) }
+        }
+        close(fd)
+        func allocatedBytes() -> Int {
+            var st = stat()
+            return stat(path, &st) == 0 ? Int(st.st_blocks) * 512 : -1
+        }
+        try #require(allocatedBytes() < bytes.count, "the copy has holes")
+        let ring = try CRing(path)
+        #expect(ring.stats.origin == CAIRN_RING_REOPENED.rawValue && ring.stats.repairs == 0)
+        #expect(allocatedBytes() >= bytes.count)
+        #expect(ring.drain() == records)
+    }
+
     /// Both at once: no header, and the file cut in the middle of the data area.
     @Test func zeroedHeaderAndTruncatedFile() throws {
         let p = Self.pristine

@@ -120,6 +120,34 @@ import Testing
         #expect(!dirs.files().contains { $0.contains(first.session) }, "the run's record is deleted once stored")
     }
 
+    /// Each run leaves an empty spare file that the next start renames into its run
+    /// record (creating a file costs more than renaming one on the starting thread). The
+    /// spare is never taken for a run, and one that is not empty is left alone.
+    @Test func theNextRunRecordIsTheSpareTheLastRunLeft() throws {
+        let dirs = Dirs()
+        func inode(_ path: String) -> UInt64? {
+            var st = stat()
+            return stat(path, &st) == 0 ? UInt64(st.st_ino) : nil
+        }
+        let spare = dirs.crash + "/next-run.record"
+        let first = try Self.service(dirs, "clean")
+        #expect(first.status == 0)
+        let left = try #require(inode(spare), "the first run left a spare")
+        let second = try Self.service(dirs, "wait", signal: SIGKILL)
+        #expect(second.signaled)
+        #expect(inode(dirs.crash + "/run-\(second.session).json") == left, "the second run's record is that spare")
+        #expect(inode(spare) != nil && inode(spare) != left, "and it left a new one")
+        // A spare with bytes in it (not ours, or damaged) is neither taken nor reported.
+        try Data("garbage".utf8).write(to: URL(fileURLWithPath: spare))
+        let garbage = try #require(inode(spare))
+        let third = try Self.service(dirs, "clean")
+        #expect(third.status == 0 && inode(dirs.crash + "/run-\(third.session).json") != garbage)
+        #expect((try? Data(contentsOf: URL(fileURLWithPath: spare))) == Data("garbage".utf8))
+        let next = try Self.nextStart(dirs)
+        let reasons = Dictionary(next.runs.map { ($0["session_id"] as? String ?? "", $0["reason"] as? String ?? "") }) { a, _ in a }
+        #expect(reasons == [first.session: "clean", second.session: "abnormal", third.session: "clean"])
+    }
+
     @Test func sigkillIsReportedAbnormal() throws {
         let dirs = Dirs()
         let first = try Self.service(dirs, "wait", signal: SIGKILL)

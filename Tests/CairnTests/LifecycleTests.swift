@@ -169,6 +169,9 @@ import Testing
             ("CAIRN_PRIVACY", "maybe", "privacy.enabled"),
             ("CAIRN_BATCH_EVENTS", "5e2", "maxBatchEvents"),
             ("CAIRN_UPLOAD_URL", "http://collector .example/v1", "uploadURL"),
+            // Refused by the transport at every send, so refused at start.
+            ("CAIRN_UPLOAD_URL", "https://user:secret@collector.example/v1", "uploadURL"),
+            ("CAIRN_UPLOAD_URL", "http://[::1/v1", "uploadURL"),
             ("CAIRN_API_KEY", "a\nb", "apiKey"),
             ("CAIRN_HEALTH_INTERVAL_MS", "-5", "healthInterval"),
         ]

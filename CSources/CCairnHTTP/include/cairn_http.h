@@ -370,6 +370,23 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
                          cairn_http_response_t *response);
 
 /**
+ * Checks a URL as cairn_http_conn_send() reads it, without sending anything: an
+ * absolute http:// or https:// URL with a host (name, IPv4 or [IPv6] literal), an
+ * optional port, no user credentials, and only visible ASCII characters.
+ *
+ * @param url      The URL (not necessarily NUL-terminated).
+ * @param url_len  Its length in bytes.
+ * @param why      Receives, when the URL cannot be sent, a static NUL-terminated
+ *                 sentence saying why; untouched otherwise. May be NULL.
+ * @return         0 when a request to this URL can be sent, CAIRN_HTTP_EINVALID when
+ *                 it cannot.
+ *
+ * Thread-safety: any thread.
+ * Async-signal-safe: no.
+ */
+int cairn_http_url_check(const char *url, size_t url_len, const char **why);
+
+/**
  * The message of the connection's last failed send: what failed, with the system's,
  * OpenSSL's or the certificate check's own text.
  *
