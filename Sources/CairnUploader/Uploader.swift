@@ -122,7 +122,8 @@ public struct UploaderStats: Sendable, Equatable {
 /// with backoff, honours `Retry-After`, stores what cannot be delivered in the
 /// snapshot store and replays it later, with the same bytes and idempotency key.
 ///
-/// One background thread forms batches and decides what happens to them; up to
+/// One background thread forms batches (up to twice ``UploaderOptions/maxInFlight``
+/// framed at once while the collector answers) and decides what happens to them; up to
 /// ``UploaderOptions/maxInFlight`` sender threads, started as they are needed, make the
 /// attempts. The ring's records are released, in order, only when their batch is
 /// acknowledged or safely stored.
@@ -506,11 +507,21 @@ public final class Uploader: @unchecked Sendable {
     /// Something changed in this pass that may allow more work at once.
     private var progressed = false
 
-    /// Forms batches from the ring while fewer than ``UploaderOptions/maxInFlight`` are
-    /// out and one is due (full, old enough, or a flush waits). Returns when to look
-    /// again when the next batch is not due yet.
+    /// How many batches may be formed and not yet released: the requests out, plus as
+    /// many again framed ahead while the collector answers. A batch framed ahead waits
+    /// in memory compressed (about a tenth of its size in the ring) instead of in the
+    /// ring's pages, which go as soon as it is framed: at 100k events a second and
+    /// every slot out for a 50 ms round trip, the ring otherwise holds 2 MiB or more
+    /// unframed. While the collector fails, no more than the requests allowed out.
+    private var maxFormed: Int {
+        state.withLock { $0.collectorFailing } ? maxInFlight : min(2 * maxInFlight, RingBatchMark.slots)
+    }
+
+    /// Forms batches from the ring while fewer than ``maxFormed`` are formed and not yet
+    /// released and one is due (full, old enough, or a flush waits). Returns when to
+    /// look again when the next batch is not due yet.
     private func formBatches() -> ContinuousClock.Instant? {
-        while flights.count < maxInFlight {
+        while flights.count < maxFormed {
             let now = clock.now
             let generation = state.withLock { $0.flushGeneration }
             let limits = batchLimits

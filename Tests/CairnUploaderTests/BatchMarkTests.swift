@@ -131,3 +131,38 @@ import Testing
         #expect(t.keys.filter { $0 != "stored-key" }.isEmpty, "the stored batch's records were sent again under another key")
     }
 }
+
+/// While every request slot is out, the next batch is framed ahead (its ring pages can
+/// go; it waits in memory compressed), one batch per slot at most. The tap sees each
+/// batch as it is framed. The transport is a recorder that holds the first request: a
+/// real collector cannot be made to stall one request on cue.
+@Suite(.serialized) struct FrameAheadTests {
+    @Test func oneBatchPerSlotIsFramedAheadWhileTheSlotsAreOut() throws {
+        let base = NSTemporaryDirectory() + "/cairn-ahead-\(getpid())-\(UUID().uuidString.prefix(6))"
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+        let ring = try Ring(path: base + "/events.ring")
+        for i in 0..<12 { try ring.append(Array(#"{"event_id":"a-\#(i)"}"#.utf8)) }
+        let transport = BatchMarkTests.Recorder(blockAt: 1)
+        let framed = Locked(0)
+        var opts = UploaderOptions(url: "http://127.0.0.1:9/v1/batch", maxBatchEvents: 3, maxBatchAge: .milliseconds(10))
+        opts.maxInFlight = 1
+        opts.tap = { records in framed.withLock { $0 += records.count } }
+        let up = Uploader(ring: ring, store: nil, transport: transport, options: opts)
+        up.start()
+        transport.reached.wait()
+        // Time for the worker to frame what it may (it would go on past the limit).
+        let deadline = ContinuousClock.now + .seconds(2)
+        while framed.withLock({ $0 }) < 6 && ContinuousClock.now < deadline { usleep(5_000) }
+        usleep(200_000)
+        #expect(framed.withLock { $0 } == 6, "the batch out and one framed ahead, no more")
+        #expect(transport.lock.withLock { transport.keys.count } == 1)
+        transport.gate.signal()
+        #expect(up.flush(timeout: .seconds(5)))
+        // The rest, in batches grown while the slot was out.
+        let sent = transport.lock.withLock { transport.keys.count }
+        #expect(framed.withLock { $0 } == 12 && sent >= 3, "framed \(framed.withLock { $0 }), sent \(sent)")
+        #expect(ring.stats().used == 0, "all released")
+        up.shutdown(timeout: .seconds(2))
+    }
+}
