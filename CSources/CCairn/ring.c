@@ -1473,7 +1473,7 @@ static void manage_pages(cairn_ring_t *ring, uint64_t tail)
     }
     if (ring->populate_failed) return;
     uint64_t head = load_acq(ring->write_pos);
-    uint64_t runway = 4 * (uint64_t)ring->reclaim_bytes;
+    uint64_t runway = 2 * (uint64_t)ring->reclaim_bytes;
     if (runway > ring->area.capacity / 4) runway = ring->area.capacity / 4;
     uint64_t from = ring->populated_to > head ? ring->populated_to : head;
     uint64_t to = head + runway < tail + ring->area.capacity ? head + runway : tail + ring->area.capacity;

@@ -188,16 +188,32 @@ public final class Ring: @unchecked Sendable {
     /// A run of records in order, and the position that releases them.
     public struct Run: @unchecked Sendable {
         /// The records, oldest first.
-        public let records: [Record]
+        public fileprivate(set) var records: [Record]
         /// Pass to ``Ring/commit(upTo:)`` to release the run, or to
         /// ``Ring/peek(from:maxRecords:maxBytes:)`` to continue after it.
-        public let next: UInt64
+        public fileprivate(set) var next: UInt64
+
+        init(records: [Record], next: UInt64) {
+            self.records = records
+            self.next = next
+        }
+
+        /// An empty run, to be filled by ``Ring/peek(from:maxRecords:maxBytes:into:)``.
+        public init() { self.init(records: [], next: 0) }
 
         /// The run of its first `count` records: it ends where the next record starts
         /// (the whole run when `count` covers it).
         public func prefix(_ count: Int) -> Run {
             guard count >= 0, count < records.count else { return self }
             return Run(records: Array(records.prefix(count)), next: records[count].position)
+        }
+
+        /// Keeps its first `count` records, as ``prefix(_:)`` would, in place: the
+        /// array keeps its storage.
+        public mutating func truncate(to count: Int) {
+            guard count >= 0, count < records.count else { return }
+            next = records[count].position
+            records.removeSubrange(count...)
         }
     }
 
@@ -377,26 +393,55 @@ public final class Ring: @unchecked Sendable {
     /// - Throws: ``CairnError/invalid`` when `from` is not the read cursor, the end of
     ///   an earlier run, or the position of a record.
     public func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int) throws(CairnError) -> Run {
+        var run = Run()
+        try peek(from: from, maxRecords: maxRecords, maxBytes: maxBytes, into: &run)
+        return run
+    }
+
+    /// ``peek(from:maxRecords:maxBytes:)`` into `run`, whose array is emptied and
+    /// refilled, keeping its storage: a consumer that peeks batch after batch allocates
+    /// its array once instead of at every batch. On a throw, `run` is left empty.
+    public func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int, into run: inout Run) throws(CairnError) {
+        run.records.removeAll(keepingCapacity: true)
         let start = from ?? readPosition
         // A ring never holds more records than capacity / 16; asking for more would
         // only allocate a larger array.
         let limit = min(max(maxRecords, 0), Int(clamping: capacity / UInt64(CAIRN_RING_ALIGN)))
-        var next: UInt64 = 0
-        // Uninitialised: only the entries the peek fills are touched (a large limit costs
-        // address space, not memory).
-        var n: Int32 = 0
-        let raw = [cairn_ring_record_t](unsafeUninitializedCapacity: limit) { buf, count in
-            n = cairn_ring_peek(handle, start, buf.baseAddress, limit, max(maxBytes, 0), &next)
-            count = max(0, Int(n))
+        let maxBytes = max(maxBytes, 0)
+        // In chunks through a small buffer on the stack: an array sized for `limit`
+        // (thousands of entries for a grown batch) would pass through the heap arena at
+        // every batch and keep it at that size.
+        let chunk = 256
+        run.next = start
+        var bytes = 0
+        var failure: Int32 = 0
+        withUnsafeTemporaryAllocation(of: cairn_ring_record_t.self, capacity: chunk) { buf in
+            while run.records.count < limit || limit == 0 {
+                let want = min(chunk, limit - run.records.count)
+                var after: UInt64 = 0
+                let n = cairn_ring_peek(handle, run.next, buf.baseAddress, want, maxBytes - bytes, &after)
+                if n < 0 {
+                    failure = n
+                    return
+                }
+                for r in buf.prefix(Int(n)) {
+                    // Only the run's first record may exceed the byte limit on its own.
+                    if !run.records.isEmpty && bytes + Int(r.len) > maxBytes {
+                        run.next = r.pos
+                        return
+                    }
+                    run.records.append(Record(bytes: UnsafeRawBufferPointer(start: r.data, count: Int(r.len)),
+                                              position: r.pos, kind: Kind(rawValue: r.kind) ?? .data))
+                    bytes += Int(r.len)
+                }
+                run.next = after
+                if Int(n) < want || limit == 0 { return }
+            }
         }
-        if n < 0 { throw CairnError(n, function: "cairn_ring_peek") }
-        var records: [Record] = []
-        records.reserveCapacity(Int(n))
-        for r in raw.prefix(Int(n)) {
-            records.append(Record(bytes: UnsafeRawBufferPointer(start: r.data, count: Int(r.len)),
-                                  position: r.pos, kind: Kind(rawValue: r.kind) ?? .data))
+        if failure < 0 {
+            run.records.removeAll(keepingCapacity: true)
+            throw CairnError(failure, function: "cairn_ring_peek")
         }
-        return Run(records: records, next: next)
     }
 
     /// Releases every record before `position` (a ``Run/next``, or a record's

@@ -54,22 +54,42 @@ final class RingContexts {
         /// Where in ``pool`` each fragment used so far is, by its context record's
         /// position (`UInt64.max`: the fallback).
         var fragments: [UInt64: (offset: Int, count: Int)] = [:]
+        /// ``withSlices(_:)``'s arrays, kept with their storage for the next batch.
+        private var slices: [cairn_slice_t] = []
+        private var ends: [Bool] = []
+
+        /// Empties it for the next batch, keeping the storage of its arrays: a batch
+        /// reused this way allocates nothing once its arrays have grown to the batch
+        /// size, where a new one each time passes hundreds of KiB through the heap
+        /// arena per batch, which glibc then keeps.
+        mutating func reset() {
+            pool.removeAll(keepingCapacity: true)
+            pieces.removeAll(keepingCapacity: true)
+            fragments.removeAll(keepingCapacity: true)
+            events = 0
+            fallbacks = 0
+        }
 
         /// The pieces as slices, and where records end; valid inside `body` only (the
         /// ring records must stay uncommitted meanwhile).
-        func withSlices<R>(_ body: (UnsafeBufferPointer<cairn_slice_t>, [Bool]) throws(CairnError) -> R)
+        mutating func withSlices<R>(_ body: (UnsafeBufferPointer<cairn_slice_t>, [Bool]) throws(CairnError) -> R)
             throws(CairnError) -> R
         {
+            slices.removeAll(keepingCapacity: true)
+            ends.removeAll(keepingCapacity: true)
+            slices.reserveCapacity(pieces.count)
+            ends.reserveCapacity(pieces.count)
             let result = pool.withUnsafeBytes { p -> Result<R, CairnError> in
-                let slices = pieces.map { piece -> cairn_slice_t in
+                for piece in pieces {
                     switch piece.source {
-                    case .ring(let bytes): return cairn_slice_t(data: bytes.baseAddress, len: bytes.count)
+                    case .ring(let bytes): slices.append(cairn_slice_t(data: bytes.baseAddress, len: bytes.count))
                     case .pool(let offset, let count):
-                        return cairn_slice_t(data: p.baseAddress.map { $0 + offset }, len: count)
+                        slices.append(cairn_slice_t(data: p.baseAddress.map { $0 + offset }, len: count))
                     }
+                    ends.append(piece.ends)
                 }
                 return slices.withUnsafeBufferPointer { s in
-                    Result { () throws(CairnError) in try body(s, pieces.map(\.ends)) }
+                    Result { () throws(CairnError) in try body(s, ends) }
                 }
             }
             return try result.get()
@@ -190,6 +210,16 @@ final class RingContexts {
     /// `run` cut so that its records, completed, total at most `maxBytes` (the batch
     /// limit is on what is sent), keeping at least one event.
     func fitting(_ run: Ring.Run, maxBytes: Int) -> Ring.Run {
+        run.prefix(fittingCount(run, maxBytes: maxBytes))
+    }
+
+    /// ``fitting(_:maxBytes:)`` in place.
+    func fit(_ run: inout Ring.Run, maxBytes: Int) {
+        run.truncate(to: fittingCount(run, maxBytes: maxBytes))
+    }
+
+    /// How many of `run`'s records ``fitting(_:maxBytes:)`` keeps.
+    private func fittingCount(_ run: Ring.Run, maxBytes: Int) -> Int {
         var context = inForceEntry(before: run.records.first?.position ?? 0)?.fragment
         var total = 0
         var events = 0
@@ -199,18 +229,26 @@ final class RingContexts {
                 context = Self.isFragment(r.bytes) ? Array(r.bytes) : nil
             case .data, .bare:
                 let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? Self.fallbackBound) : 0)
-                if events > 0 && total + size > maxBytes { return run.prefix(i) }
+                if events > 0 && total + size > maxBytes { return i }
                 total += size
                 events += 1
             }
         }
-        return run
+        return run.records.count
     }
 
     /// The records of `run` as they are sent: bare ones completed with the context in
     /// force, data ones as they are; context records are learnt, not sent.
     func complete(_ run: Ring.Run) -> Batch {
         var batch = Batch()
+        complete(run, into: &batch)
+        return batch
+    }
+
+    /// ``complete(_:)`` into `batch`, emptied first and its storage reused.
+    func complete(_ run: Ring.Run, into batch: inout Batch) {
+        batch.reset()
+        batch.pieces.reserveCapacity(2 * run.records.count)
         var context = inForceEntry(before: run.records.first?.position ?? 0)
         for r in run.records {
             switch r.kind {
@@ -245,7 +283,6 @@ final class RingContexts {
             }
         }
         fallbacks += batch.fallbacks
-        return batch
     }
 
     /// Whether `bytes` can be a context fragment: `"context":` first, `}` last, no

@@ -195,6 +195,10 @@ public final class Uploader: @unchecked Sendable {
     /// The contexts of bare records (``RingContexts``).
     private let contexts: RingContexts
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
+    /// The run being formed and the batch being framed, reused from batch to batch so
+    /// that their arrays are allocated once (worker thread only).
+    private var peeked = Ring.Run()
+    private var framing = RingContexts.Batch()
     private var lastSync: ContinuousClock.Instant
     /// Batches framed since the heap was last trimmed, and when that was.
     private var framedSinceTrim = 0
@@ -526,11 +530,14 @@ public final class Uploader: @unchecked Sendable {
             let generation = state.withLock { $0.flushGeneration }
             let limits = batchLimits
             let from = flights.last?.mark.next ?? ring.readPosition
-            guard let peeked = try? ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes) else {
+            do {
+                try ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes, into: &peeked)
+            } catch {
                 return now + .milliseconds(100)
             }
             // The byte limit is on what is sent: bare records completed with their context.
-            let run = contexts.fitting(peeked, maxBytes: limits.bytes)
+            contexts.fit(&peeked, maxBytes: limits.bytes)
+            let run = peeked
             if run.records.isEmpty {
                 // Padding only: released now when nothing waits before it, else with the
                 // next batch, whose mark starts before it.
@@ -610,15 +617,15 @@ public final class Uploader: @unchecked Sendable {
     private func startBatch(_ run: Ring.Run, mark: RingBatchMark, slot: Int, resumed: Bool = false) {
         // Bare records completed with their context; context records are not sent, but
         // the ones the next start may need are kept before any record is released.
-        let batch = contexts.complete(run)
+        contexts.complete(run, into: &framing)
         contexts.persist(to: store, ring: ring, upTo: run.next)
-        if batch.fallbacks > 0 && options.debugLogging {
-            let note = "[cairn] \(batch.fallbacks) events without the context of the run that tracked them "
+        if framing.fallbacks > 0 && options.debugLogging {
+            let note = "[cairn] \(framing.fallbacks) events without the context of the run that tracked them "
                 + "(lost with the snapshot store's ring_context): sent with this process's, marked "
                 + "\"context_recovered\":false (\(contexts.fallbacks) since start)\n"
             FileHandle.standardError.write(Data(note.utf8))
         }
-        guard batch.events > 0 else {
+        guard framing.events > 0 else {
             // Context records only: released in turn, nothing to send.
             nextToken += 1
             flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
@@ -628,10 +635,10 @@ public final class Uploader: @unchecked Sendable {
         do {
             let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
             self.encoder = encoder
-            let body = try batch.withSlices { (slices, ends) throws(CairnError) in
+            let body = try framing.withSlices { (slices, ends) throws(CairnError) in
                 try encoder.encode(batchID: mark.batchID, pieces: slices, ends: ends)
             }
-            if let tap = options.tap { tap(batch.records()) }
+            if let tap = options.tap { tap(framing.records()) }
             framedSinceTrim += 1
             // The request holds the batch now: its ring pages need not stay in memory
             // while it is out (the ring file keeps them until they are released).
@@ -644,11 +651,11 @@ public final class Uploader: @unchecked Sendable {
             let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed && !carrying)
             nextToken += 1
             flights.append(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
-                                  events: batch.events, reported: built.reported, due: clock.now))
+                                  events: framing.events, reported: built.reported, due: clock.now))
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
-            count(drop: "unframeable", batch.events)
+            count(drop: "unframeable", framing.events)
             nextToken += 1
             flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
                                   due: clock.now, done: true))

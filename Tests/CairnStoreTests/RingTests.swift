@@ -23,6 +23,33 @@ import Testing
         #expect(stats.capacity == 1 << 20 && stats.maxRecord == 1 << 18)
     }
 
+    /// Runs longer than the peek's internal chunk end exactly where the limits say: the
+    /// record and byte limits across chunk boundaries, and a record that would pass the
+    /// byte limit is left for the next run (only a run's first record may exceed it).
+    @Test func longRunsKeepBothLimits() throws {
+        let dir = Scratch()
+        let ring = try Ring(path: dir.path + "/events.ring")
+        let records = (0..<1500).map { i in Array("r\(i)-".utf8) + [UInt8](repeating: 0x61, count: i % 37) }
+        for r in records { try ring.append(r) }
+        func payload(_ range: Range<Int>) -> Int { records[range].reduce(0) { $0 + $1.count } }
+        for maxRecords in [1, 255, 256, 257, 700, 1500, 5000] {
+            let run = try ring.peek(maxRecords: maxRecords, maxBytes: 1 << 30)
+            #expect(run.records.map { Array($0.bytes) } == Array(records.prefix(maxRecords)), "maxRecords \(maxRecords)")
+        }
+        for count in [1, 255, 256, 257, 300, 513, 1499] {
+            // A byte limit that ends exactly after `count` records, and one a byte short.
+            for (limit, expected) in [(payload(0..<count), count), (payload(0..<count) - 1, count - 1)] {
+                let run = try ring.peek(maxRecords: 5000, maxBytes: limit)
+                let want = max(expected, 1)
+                #expect(run.records.count == want, "maxBytes \(limit)")
+                let rest = try ring.peek(from: run.next, maxRecords: 1, maxBytes: 1 << 20)
+                #expect(rest.records.first.map { Array($0.bytes) } == records[want], "the run ends before record \(want)")
+            }
+        }
+        // One record larger than the limit comes alone.
+        #expect(try ring.peek(maxRecords: 10, maxBytes: 1).records.count == 1)
+    }
+
     /// Resident KiB of this process's mapping of `path` (from /proc/self/smaps).
     static func residentKB(of path: String) -> Int? {
         // Read to the end: /proc files report a size of 0.
