@@ -66,7 +66,6 @@
 #include "cairn_internal.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1494,11 +1493,6 @@ int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto)
     store_rel(ring->read_pos, upto);
     if (ring->reclaim_bytes) manage_pages(ring, upto);
     return 0;
-}
-
-int cairn_heap_trim(void)
-{
-    return malloc_trim(0);
 }
 
 int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to)

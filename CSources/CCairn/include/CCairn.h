@@ -422,20 +422,6 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
 int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
 
 /**
- * Returns the free memory of the C heap to the system: glibc's malloc_trim(0), which
- * releases free pages inside every malloc arena (the calling thread's and others'),
- * never memory in use. For a consumer whose per-batch buffers come and go: an arena
- * otherwise stays at its largest.
- *
- * @return 1 when memory was released, 0 when there was none to release.
- *
- * Ownership: nothing changes hands.
- * Thread-safety: safe from any thread (takes each arena's lock in turn).
- * Async-signal-safe: no.
- */
-int cairn_heap_trim(void);
-
-/**
  * Drops the pages wholly inside [from, to) from this process's memory, as committed
  * pages are, without consuming anything: for records the consumer has read and keeps
  * elsewhere until they are safe (a batch framed into a request that is in flight). The
