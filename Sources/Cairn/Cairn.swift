@@ -2,7 +2,9 @@ import CairnCrash
 import CairnProcessor
 import CairnStore
 import CairnUploader
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 import Synchronization
 
 /// How `setUserProperties(_:mode:)` changes the user's properties on the collector.
@@ -79,10 +81,9 @@ public final class Cairn: @unchecked Sendable {
 
     /// The started SDK, or nil before `start` (and after `shutdown`).
     public static var shared: Cairn? { sharedInstance.withLock { $0 } }
-    // Synchronization's types, not `Locked`: each new specialisation of a generic class
-    // costs the runtime a metadata lookup by name on first use, tens of microseconds in
-    // `start`.
-    private static let sharedInstance = Mutex<Cairn?>(nil)
+    private static let sharedInstance = Locked<Cairn?>(nil)
+    // An atomic, not a `Locked<Bool>`: each new specialisation of a generic class costs
+    // the runtime a metadata lookup on first use, on the thread that calls `start`.
     private static let startedOnce = Atomic<Bool>(false)
 
     /// The options it started with.
@@ -231,7 +232,7 @@ public final class Cairn: @unchecked Sendable {
             return try start(options)
         } catch {
             if error != .disabled || options.debugLogging {
-                FileHandle.standardError.write(Data("[cairn] not started: \(error); tracking calls do nothing\n".utf8))
+                writeStandardError("[cairn] not started: \(error); tracking calls do nothing\n")
             }
             return disabled(options, error)
         }
@@ -301,7 +302,7 @@ public final class Cairn: @unchecked Sendable {
             // Events still flow: undelivered batches wait in the ring instead.
             drops.add("store_unavailable", 1)
             state.withLock { $0.startError = "\(error)" }
-            if options.debugLogging { FileHandle.standardError.write(Data("[cairn] snapshot store: \(error)\n".utf8)) }
+            if options.debugLogging { writeStandardError("[cairn] snapshot store: \(error)\n") }
         }
         let destinations = options.destinations
         var tap: (@Sendable ([[UInt8]]) -> Void)?
@@ -479,7 +480,7 @@ public final class Cairn: @unchecked Sendable {
             for run in result.runs {
                 let note = "[cairn] previous run \(run.sessionID ?? "?") ended: \(run.reason.rawValue)"
                     + (run.stored ? "" : " (not stored: \(run.error ?? "?"))")
-                FileHandle.standardError.write(Data((note + "\n").utf8))
+                writeStandardError((note + "\n"))
             }
         }
     }
@@ -707,7 +708,7 @@ public final class Cairn: @unchecked Sendable {
                 needed = overflow
             } catch {
                 if options.debugLogging {
-                    FileHandle.standardError.write(Data("[cairn] event \(event.name) dropped: \(error)\n".utf8))
+                    writeStandardError("[cairn] event \(event.name) dropped: \(error)\n")
                 }
                 return
             }

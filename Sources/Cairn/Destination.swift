@@ -1,5 +1,7 @@
 import CairnProcessor
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 
 /// A finished event: its JSON record exactly as it is sent (docs/FORMATS.md, "Event").
 public struct FinishedEvent: Sendable, Equatable {
@@ -12,9 +14,13 @@ public struct FinishedEvent: Sendable, Equatable {
     /// The record as text.
     public var text: String { String(decoding: json, as: UTF8.self) }
 
-    /// The record parsed with Foundation (for tests and tools; not for hot paths).
+    /// The record parsed (for tests and tools; not for hot paths): objects as
+    /// `[String: Any]`, arrays as `[Any]`, numbers as `Int` when whole and in range
+    /// (else `Double`), `String`, `Bool`, and JSON `null` as `nil` boxed in `Any`
+    /// (`Optional<Any>.none`). Read with the toolchain's `JSONDecoder`, so that Cairn
+    /// does not make a service load Foundation.
     public var object: [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(json))) as? [String: Any]
+        (try? JSONDecoder().decode(AnyJSON.self, from: Data(json)))?.value as? [String: Any]
     }
 
     /// The event's `name`.
@@ -42,6 +48,51 @@ public struct StdoutDestination: Destination {
             out += e.json
             out.append(0x0A)
         }
-        FileHandle.standardOutput.write(Data(out))
+        out.withUnsafeBytes { bytes in
+            var done = 0
+            while done < bytes.count {
+                let n = write(1, bytes.baseAddress.map { $0 + done }, bytes.count - done)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { return }
+                done += n
+            }
+        }
+    }
+}
+
+/// Any JSON value as the `Any` that ``FinishedEvent/object`` describes.
+private struct AnyJSON: Decodable {
+    let value: Any
+
+    private struct Key: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    init(from decoder: any Decoder) throws {
+        if let keyed = try? decoder.container(keyedBy: Key.self) {
+            var members: [String: Any] = [:]
+            for key in keyed.allKeys { members[key.stringValue] = try keyed.decode(AnyJSON.self, forKey: key).value }
+            value = members
+        } else if var unkeyed = try? decoder.unkeyedContainer() {
+            var items: [Any] = []
+            while !unkeyed.isAtEnd { items.append(try unkeyed.decode(AnyJSON.self).value) }
+            value = items
+        } else {
+            let single = try decoder.singleValueContainer()
+            if single.decodeNil() {
+                value = Optional<Any>.none as Any
+            } else if let b = try? single.decode(Bool.self) {
+                value = b
+            } else if let i = try? single.decode(Int.self) {
+                value = i
+            } else if let d = try? single.decode(Double.self) {
+                value = d
+            } else {
+                value = try single.decode(String.self)
+            }
+        }
     }
 }

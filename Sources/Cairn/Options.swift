@@ -1,7 +1,9 @@
 import CairnProcessor
 import CairnStore
 import CairnUploader
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 
 /// An environment variable whose value did not parse: `validate` reports it.
 struct EnvironmentProblem: Sendable {

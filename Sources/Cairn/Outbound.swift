@@ -1,5 +1,7 @@
 import CairnProcessor
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 
 extension Cairn {
     /// A call the service makes to another service: its span, and the `traceparent`

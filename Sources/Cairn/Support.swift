@@ -1,6 +1,7 @@
 import CairnProcessor
 import CairnStore
-import Foundation
+import FoundationEssentials
+import Dispatch
 import Glibc
 
 /// Drops and changes counted by reason: in memory for `dropCounts` and `sdk_health`
@@ -70,28 +71,12 @@ final class BackgroundWork: @unchecked Sendable {
     }
 
     /// Runs `body` on a new detached thread (a plain pthread: a Foundation `Thread`
-    /// costs far more to create on the start path).
+    /// costs far more to create on the start path). When the system refuses a thread
+    /// (its limit reached), says so on stderr: the SDK then never becomes ready and its
+    /// events wait in the ring for the next start.
     func start(_ body: @escaping @Sendable () -> Void) {
-        final class Box: @unchecked Sendable {
-            let body: @Sendable () -> Void
-            init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-        }
-        let box = Unmanaged.passRetained(Box(body)).toOpaque()
-        var attr = pthread_attr_t()
-        pthread_attr_init(&attr)
-        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
-        var tid = pthread_t()
-        let rc = pthread_create(&tid, &attr, { arg in
-            guard let arg else { return nil }
-            let box = Unmanaged<Box>.fromOpaque(arg).takeRetainedValue()
-            box.body()
-            return nil
-        }, box)
-        pthread_attr_destroy(&attr)
-        if rc != 0 {
-            // pthread_create refused (thread limits): Foundation's Thread tries again.
-            let body = Unmanaged<Box>.fromOpaque(box).takeRetainedValue().body
-            Thread { body() }.start()
+        if !startThread(name: "cairn", body) {
+            writeStandardError("[cairn] background thread not started: the system refused a thread\n")
         }
     }
 
@@ -355,9 +340,12 @@ extension CommonProperties {
             let name = trimmed(bytes[...])
             if !name.isEmpty { return name }
         }
-        if let target = SmallFile.linkTarget("/etc/localtime"),
-           let range = target.range(of: "zoneinfo/") {
-            return String(target[range.upperBound...])
+        if let target = SmallFile.linkTarget("/etc/localtime") {
+            let marker = Array("zoneinfo/".utf8), bytes = Array(target.utf8)
+            if bytes.count > marker.count,
+               let at = (0...(bytes.count - marker.count)).first(where: { bytes[$0..<$0 + marker.count].elementsEqual(marker) }) {
+                return String(decoding: bytes[(at + marker.count)...], as: UTF8.self)
+            }
         }
         return nil
     }

@@ -1,6 +1,6 @@
 import CCairn
 import CairnStore
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Why crash capture could not start or record the end of its run.
@@ -414,7 +414,7 @@ public final class CrashCapture: @unchecked Sendable {
     static let spareName = "next-run.record"
 
     private static func idOf(_ path: String) -> String? {
-        let name = (path as NSString).lastPathComponent
+        let name = path.split(separator: "/").last.map(String.init) ?? path
         guard name.hasPrefix("run-") else { return nil }
         let rest = name.dropFirst(4)
         guard let dot = rest.firstIndex(of: ".") else { return nil }

@@ -1,6 +1,7 @@
 import CairnProcessor
 import CairnStore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Builds the `crash` and `session_end` events of a previous run (docs/FORMATS.md,
 /// "Crash and session-end events"). Event ids are derived from the run and the report,
@@ -114,7 +115,7 @@ enum CrashEvent {
     /// One line an operator reads first: the runtime's message, or the signal explained.
     static func reason(_ r: CrashReport) -> String {
         if let why = r.unreadable { return "unreadable crash report: \(why)" }
-        if let message = r.message?.trimmingCharacters(in: .whitespacesAndNewlines), !message.isEmpty {
+        if let message = r.message?.trimmingWhiteSpace, !message.isEmpty {
             return message
         }
         if r.signal == 0 { return "crash report cut short before its signal section" }
@@ -144,8 +145,7 @@ enum CrashEvent {
     /// A JSON object or array read back into a `JSONValue`, keys sorted; nil when `bytes`
     /// is not JSON.
     static func jsonValue(_ bytes: [UInt8]) -> JSONValue? {
-        guard let any = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]) else { return nil }
-        return jsonValue(CairnValue(sanitizing: any))
+        JSONValue.parse(bytes)
     }
 
     /// The processor's value as an ordered JSON value (object keys sorted).
@@ -163,8 +163,7 @@ enum CrashEvent {
 
     /// A string field of the context blob (JSON object), if there is one.
     static func contextField(_ context: [UInt8], _ key: String) -> String? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(context)) as? [String: Any] else { return nil }
-        return object[key] as? String
+        JSONValue.parse(context)?[key]?.text
     }
 }
 

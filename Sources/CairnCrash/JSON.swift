@@ -1,4 +1,5 @@
 import CairnProcessor
+import FoundationEssentials
 
 /// A JSON value, written in the order it was built (objects keep their key order), so
 /// events are stable byte for byte and easy to compare in tests.
@@ -97,6 +98,78 @@ public enum JSONValue: Sendable, Equatable {
             }
         }
         out.append(UInt8(ascii: "\""))
+    }
+}
+
+extension JSONValue {
+    /// `bytes` read as JSON (any value at the top, objects' keys sorted); nil when they
+    /// are not JSON. With the toolchain's `JSONDecoder` (FoundationEssentials), not
+    /// `JSONSerialization`, which would make every service load Foundation.
+    static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        (try? JSONDecoder().decode(Decoded.self, from: Data(bytes)))?.value
+    }
+
+    /// The member `key` of an object; nil for other values and absent keys.
+    subscript(key: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.first { $0.0 == key }?.1
+    }
+
+    /// The text of a string.
+    var text: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// A whole number that is not negative, from any of the number cases.
+    var unsigned: UInt64? {
+        switch self {
+        case .int(let i): return UInt64(exactly: i)
+        case .uint(let u): return u
+        case .double(let d): return UInt64(exactly: d)
+        default: return nil
+        }
+    }
+
+    /// What `JSONDecoder` makes of any JSON value.
+    private struct Decoded: Decodable {
+        let value: JSONValue
+
+        struct Key: CodingKey {
+            let stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
+
+        init(from decoder: any Decoder) throws {
+            if let keyed = try? decoder.container(keyedBy: Key.self) {
+                var members: [(String, JSONValue)] = []
+                for key in keyed.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
+                    members.append((key.stringValue, try keyed.decode(Decoded.self, forKey: key).value))
+                }
+                value = .object(members)
+            } else if var unkeyed = try? decoder.unkeyedContainer() {
+                var items: [JSONValue] = []
+                while !unkeyed.isAtEnd { items.append(try unkeyed.decode(Decoded.self).value) }
+                value = .array(items)
+            } else {
+                let single = try decoder.singleValueContainer()
+                if single.decodeNil() {
+                    value = .null
+                } else if let b = try? single.decode(Bool.self) {
+                    value = .bool(b)
+                } else if let i = try? single.decode(Int64.self) {
+                    value = .int(i)
+                } else if let u = try? single.decode(UInt64.self) {
+                    value = .uint(u)
+                } else if let d = try? single.decode(Double.self) {
+                    value = .double(d)
+                } else {
+                    value = .string(try single.decode(String.self))
+                }
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 import CairnStore
 import CairnProcessor
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// How a previous run of the service ended, as the next start sees it.
@@ -77,22 +77,26 @@ struct RunRecord {
     init(bytes: [UInt8]) {
         var oomFile: String?, oomKills: UInt64?, context: JSONValue?
         for line in bytes.split(separator: UInt8(ascii: "\n")) {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else { continue }
-            if let oom = object["oom"] as? [String: Any] {
-                oomFile = oom["file"] as? String
-                oomKills = (oom["oom_kill"] as? NSNumber)?.uint64Value
+            guard let object = JSONValue.parse(Array(line)), object.isObject else { continue }
+            if let oom = object["oom"] {
+                oomFile = oom["file"]?.text
+                oomKills = oom["oom_kill"]?.unsigned
             }
-            if let c = object["context"] as? [String: Any] {
-                context = CrashEvent.jsonValue(CairnValue(sanitizing: c))
+            if let c = object["context"], c.isObject {
+                context = c
             }
-            if let end = object["end"] as? String, end == "clean" {
-                cleanEndMillis = (object["ended_at_ms"] as? NSNumber)?.uint64Value ?? 0
-            } else if let sid = object["session_id"] as? String {
+            if object["end"]?.text == "clean" {
+                cleanEndMillis = object["ended_at_ms"]?.unsigned ?? 0
+            } else if let sid = object["session_id"]?.text {
+                var attributes: [String: String] = [:]
+                if case .object(let members)? = object["attributes"] {
+                    for (k, v) in members { if let t = v.text { attributes[k] = t } }
+                }
                 start = RunStart(
-                    sessionID: sid, pid: (object["pid"] as? NSNumber)?.int32Value ?? 0,
-                    startedAtMillis: (object["started_at_ms"] as? NSNumber)?.uint64Value ?? 0,
-                    release: object["release"] as? String,
-                    attributes: (object["attributes"] as? [String: String]) ?? [:])
+                    sessionID: sid, pid: object["pid"]?.unsigned.flatMap { Int32(exactly: $0) } ?? 0,
+                    startedAtMillis: object["started_at_ms"]?.unsigned ?? 0,
+                    release: object["release"]?.text,
+                    attributes: attributes)
             }
         }
         if let oomFile, let oomKills {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A property value of an event: what JSON can hold, typed, so call sites read
 /// naturally (`["plan": "pro", "seats": 3, "trial": false]`) and nothing untyped
@@ -208,25 +208,32 @@ private struct UntypedConverter {
         stack.append(frame)
     }
 
-    /// Classifies `value`. Foundation classes are recognised by their type alone and
-    /// before any cast: casting an `NSArray` to any Swift type makes Foundation bridge
-    /// it, and a Swift array cast to a class is bridged the other way, in both cases
-    /// all the way down.
+    /// Classifies `value`. Foundation's classes (`NSNumber`, `NSNull`, `NSArray`,
+    /// `NSDictionary`, from `JSONSerialization` or Objective-C-style code) are recognised
+    /// by their type's name alone, before any cast, so that this module need not link
+    /// Foundation (a service without it would load it for Cairn: about 7 MiB and 4 ms of
+    /// process start) and no container is bridged: casting an `NSArray` to a Swift type
+    /// makes Foundation bridge it all the way down, which never ends on a cycle.
     private mutating func node(_ value: Any?) -> Node {
         guard var value else { return .value(.null) }
         while true {
             let type = type(of: value)
-            if type is NSNumber.Type, let number = value as? NSNumber { return .value(Self.number(number)) }
-            if type is NSNull.Type { return .value(.null) }
-            if type is NSArray.Type, let array = value as? NSArray {
-                let identity = ObjectIdentifier(array)
-                if let cut = cut(identity: identity) { return .value(cut) }
-                return .container(Frame(identity: identity, elements: .array(Self.elements(of: array))))
-            }
-            if type is NSDictionary.Type, let dictionary = value as? NSDictionary {
-                let identity = ObjectIdentifier(dictionary)
-                if let cut = cut(identity: identity) { return .value(cut) }
-                return .container(Frame(identity: identity, elements: .pairs(pairs(of: dictionary))))
+            if type is AnyObject.Type, let foundation = FoundationClass(type) {
+                switch foundation {
+                case .null: return .value(.null)
+                case .boolean: return .value(.bool((value as? Bool) ?? false))
+                case .number: return .value(Self.number(value))
+                case .array:
+                    let identity = ObjectIdentifier(value as AnyObject)
+                    if let cut = cut(identity: identity) { return .value(cut) }
+                    guard let items = Self.elements(of: value) else { return .value(.string(String(describing: value))) }
+                    return .container(Frame(identity: identity, elements: .array(items)))
+                case .dictionary:
+                    let identity = ObjectIdentifier(value as AnyObject)
+                    if let cut = cut(identity: identity) { return .value(cut) }
+                    guard let entries = Self.entries(of: value) else { return .value(.string(String(describing: value))) }
+                    return .container(Frame(identity: identity, elements: .pairs(pairs(entries))))
+                }
             }
             guard let optional = value as? AnyOptional else { break }
             guard let wrapped = optional.wrapped else { return .value(.null) }
@@ -249,6 +256,22 @@ private struct UntypedConverter {
         return .value(.string(String(describing: value)))
     }
 
+    /// The Foundation classes read specially, by their type's qualified name.
+    private enum FoundationClass {
+        case null, boolean, number, array, dictionary
+
+        init?(_ type: Any.Type) {
+            switch String(reflecting: type) {
+            case "Foundation.NSNull": self = .null
+            case "Foundation.__NSCFBoolean": self = .boolean
+            case "Foundation.NSNumber", "Foundation.NSDecimalNumber": self = .number
+            case "Foundation.NSArray", "Foundation.NSMutableArray": self = .array
+            case "Foundation.NSDictionary", "Foundation.NSMutableDictionary": self = .dictionary
+            default: return nil
+            }
+        }
+    }
+
     /// What stands for a container at the next level when it may not be opened: the
     /// cycle marker when it is open already, `null` when it lies too deep; else nil.
     private mutating func cut(identity: ObjectIdentifier?) -> CairnValue? {
@@ -263,27 +286,22 @@ private struct UntypedConverter {
         return nil
     }
 
-    /// The elements of an `NSArray`, unbridged. Foundation's own classes keep them in
-    /// a Swift array that their mirror reflects; `object(at:)` would bridge each
-    /// element (and everything under it) to a Swift value. Other subclasses are read
-    /// through `object(at:)`, their own code.
-    private static func elements(of array: NSArray) -> [Any] {
-        let type = type(of: array)
-        if type == NSArray.self || type == NSMutableArray.self {
-            let items = Mirror(reflecting: array).children.map(\.value)
-            if items.count == array.count { return items }
-        }
-        return (0..<array.count).map { array.object(at: $0) }
+    /// The elements of an `NSArray` or `NSMutableArray`, unbridged: Foundation's own
+    /// classes reflect their elements as their mirror's children.
+    private static func elements(of array: Any) -> [Any]? {
+        Mirror(reflecting: array).children.map(\.value)
     }
 
-    /// The entries of an `NSDictionary`, unbridged, as `elements(of:)` reads arrays.
-    private mutating func pairs(of dictionary: NSDictionary) -> [(key: String, value: Any)] {
-        let type = type(of: dictionary)
-        if type == NSDictionary.self || type == NSMutableDictionary.self {
-            let entries = Mirror(reflecting: dictionary).children.compactMap { $0.value as? (NSObject, AnyObject) }
-            if entries.count == dictionary.count { return pairs(entries.lazy.map { ($0.0 as Any, $0.1 as Any) }) }
+    /// The entries of an `NSDictionary` or `NSMutableDictionary`, unbridged: their
+    /// mirror's children are `(key, value)` pairs. Nil when a child is not a pair.
+    private static func entries(of dictionary: Any) -> [(Any, Any)]? {
+        var out: [(Any, Any)] = []
+        for child in Mirror(reflecting: dictionary).children {
+            let pair = Mirror(reflecting: child.value).children.map(\.value)
+            guard pair.count == 2 else { return nil }
+            out.append((pair[0], pair[1]))
         }
-        return pairs(dictionary.allKeys.lazy.map { ($0, dictionary.object(forKey: $0) as Any) })
+        return out
     }
 
     /// Entries with keys as text; keys with no text are dropped and counted.
@@ -302,8 +320,13 @@ private struct UntypedConverter {
     /// A dictionary key as text: text itself, or a number, boolean, date, URL or UUID.
     private static func keyText(_ key: Any) -> String? {
         let type = type(of: key)
-        if type is NSArray.Type || type is NSDictionary.Type || type is NSNull.Type { return nil }
-        if type is NSNumber.Type, let number = key as? NSNumber { return text(of: Self.number(number)) }
+        if type is AnyObject.Type, let foundation = FoundationClass(type) {
+            switch foundation {
+            case .null, .array, .dictionary: return nil
+            case .boolean: return (key as? Bool).map { $0 ? "true" : "false" }
+            case .number: return text(of: Self.number(key))
+            }
+        }
         return scalar(key).flatMap(text(of:))
     }
 
@@ -317,14 +340,15 @@ private struct UntypedConverter {
         }
     }
 
-    /// An `NSNumber` as the case its contents call for: booleans stay booleans, whole
-    /// numbers written without a fraction are integers, and the sign of -0.0 is kept.
-    private static func number(_ v: NSNumber) -> CairnValue {
-        if String(cString: v.objCType) == "c" { return .bool(v.boolValue) }
-        let d = v.doubleValue
-        if d == 0 && d.sign == .minus { return .double(d) }
-        if let i = Int64(exactly: d), !"\(v)".contains(".") { return .int(i) }
-        return .double(d)
+    /// An `NSNumber` (not a boolean) as the case its contents call for: whole numbers
+    /// that fit are integers, the sign of -0.0 is kept, the rest are doubles. Read
+    /// through Foundation's own bridging casts to Swift numbers, which copy nothing.
+    private static func number(_ v: Any) -> CairnValue {
+        if let d = v as? Double, d == 0 && d.sign == .minus { return .double(d) }
+        if let i = v as? Int64 { return .int(i) }
+        if let d = v as? Double { return .double(d) }
+        if let u = v as? UInt64 { return .double(Double(u)) }
+        return .string(String(describing: v))
     }
 
     /// A value that is not a container, or nil. Only casts to Swift value types, which
@@ -347,9 +371,8 @@ private struct UntypedConverter {
         case let v as UInt64: return v <= UInt64(Int64.max) ? .int(Int64(v)) : .double(Double(v))
         case let v as Double: return .double(v)
         case let v as Float: return .double(Double(v))
-        case let v as Decimal: return .double(NSDecimalNumber(decimal: v).doubleValue)
-        case let v as Date: return .string(ISO8601DateFormatter.string(from: v, timeZone: TimeZone(identifier: "UTC") ?? .current,
-                                                                          formatOptions: [.withInternetDateTime, .withFractionalSeconds]))
+        case let v as Decimal: return .double(Double(v.description) ?? .nan)
+        case let v as Date: return .string(v.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
         case let v as URL: return .string(v.absoluteString)
         case let v as UUID: return .string(v.uuidString.lowercased())
         default: return nil

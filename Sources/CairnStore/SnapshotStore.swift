@@ -1,5 +1,5 @@
 import CLMDB
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// An error from the LMDB store: the LMDB (or system) function, its code, the file
@@ -73,7 +73,13 @@ public struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertibl
     /// Orders by bytes: by creation time, then sequence.
     public static func < (a: SnapshotID, b: SnapshotID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
     /// Hexadecimal.
-    public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
+    public var description: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out += [digits[Int(b >> 4)], digits[Int(b & 15)]] }
+        return String(decoding: out, as: UTF8.self)
+    }
 }
 
 /// A stored request with its delivery state.

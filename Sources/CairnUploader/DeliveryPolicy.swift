@@ -1,4 +1,5 @@
-import Foundation
+import CairnStore
+import FoundationEssentials
 
 /// What the uploader does with a batch after an attempt.
 public enum DeliveryAction: Sendable, Equatable {
@@ -76,19 +77,62 @@ public struct Backoff: Sendable, Equatable {
 /// Parses a `Retry-After` value: delay-seconds or an HTTP date, relative to `now`.
 /// Returns `nil` when the value is neither.
 public func parseRetryAfter(_ value: String, now: Date = Date()) -> Duration? {
-    let trimmed = value.trimmingCharacters(in: .whitespaces)
+    let trimmed = value.trimmingWhiteSpace
     if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
-    let f = DateFormatter()
-    f.locale = Locale(identifier: "en_US_POSIX")
-    f.timeZone = TimeZone(identifier: "GMT")
-    for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
-        f.dateFormat = format
-        if let date = f.date(from: trimmed) {
-            let interval = max(0, date.timeIntervalSince(now))
-            return .milliseconds(Int64(interval * 1000))
-        }
+    guard let epoch = httpDateSeconds(trimmed) else { return nil }
+    let interval = max(0, Double(epoch) - now.timeIntervalSince1970)
+    return .milliseconds(Int64(interval * 1000))
+}
+
+/// Seconds since 1970 of an HTTP date (RFC 9110, 5.6.7) in any of its three forms:
+/// `Sun, 06 Nov 1994 08:49:37 GMT` (the one to send), `Sunday, 06-Nov-94 08:49:37 GMT`
+/// and `Sun Nov  6 08:49:37 1994`; nil for anything else. The weekday is not checked.
+func httpDateSeconds(_ text: String) -> Int? {
+    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    func number(_ s: Substring, digits: ClosedRange<Int>) -> Int? {
+        guard digits.contains(s.count), s.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return Int(s)
     }
-    return nil
+    func clock(_ s: Substring) -> (Int, Int, Int)? {
+        let p = s.split(separator: ":", omittingEmptySubsequences: false)
+        guard p.count == 3, let h = number(p[0], digits: 2...2), let m = number(p[1], digits: 2...2),
+              let sec = number(p[2], digits: 2...2), h < 24, m < 60, sec < 61 else { return nil }
+        return (h, m, sec)
+    }
+    let words = text.split(separator: " ")
+    var day: Int?, month: Int?, year: Int?, time: (Int, Int, Int)?
+    if words.count == 6, words[0].hasSuffix(","), words[5] == "GMT" {
+        // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+        day = number(words[1], digits: 2...2)
+        month = months.firstIndex { $0 == words[2] }
+        year = number(words[3], digits: 4...4)
+        time = clock(words[4])
+    } else if words.count == 4, words[0].hasSuffix(","), words[3] == "GMT" {
+        // Obsolete RFC 850: Sunday, 06-Nov-94 08:49:37 GMT (two-digit years: 1970-2069)
+        let d = words[1].split(separator: "-", omittingEmptySubsequences: false)
+        if d.count == 3, let yy = number(d[2], digits: 2...2) {
+            day = number(d[0], digits: 2...2)
+            month = months.firstIndex { $0 == d[1] }
+            year = yy < 70 ? 2000 + yy : 1900 + yy
+        }
+        time = clock(words[2])
+    } else if words.count == 5 {
+        // asctime: Sun Nov  6 08:49:37 1994
+        month = months.firstIndex { $0 == words[1] }
+        day = number(words[2], digits: 1...2)
+        time = clock(words[3])
+        year = number(words[4], digits: 4...4)
+    }
+    guard let day, let month, let year, let (h, m, s) = time, (1...31).contains(day) else { return nil }
+    // Days from the civil date (proleptic Gregorian), Howard Hinnant's algorithm.
+    let y = month < 2 ? year - 1 : year
+    let era = (y >= 0 ? y : y - 399) / 400
+    let yoe = y - era * 400
+    let mp = (month + 10) % 12  // March first; `month` counts from 0
+    let doy = (153 * mp + 2) / 5 + day - 1
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+    let days = era * 146_097 + doe - 719_468
+    return days * 86_400 + h * 3_600 + m * 60 + s
 }
 
 /// A circuit breaker: after `threshold` consecutive failures it opens, and sends

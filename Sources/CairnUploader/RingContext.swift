@@ -1,6 +1,6 @@
 import CairnStore
 import CCairn
-import Foundation
+import FoundationEssentials
 
 /// The contexts of the ring's bare events, on the uploader's side (docs/FORMATS.md,
 /// "Ring file", "Records", and "Snapshot store", `ring_context`).

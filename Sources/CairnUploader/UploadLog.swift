@@ -1,5 +1,5 @@
 import CairnStore
-import Foundation
+import FoundationEssentials
 
 /// Receives the uploader's logs, unchanged, so a service can show them in its own
 /// tools. Called on the uploader's thread: return quickly.
@@ -50,9 +50,14 @@ public struct UploadStartLog: Sendable {
         headers = redacted(request.headers)
         idempotencyKey = request.idempotencyKey
         let records = Self.records(of: request)
+        struct Named: Decodable {
+            var name: String?
+            var type: String?
+        }
+        let decoder = JSONDecoder()
         eventNames = records.compactMap { record in
-            guard let object = try? JSONSerialization.jsonObject(with: Data(record)) as? [String: Any] else { return nil }
-            return (object["name"] as? String) ?? (object["type"] as? String)
+            guard let named = try? decoder.decode(Named.self, from: Data(record)) else { return nil }
+            return named.name ?? named.type
         }
         var json = "[" + records.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",") + "]"
         if json.utf8.count > 64 * 1024 { json = String(decoding: json.utf8.prefix(64 * 1024), as: UTF8.self) + "…" }
@@ -75,7 +80,7 @@ public struct UploadStartLog: Sendable {
         let names = eventNames.isEmpty ? "-" : eventNames.prefix(20).joined(separator: ",")
             + (eventNames.count > 20 ? ",… (\(eventNames.count))" : "")
         let hs = headers.map { "\($0.name): \($0.value)" }.joined(separator: "; ")
-        return "[cairn] upload start \(ISO8601DateFormatter().string(from: time)) attempt \(attempt) "
+        return "[cairn] upload start \(time.formatted(Date.ISO8601FormatStyle())) attempt \(attempt) "
             + "\(method) \(url) events [\(names)] headers {\(hs)} params \(params)"
     }
 }

@@ -1,6 +1,7 @@
 import CairnStore
 import CCairn
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Options of the ``Uploader``.
 public struct UploaderOptions: Sendable {
@@ -167,7 +168,7 @@ public final class Uploader: @unchecked Sendable {
     /// The uploader's options.
     public let options: UploaderOptions
     private let state = Locked(Shared())
-    private let wake = NSCondition()
+    private let wake = Condition()
     /// Guarded by `wake`.
     private var signalled = false
     private let clock = ContinuousClock()
@@ -183,7 +184,7 @@ public final class Uploader: @unchecked Sendable {
 
     // Sender threads: `jobs`, `idleSenders`, `senderCount` and `sendersStopped` are
     // guarded by `senders`; what they bring back goes to `outcomes`.
-    private let senders = NSCondition()
+    private let senders = Condition()
     private var jobs: [Job] = []
     private var idleSenders = 0
     private var senderCount = 0
@@ -252,9 +253,10 @@ public final class Uploader: @unchecked Sendable {
             return !s.started
         }
         guard first else { return }
-        let thread = Thread { [self] in self.run() }
-        thread.name = "cairn-uploader"
-        thread.start()
+        if !startThread(name: "cairn-uploader", { [self] in self.run() }) {
+            // Thread limit reached: events wait in the ring; the next start uploads them.
+            writeStandardError("[cairn] uploader not started: the system refused a thread\n")
+        }
     }
 
     /// Sends what is pending now, waiting at most `timeout`. Returns `true` once the ring
@@ -462,7 +464,7 @@ public final class Uploader: @unchecked Sendable {
             if store == nil { notes.append("no snapshot store: undelivered batches stay in the ring") }
             if let d = store?.stats.damage { notes.append("snapshot store damaged: \(d)") }
             if let n = store?.stats.count, n > 0 { notes.append("snapshot store: \(n) requests to replay") }
-            for note in notes { FileHandle.standardError.write(Data("[cairn] \(note)\n".utf8)) }
+            for note in notes { writeStandardError("[cairn] \(note)\n") }
         }
         // Damage found when the ring and the store were opened is counted once, in the
         // drop table, so that it is reported even if this process is killed soon.
@@ -627,7 +629,7 @@ public final class Uploader: @unchecked Sendable {
             let note = "[cairn] \(framing.fallbacks) events without the context of the run that tracked them "
                 + "(lost with the snapshot store's ring_context): sent with this process's, marked "
                 + "\"context_recovered\":false (\(contexts.fallbacks) since start)\n"
-            FileHandle.standardError.write(Data(note.utf8))
+            writeStandardError(note)
         }
         guard framing.events > 0 else {
             // Context records only: released in turn, nothing to send.
@@ -719,7 +721,7 @@ public final class Uploader: @unchecked Sendable {
             try ring.commit(upTo: upTo)
         } catch {
             if options.debugLogging {
-                FileHandle.standardError.write(Data("[cairn] batch records not released: \(error)\n".utf8))
+                writeStandardError("[cairn] batch records not released: \(error)\n")
             }
         }
         progressed = true
@@ -809,7 +811,7 @@ public final class Uploader: @unchecked Sendable {
         let log = logging ? UploadStartLog(request: request, attempt: attempt) : nil
         if let log {
             options.observer?.uploadWillStart(log)
-            if options.debugLogging { FileHandle.standardError.write(Data((log.description + "\n").utf8)) }
+            if options.debugLogging { writeStandardError((log.description + "\n")) }
         }
         var timeout = options.requestTimeout
         if let deadline = state.withLock({ $0.flushDeadline }) {
@@ -822,10 +824,12 @@ public final class Uploader: @unchecked Sendable {
         if spawn { senderCount += 1 }
         senders.signal()
         senders.unlock()
-        if spawn {
-            let thread = Thread { [self] in self.sendLoop() }
-            thread.name = "cairn-sender"
-            thread.start()
+        if spawn && !startThread(name: "cairn-sender", { [self] in self.sendLoop() }) {
+            // Thread limit reached: the senders there are (or the next spawn) take it.
+            senders.lock()
+            senderCount -= 1
+            senders.unlock()
+            if options.debugLogging { writeStandardError("[cairn] sender not started: the system refused a thread\n") }
         }
     }
 
@@ -948,7 +952,7 @@ public final class Uploader: @unchecked Sendable {
             let finished = UploadResultLog(start: log, result: outcome.result, duration: outcome.duration,
                                            success: action == .delivered)
             options.observer?.uploadDidFinish(finished)
-            if options.debugLogging { FileHandle.standardError.write(Data((finished.description + "\n").utf8)) }
+            if options.debugLogging { writeStandardError((finished.description + "\n")) }
         }
 
         let now = clock.now
@@ -1026,10 +1030,8 @@ public final class Uploader: @unchecked Sendable {
     private func sleep(until deadline: ContinuousClock.Instant) {
         let remaining = deadline - clock.now
         guard remaining > .zero, !state.withLock({ $0.stopping }) else { return }
-        let seconds = Double(remaining.components.seconds) + Double(remaining.components.attoseconds) / 1e18
-        let until = Date().addingTimeInterval(seconds)
         wake.lock()
-        while !signalled && wake.wait(until: until) {}
+        while !signalled && wake.wait(until: deadline) {}
         signalled = false
         wake.unlock()
     }

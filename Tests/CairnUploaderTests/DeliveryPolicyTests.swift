@@ -1,4 +1,4 @@
-import CairnUploader
+@testable import CairnUploader
 import Foundation
 import Testing
 
@@ -35,6 +35,35 @@ import Testing
         #expect(parseRetryAfter("Tue, 02 Dec 2025 15:39:00 GMT", now: now) == .zero, "a past date means now")
         #expect(parseRetryAfter("soon") == nil)
         #expect(parseRetryAfter("-5") == nil)
+        // The two obsolete forms a recipient must also accept.
+        #expect(parseRetryAfter("Tuesday, 02-Dec-25 15:40:30 GMT", now: now) == .seconds(30))
+        #expect(parseRetryAfter("Tue Dec  2 15:40:30 2025", now: now) == .seconds(30))
+        // Garbage in the shape of a date.
+        for bad in ["Tue, 32 Dec 2025 15:40:30 GMT", "Tue, 02 Dek 2025 15:40:30 GMT", "Tue, 02 Dec 2025 25:40:30 GMT",
+                    "Tue, 02 Dec 2025 15:40:30 UTC", "Tue, 2 Dec 2025 15:40:30 GMT", "Tue, 02 Dec 2025 15:40 GMT"] {
+            #expect(parseRetryAfter(bad, now: now) == nil, "\(bad)")
+        }
+    }
+
+    /// Against the C library's own calendar arithmetic (timegm), over four centuries.
+    @Test func httpDatesAgreeWithTimegm() {
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            var t = tm()
+            t.tm_year = Int32.random(in: 0...430, using: &rng)  // 1900 ... 2330
+            t.tm_mon = Int32.random(in: 0...11, using: &rng)
+            t.tm_mday = Int32.random(in: 1...28, using: &rng)
+            t.tm_hour = Int32.random(in: 0...23, using: &rng)
+            t.tm_min = Int32.random(in: 0...59, using: &rng)
+            t.tm_sec = Int32.random(in: 0...59, using: &rng)
+            var copy = t
+            let expected = timegm(&copy)
+            func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+            let text = "Mon, \(two(t.tm_mday)) \(months[Int(t.tm_mon)]) \(1900 + Int(t.tm_year)) "
+                + "\(two(t.tm_hour)):\(two(t.tm_min)):\(two(t.tm_sec)) GMT"
+            #expect(httpDateSeconds(text) == expected, "\(text)")
+        }
     }
 
     @Test func breakerOpensProbesAndCloses() {
