@@ -108,6 +108,8 @@ bench: deps
 	$(SWIFT) build -c release --product cairn-service-child
 	$(SWIFT) build -c release --product cairn-bench-host
 	$(SWIFT) build -c release --product cairn-bench-baseline
+	$(SWIFT) build -c release --product cairn-bench-host-essentials
+	$(SWIFT) build -c release --product cairn-bench-baseline-essentials
 	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
 
 demo: deps

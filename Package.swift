@@ -82,7 +82,8 @@ let package = Package(
         .testTarget(name: "CairnTests",
                     dependencies: ["Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
                                   "cairn-service-child", "cairn", "cairn-crash-child",
-                                  "CairnBenchmarks", "cairn-bench-host", "cairn-bench-baseline"],
+                                  "CairnBenchmarks", "cairn-bench-host", "cairn-bench-baseline",
+                                  "cairn-bench-host-essentials", "cairn-bench-baseline-essentials"],
                     path: "Tests/CairnTests"),
 
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
@@ -120,11 +121,18 @@ let package = Package(
 
         // The whole-process benchmark's host service, with and without Cairn: the same
         // program (BenchHost), so that their difference is what Cairn costs a service.
+        // Two pairs: a service that uses Foundation, and one on FoundationEssentials alone.
         .target(name: "BenchHost", path: "Benchmarks/BenchHost"),
-        .executableTarget(name: "cairn-bench-host", dependencies: ["BenchHost", "Cairn"],
+        .target(name: "BenchFoundation", path: "Benchmarks/BenchFoundation"),
+        .target(name: "CairnBenchHost", dependencies: ["BenchHost", "Cairn", "CairnProcessor"], path: "Benchmarks/CairnBenchHost"),
+        .executableTarget(name: "cairn-bench-host", dependencies: ["BenchFoundation", "CairnBenchHost"],
                           path: "Benchmarks/HostWithCairn"),
-        .executableTarget(name: "cairn-bench-baseline", dependencies: ["BenchHost"],
+        .executableTarget(name: "cairn-bench-baseline", dependencies: ["BenchFoundation", "BenchHost"],
                           path: "Benchmarks/HostBaseline"),
+        .executableTarget(name: "cairn-bench-host-essentials", dependencies: ["BenchHost", "CairnBenchHost"],
+                          path: "Benchmarks/HostWithCairnEssentials"),
+        .executableTarget(name: "cairn-bench-baseline-essentials", dependencies: ["BenchHost"],
+                          path: "Benchmarks/HostBaselineEssentials"),
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",

@@ -1,9 +1,12 @@
-// BenchHost: the part of the whole-process benchmark's two host programs that is the
-// same in both: a service that uses Foundation the way services do, a paced producer
-// thread, and the reading of the process's own memory figures. `cairn-bench-host` adds
-// Cairn to it; `cairn-bench-baseline` does not, so the difference between the two is
-// what Cairn costs a service.
-import Foundation
+// BenchHost: the part of the whole-process benchmark's host programs that is the same in
+// all of them: a paced producer thread, the reading of the process's own memory figures,
+// the baseline program, and a service's use of FoundationEssentials. `cairn-bench-host`
+// adds Cairn to a service that uses Foundation (BenchFoundation), `cairn-bench-baseline`
+// does not; `cairn-bench-host-essentials` and `cairn-bench-baseline-essentials` are the
+// same pair for a service on FoundationEssentials alone. The difference within a pair is
+// what Cairn costs that service.
+import FoundationEssentials
+import Glibc
 
 /// The process's own memory figures, in KiB.
 public struct MemoryFigures: Sendable {
@@ -54,12 +57,12 @@ public struct MemoryFigures: Sendable {
     }
 }
 
-/// What a Swift service typically does with Foundation before any telemetry: JSON in and
-/// out, dates and their formatting, URLs, UUIDs, the environment, formatted strings. Both
-/// hosts call it once at start, so that the libraries and data it brings in are part of
+/// What a Swift service on FoundationEssentials alone typically does before any
+/// telemetry: JSON in and out, dates and their ISO 8601 text, URLs, UUIDs, the
+/// environment. Its hosts call it once at start, so that what it brings in is part of
 /// the baseline.
 @inline(never)
-public func useFoundationLikeAService() -> Int {
+public func useEssentialsLikeAService() -> Int {
     struct Order: Codable {
         var id: UUID
         var placed: Date
@@ -69,20 +72,34 @@ public func useFoundationLikeAService() -> Int {
     }
     let order = Order(id: UUID(), placed: Date(), items: ["book", "pen"], total: 12.5,
                       callback: URL(string: "https://shop.example/orders?id=42"))
-    let encoder = JSONEncoder()
-    encoder.dateEncodingStrategy = .iso8601
-    let decoder = JSONDecoder()
-    decoder.dateDecodingStrategy = .iso8601
     var bytes = 0
-    if let data = try? encoder.encode(order), let back = try? decoder.decode(Order.self, from: data) {
+    if let data = try? JSONEncoder().encode(order), let back = try? JSONDecoder().decode(Order.self, from: data) {
         bytes += data.count + back.items.count
     }
-    let formatter = ISO8601DateFormatter()
-    bytes += formatter.string(from: Date()).count
-    bytes += String(format: "%.3f ms", 1.25).count
+    bytes += Date().formatted(Date.ISO8601FormatStyle()).count
     bytes += ProcessInfo.processInfo.environment.count + ProcessInfo.processInfo.processIdentifier.bitWidth
-    bytes += (try? JSONSerialization.data(withJSONObject: ["k": [1, 2, 3]])).map(\.count) ?? 0
     return bytes
+}
+
+/// The baseline host: `warmUp` (the service's own use of its libraries), then `mode`
+/// as ``HostArguments`` describes, without Cairn; prints the memory figures.
+public func runBaselineHost(warmUp: () -> Int) -> Never {
+    guard let args = HostArguments() else { exit(2) }
+    if args.mode == "exit" { exit(0) }
+    _ = warmUp()
+    switch args.mode {
+    case "linked":
+        settle(0.5)
+    case "idle":
+        settle(1.5)
+    case "rate":
+        let sink = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        _ = produce(rate: args.rate, seconds: args.seconds) { sink.pointee &+= $0 }
+    default:
+        exit(2)
+    }
+    emit(MemoryFigures.now().json())
+    exit(0)
 }
 
 /// Calls `body(i)` `rate` times a second, i = 0, 1, 2, ..., on the calling thread, for
@@ -142,5 +159,13 @@ public struct HostArguments: Sendable {
 
 /// Writes `line` and a newline to stdout, unbuffered.
 public func emit(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    var text = line + "\n"
+    text.withUTF8 { bytes in
+        var done = 0
+        while done < bytes.count {
+            let n = write(1, bytes.baseAddress.map { $0 + done }, bytes.count - done)
+            if n <= 0 { return }
+            done += n
+        }
+    }
 }

@@ -57,12 +57,16 @@ func hostEnvironment(uploadURL: String?) -> [String: String] {
     return env
 }
 
-/// Both hosts in `args`, side by side, `runs` times: (with Cairn, baseline).
-func pairedRuns(_ args: [String], runs: Int, uploadURL: String?) -> (cairn: [HostRun], baseline: [HostRun]) {
+/// Both hosts in `args`, side by side, `runs` times: (with Cairn, baseline). The pair
+/// for a service that uses Foundation, or with `essentials` the one for a service on
+/// FoundationEssentials alone.
+func pairedRuns(_ args: [String], runs: Int, uploadURL: String?,
+                essentials: Bool = false) -> (cairn: [HostRun], baseline: [HostRun]) {
+    let suffix = essentials ? "-essentials" : ""
     var cairn: [HostRun] = [], baseline: [HostRun] = []
     for _ in 0..<runs {
-        let c = HostProcess("cairn-bench-host", args, env: hostEnvironment(uploadURL: uploadURL))
-        let b = HostProcess("cairn-bench-baseline", args, env: [:])
+        let c = HostProcess("cairn-bench-host" + suffix, args, env: hostEnvironment(uploadURL: uploadURL))
+        let b = HostProcess("cairn-bench-baseline" + suffix, args, env: [:])
         if let c { cairn.append(c.wait()) }
         if let b { baseline.append(b.wait()) }
     }
@@ -87,6 +91,21 @@ func closedPortURL() -> String {
     return "http://127.0.0.1:\(probe.port)/v1/batch"
 }
 
+/// The median process start that linking Cairn adds to the host pair (`essentials`:
+/// the FoundationEssentials pair): paired runs of their `exit` mode in alternating
+/// order, the median of the differences.
+func linkCost(pairs: Int, essentials: Bool) -> Double {
+    let dir = productsDirectory(), suffix = essentials ? "-essentials" : ""
+    var differences: [Double] = []
+    for i in 0..<pairs {
+        let first = (i % 2 == 0 ? "cairn-bench-host" : "cairn-bench-baseline") + suffix
+        let second = (i % 2 == 0 ? "cairn-bench-baseline" : "cairn-bench-host") + suffix
+        guard let a = spawnAndReap(dir + "/" + first), let b = spawnAndReap(dir + "/" + second) else { break }
+        differences.append(i % 2 == 0 ? a - b : b - a)
+    }
+    return differences.count == pairs ? percentile(differences, 0.5) : .nan
+}
+
 /// Milliseconds from spawning `path` to reaping it.
 func spawnAndReap(_ path: String) -> Double? {
     var pid: pid_t = 0
@@ -105,7 +124,8 @@ func spawnAndReap(_ path: String) -> Double? {
     // A binary just linked sits in the page cache as dirty pages until written back, and
     // /proc counts a mapped dirty page as the process's private dirty memory: write the
     // hosts back first, or a fresh build reads as 1 MiB more.
-    for name in ["cairn-bench-host", "cairn-bench-baseline"] {
+    for name in ["cairn-bench-host", "cairn-bench-baseline", "cairn-bench-host-essentials",
+                 "cairn-bench-baseline-essentials"] {
         let fd = open(productsDirectory() + "/" + name, O_RDONLY)
         if fd >= 0 {
             fsync(fd)
@@ -129,6 +149,14 @@ func spawnAndReap(_ path: String) -> Double? {
            median(idle.baseline.map { $0.first("rss_kb") }), "KiB")
     record("baseline_private_kb_idle", "baseline host, private dirty, idle",
            median(idle.baseline.map { $0.first("private_dirty_kb") }), "KiB")
+    // A service on FoundationEssentials alone: Cairn must not bring Foundation in.
+    let essentials = pairedRuns(["idle"], runs: runs, uploadURL: nil, essentials: true)
+    record("rss_delta_kb_idle_essentials", "RSS added, idle, FoundationEssentials service",
+           delta(essentials, "rss_kb"), "KiB", goal: "<= 2048", budget: budgetKB)
+    record("baseline_rss_kb_idle_essentials", "baseline host (FoundationEssentials, no Cairn), RSS, idle",
+           median(essentials.baseline.map { $0.first("rss_kb") }), "KiB")
+    record("link_start_ms_essentials", "start added by linking Cairn, Essentials service",
+           linkCost(pairs: quick ? 40 : 100, essentials: true), "ms", goal: "<= 1")
     guard full else { return }
 
     let seconds = quick ? "4" : "10"
@@ -147,18 +175,9 @@ func spawnAndReap(_ path: String) -> Double? {
     record("private_delta_kb_down", "private dirty added, collector down", delta(down, "private_dirty_kb"), "KiB",
            goal: "<= 1024")
 
-    // Process start with Cairn linked: paired runs of the two hosts' `exit` mode, in
-    // alternating order, the median of the differences.
-    let dir = productsDirectory()
-    var differences: [Double] = []
-    for i in 0..<(quick ? 40 : 100) {
-        let first = i % 2 == 0 ? "cairn-bench-host" : "cairn-bench-baseline"
-        let second = i % 2 == 0 ? "cairn-bench-baseline" : "cairn-bench-host"
-        guard let a = spawnAndReap(dir + "/" + first), let b = spawnAndReap(dir + "/" + second) else { break }
-        differences.append(i % 2 == 0 ? a - b : b - a)
-    }
-    record("link_start_ms", "process start added by linking Cairn (paired, median)", percentile(differences, 0.5),
-           "ms", goal: "<= 1")
+    // Process start with Cairn linked: paired runs of the two hosts' `exit` mode.
+    record("link_start_ms", "process start added by linking Cairn (paired, median)",
+           linkCost(pairs: quick ? 40 : 100, essentials: false), "ms", goal: "<= 1")
 }
 
 /// Throughput through `track()` with default options to a collector that answers each
