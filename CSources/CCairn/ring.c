@@ -1036,6 +1036,18 @@ static int create_ring(int fd, uint64_t capacity)
     do n = pwrite(fd, hdr, sizeof hdr, 0); while (n < 0 && errno == EINTR);
     if (n < 0) return errno;
     if ((size_t)n != sizeof hdr) return EIO;
+    /* The first pages of the data area written through the page cache (they are zero
+     * already): the first record, written by the thread that opens the ring, then
+     * finds its page cached. A fault on a page not cached reads ahead read_ahead_kb
+     * of the file (zero-filling 8 MiB on some systems: milliseconds), which the
+     * consumer's populating of pages ahead of the writer then does instead, off the
+     * producers' threads. */
+    static const unsigned char zeros[16384];
+    uint64_t first = capacity < 4 * sizeof zeros ? capacity : 4 * sizeof zeros;
+    for (uint64_t off = 0; off < first; off += sizeof zeros) {
+        do n = pwrite(fd, zeros, sizeof zeros, (off_t)(CAIRN_RING_HEADER_SIZE + off)); while (n < 0 && errno == EINTR);
+        if (n < 0) return errno;
+    }
     return 0;
 }
 
@@ -1190,13 +1202,6 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     r->map_len = CAIRN_RING_HEADER_SIZE + capacity;
     r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (r->map == MAP_FAILED) { rc = errno; free(r); goto fail; }
-    /* No read-ahead on faults: the producers fault pages in one at a time as they
-     * write, and the background side populates ahead (MADV_POPULATE_WRITE). With the
-     * default read-ahead, the first fault on a new ring reads (zero-fills) up to
-     * read_ahead_kb of it (8 MiB on some systems): milliseconds on the thread that opens
-     * the ring, and as much page cache charged to the service. What a
-     * restart finds unread is read ahead deliberately, at the first peek. */
-    (void)madvise(r->map, r->map_len, MADV_RANDOM);
     r->area.data = r->map + CAIRN_RING_HEADER_SIZE;
     r->area.capacity = capacity;
     r->write_pos = (uint64_t *)(r->map + H_WRITE_POS);
@@ -1404,8 +1409,8 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
     uint64_t head = load_acq(ring->write_pos);
     if (!is_boundary(ring, from, tail, head)) return CAIRN_EINVAL;
     if (!ring->unread_advised) {
-        /* What an earlier run left unread, in one asynchronous read instead of a fault
-         * per page (the mapping reads no further ahead itself: MADV_RANDOM). */
+        /* What an earlier run left unread, in one asynchronous read ahead of the
+         * consumer rather than in its faults. */
         ring->unread_advised = 1;
         (void)advise(ring, tail, head, MADV_WILLNEED);
     }
@@ -1472,7 +1477,7 @@ static void manage_pages(cairn_ring_t *ring, uint64_t tail)
     }
     if (ring->populate_failed) return;
     uint64_t head = load_acq(ring->write_pos);
-    uint64_t runway = 2 * (uint64_t)ring->reclaim_bytes;
+    uint64_t runway = 4 * (uint64_t)ring->reclaim_bytes;
     if (runway > ring->area.capacity / 4) runway = ring->area.capacity / 4;
     uint64_t from = ring->populated_to > head ? ring->populated_to : head;
     uint64_t to = head + runway < tail + ring->area.capacity ? head + runway : tail + ring->area.capacity;
