@@ -201,15 +201,9 @@ public final class Ring: @unchecked Sendable {
         /// An empty run, to be filled by ``Ring/peek(from:maxRecords:maxBytes:into:)``.
         public init() { self.init(records: [], next: 0) }
 
-        /// The run of its first `count` records: it ends where the next record starts
-        /// (the whole run when `count` covers it).
-        public func prefix(_ count: Int) -> Run {
-            guard count >= 0, count < records.count else { return self }
-            return Run(records: Array(records.prefix(count)), next: records[count].position)
-        }
-
-        /// Keeps its first `count` records, as ``prefix(_:)`` would, in place: the
-        /// array keeps its storage.
+        /// Keeps its first `count` records, in place (the array keeps its storage): the
+        /// run then ends where the next record starts. Nothing changes when `count`
+        /// covers the run.
         public mutating func truncate(to count: Int) {
             guard count >= 0, count < records.count else { return }
             next = records[count].position

@@ -207,19 +207,9 @@ final class RingContexts {
 
     // MARK: Completing records
 
-    /// `run` cut so that its records, completed, total at most `maxBytes` (the batch
-    /// limit is on what is sent), keeping at least one event.
-    func fitting(_ run: Ring.Run, maxBytes: Int) -> Ring.Run {
-        run.prefix(fittingCount(run, maxBytes: maxBytes))
-    }
-
-    /// ``fitting(_:maxBytes:)`` in place.
+    /// Cuts `run` in place so that its records, completed, total at most `maxBytes` (the
+    /// batch limit is on what is sent), keeping at least one event.
     func fit(_ run: inout Ring.Run, maxBytes: Int) {
-        run.truncate(to: fittingCount(run, maxBytes: maxBytes))
-    }
-
-    /// How many of `run`'s records ``fitting(_:maxBytes:)`` keeps.
-    private func fittingCount(_ run: Ring.Run, maxBytes: Int) -> Int {
         var context = inForceEntry(before: run.records.first?.position ?? 0)?.fragment
         var total = 0
         var events = 0
@@ -229,23 +219,19 @@ final class RingContexts {
                 context = Self.isFragment(r.bytes) ? Array(r.bytes) : nil
             case .data, .bare:
                 let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? Self.fallbackBound) : 0)
-                if events > 0 && total + size > maxBytes { return i }
+                if events > 0 && total + size > maxBytes {
+                    run.truncate(to: i)
+                    return
+                }
                 total += size
                 events += 1
             }
         }
-        return run.records.count
     }
 
     /// The records of `run` as they are sent: bare ones completed with the context in
     /// force, data ones as they are; context records are learnt, not sent.
-    func complete(_ run: Ring.Run) -> Batch {
-        var batch = Batch()
-        complete(run, into: &batch)
-        return batch
-    }
-
-    /// ``complete(_:)`` into `batch`, emptied first and its storage reused.
+    /// They go into `batch`, emptied first and its storage reused.
     func complete(_ run: Ring.Run, into batch: inout Batch) {
         batch.reset()
         batch.pieces.reserveCapacity(2 * run.records.count)
@@ -297,7 +283,7 @@ final class RingContexts {
     /// context because its own was lost.
     static let marker = Array(#","context_recovered":false"#.utf8)
 
-    /// A bound on the fallback fragment's size, for ``fitting(_:maxBytes:)``.
+    /// A bound on the fallback fragment's size, for ``fit(_:maxBytes:)``.
     private static let fallbackBound = 4096
 
     /// This process's fragment with the marker inside its `sdk` object (the fragment's
