@@ -1,3 +1,4 @@
+import CairnCrash
 import CairnProcessor
 import FoundationEssentials
 import Dispatch
@@ -20,7 +21,21 @@ public struct FinishedEvent: Sendable, Equatable {
     /// (`Optional<Any>.none`). Read with the toolchain's `JSONDecoder`, so that Cairn
     /// does not make a service load Foundation.
     public var object: [String: Any]? {
-        (try? JSONDecoder().decode(AnyJSON.self, from: Data(json)))?.value as? [String: Any]
+        JSONValue.parse(json).map(Self.any) as? [String: Any]
+    }
+
+    /// A parsed value as ``object`` describes it.
+    private static func any(_ value: JSONValue) -> Any {
+        switch value {
+        case .null: return Optional<Any>.none as Any
+        case .bool(let b): return b
+        case .int(let i): return Int(i)
+        case .uint(let u): return Int(exactly: u) ?? Double(u)
+        case .double(let d): return d
+        case .string(let s): return s
+        case .array(let items): return items.map(any)
+        case .object(let members): return Dictionary(members.map { ($0.0, any($0.1)) }) { first, _ in first }
+        }
     }
 
     /// The event's `name`.
@@ -60,39 +75,3 @@ public struct StdoutDestination: Destination {
     }
 }
 
-/// Any JSON value as the `Any` that ``FinishedEvent/object`` describes.
-private struct AnyJSON: Decodable {
-    let value: Any
-
-    private struct Key: CodingKey {
-        let stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
-    }
-
-    init(from decoder: any Decoder) throws {
-        if let keyed = try? decoder.container(keyedBy: Key.self) {
-            var members: [String: Any] = [:]
-            for key in keyed.allKeys { members[key.stringValue] = try keyed.decode(AnyJSON.self, forKey: key).value }
-            value = members
-        } else if var unkeyed = try? decoder.unkeyedContainer() {
-            var items: [Any] = []
-            while !unkeyed.isAtEnd { items.append(try unkeyed.decode(AnyJSON.self).value) }
-            value = items
-        } else {
-            let single = try decoder.singleValueContainer()
-            if single.decodeNil() {
-                value = Optional<Any>.none as Any
-            } else if let b = try? single.decode(Bool.self) {
-                value = b
-            } else if let i = try? single.decode(Int.self) {
-                value = i
-            } else if let d = try? single.decode(Double.self) {
-                value = d
-            } else {
-                value = try single.decode(String.self)
-            }
-        }
-    }
-}

@@ -105,7 +105,7 @@ extension JSONValue {
     /// `bytes` read as JSON (any value at the top, objects' keys sorted); nil when they
     /// are not JSON. With the toolchain's `JSONDecoder` (FoundationEssentials), not
     /// `JSONSerialization`, which would make every service load Foundation.
-    static func parse(_ bytes: [UInt8]) -> JSONValue? {
+    package static func parse(_ bytes: [UInt8]) -> JSONValue? {
         (try? JSONDecoder().decode(Decoded.self, from: Data(bytes)))?.value
     }
 
