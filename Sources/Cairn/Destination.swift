@@ -1,8 +1,7 @@
 import CairnCrash
 import CairnProcessor
+import CairnStore
 import FoundationEssentials
-import Dispatch
-import Glibc
 
 /// A finished event: its JSON record exactly as it is sent (docs/FORMATS.md, "Event").
 public struct FinishedEvent: Sendable, Equatable {
@@ -63,15 +62,7 @@ public struct StdoutDestination: Destination {
             out += e.json
             out.append(0x0A)
         }
-        out.withUnsafeBytes { bytes in
-            var done = 0
-            while done < bytes.count {
-                let n = write(1, bytes.baseAddress.map { $0 + done }, bytes.count - done)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return }
-                done += n
-            }
-        }
+        out.withUnsafeBytes { writeAll($0, to: 1) }
     }
 }
 

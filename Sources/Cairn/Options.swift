@@ -2,7 +2,6 @@ import CairnProcessor
 import CairnStore
 import CairnUploader
 import FoundationEssentials
-import Dispatch
 import Glibc
 
 /// An environment variable whose value did not parse: `validate` reports it.

@@ -1,7 +1,6 @@
 import CairnProcessor
 import FoundationEssentials
 import Dispatch
-import Glibc
 
 extension Cairn {
     /// A call the service makes to another service: its span, and the `traceparent`

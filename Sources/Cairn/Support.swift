@@ -1,7 +1,6 @@
 import CairnProcessor
 import CairnStore
 import FoundationEssentials
-import Dispatch
 import Glibc
 
 /// Drops and changes counted by reason: in memory for `dropCounts` and `sdk_health`

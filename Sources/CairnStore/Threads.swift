@@ -108,16 +108,21 @@ private func setThreadName(_ name: String) {
     _ = String(decoding: name.utf8.prefix(15), as: UTF8.self).withCString { set(pthread_self(), $0) }
 }
 
+/// Writes all of `bytes` to `fd`, again after a signal interrupts it; stops at the
+/// first error (a closed pipe, a full disk): diagnostics and output lines, which are
+/// never worth more than the service.
+package func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32) {
+    var done = 0
+    while done < bytes.count {
+        let n = write(fd, bytes.baseAddress.map { $0 + done }, bytes.count - done)
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { return }
+        done += n
+    }
+}
+
 /// Writes `text` to the standard error as it is (diagnostics; not for hot paths).
 package func writeStandardError(_ text: String) {
     var text = text
-    text.withUTF8 { bytes in
-        var done = 0
-        while done < bytes.count {
-            let n = write(2, bytes.baseAddress.map { $0 + done }, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            done += n
-        }
-    }
+    text.withUTF8 { writeAll(UnsafeRawBufferPointer($0), to: 2) }
 }
