@@ -49,25 +49,10 @@ final class DropCounters: Sendable {
 
 /// One background thread with a stop flag and a wake-up condition.
 final class BackgroundWork: @unchecked Sendable {
-    // @unchecked: fields are touched under `mutex` only.
-    private var mutex = pthread_mutex_t()
-    private var cond = pthread_cond_t()
+    // @unchecked: `stopping` and `signals` are touched with `condition` locked only.
+    private let condition = Condition()
     private var stopping = false
     private var signals = 0
-
-    init() {
-        pthread_mutex_init(&mutex, nil)
-        var attr = pthread_condattr_t()
-        pthread_condattr_init(&attr)
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
-        pthread_cond_init(&cond, &attr)
-        pthread_condattr_destroy(&attr)
-    }
-
-    deinit {
-        pthread_cond_destroy(&cond)
-        pthread_mutex_destroy(&mutex)
-    }
 
     /// Runs `body` on a new detached thread (a plain pthread: a Foundation `Thread`
     /// costs far more to create on the start path). When the system refuses a thread
@@ -81,50 +66,35 @@ final class BackgroundWork: @unchecked Sendable {
 
     /// Wakes `waitForSignal` callers.
     func signal() {
-        pthread_mutex_lock(&mutex)
+        condition.lock()
         signals += 1
-        pthread_cond_broadcast(&cond)
-        pthread_mutex_unlock(&mutex)
+        condition.broadcast()
+        condition.unlock()
     }
 
     func waitForSignal(timeout: Duration) {
-        pthread_mutex_lock(&mutex)
+        let deadline = ContinuousClock.now + timeout
+        condition.lock()
         let seen = signals
-        var deadline = Self.deadline(timeout)
-        while signals == seen && !stopping {
-            if pthread_cond_timedwait(&cond, &mutex, &deadline) == ETIMEDOUT { break }
-        }
-        pthread_mutex_unlock(&mutex)
+        while signals == seen && !stopping && condition.wait(until: deadline) {}
+        condition.unlock()
     }
 
     /// Waits up to `timeout`; true once `stop` was called.
     func waitForStop(timeout: Duration) -> Bool {
-        pthread_mutex_lock(&mutex)
-        var deadline = Self.deadline(timeout)
-        while !stopping {
-            if pthread_cond_timedwait(&cond, &mutex, &deadline) == ETIMEDOUT { break }
-        }
+        let deadline = ContinuousClock.now + timeout
+        condition.lock()
+        while !stopping && condition.wait(until: deadline) {}
         let stopped = stopping
-        pthread_mutex_unlock(&mutex)
+        condition.unlock()
         return stopped
     }
 
     func stop() {
-        pthread_mutex_lock(&mutex)
+        condition.lock()
         stopping = true
-        pthread_cond_broadcast(&cond)
-        pthread_mutex_unlock(&mutex)
-    }
-
-    private static func deadline(_ timeout: Duration) -> timespec {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        let (s, atto) = timeout.components
-        var nanos = Int(now.tv_nsec) + Int(atto / 1_000_000_000)
-        var secs = Int(now.tv_sec) + Int(s) + nanos / 1_000_000_000
-        nanos %= 1_000_000_000
-        if secs < 0 { secs = 0 }
-        return timespec(tv_sec: secs, tv_nsec: nanos)
+        condition.broadcast()
+        condition.unlock()
     }
 }
 
