@@ -132,7 +132,8 @@ enum OOMCounter {
 /// An open file locked with `flock`, checked to still be the file at its path (another
 /// process may have processed and deleted it between our open and our lock).
 final class LockedFile {
-    let path: String
+    /// Where the file is (it changes when ``create(_:line:spare:)`` renames the spare).
+    private(set) var path: String
     let fd: Int32
 
     private init(path: String, fd: Int32) {
@@ -165,11 +166,15 @@ final class LockedFile {
     /// one about 10, and this runs on the thread that calls `start`. Otherwise it
     /// creates `<path>.tmp`.
     static func create(_ path: String, line: [UInt8], spare: String? = nil) throws(CrashCaptureError) -> LockedFile {
-        if let spare, let fd = takeSpare(spare) {
-            let file = LockedFile(path: path, fd: fd)
-            if (try? file.append(line)) != nil, rename(spare, path) == 0 { return file }
+        // The spare is taken when it can be claimed (not being taken by another process,
+        // which would hold its lock or have renamed it already) and is empty.
+        if let spare, let taken = claim(spare), taken.isEmpty {
+            if (try? taken.append(line)) != nil, rename(spare, path) == 0 {
+                taken.path = path
+                return taken
+            }
             // Not taken after all: leave it empty for the next start, and create.
-            _ = ftruncate(fd, 0)
+            _ = ftruncate(taken.fd, 0)
         }
         let tmp = path + ".tmp"
         let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
@@ -199,18 +204,10 @@ final class LockedFile {
         if fd >= 0 { close(fd) }
     }
 
-    /// The spare, open and locked, when it is there, empty and not being taken by
-    /// another process (which would hold its lock, or have renamed it already).
-    private static func takeSpare(_ spare: String) -> Int32? {
-        let fd = open(spare, O_RDWR | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        var held = stat(), named = stat()
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0, fstat(fd, &held) == 0, stat(spare, &named) == 0,
-              held.st_dev == named.st_dev, held.st_ino == named.st_ino, held.st_size == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
+    /// Whether the file holds no bytes.
+    private var isEmpty: Bool {
+        var st = stat()
+        return fstat(fd, &st) == 0 && st.st_size == 0
     }
 
     /// Appends `line` and a newline.
