@@ -277,22 +277,6 @@ import Testing
 
 /// Resident memory of the ring follows the live window, not the capacity.
 @Suite struct RingMemoryTests {
-    /// Resident kilobytes of this process's mapping of `path`, from /proc/self/smaps.
-    static func residentKB(of path: String) -> Int? {
-        guard let fh = FileHandle(forReadingAtPath: "/proc/self/smaps"),
-              let data = try? fh.readToEnd() else { return nil }
-        let text = String(decoding: data, as: UTF8.self)
-        var inRing = false
-        for line in text.split(separator: "\n") {
-            if line.first?.isHexDigit == true && line.contains("-") && line.contains(" ") {
-                inRing = line.hasSuffix(path)
-            } else if inRing && line.hasPrefix("Rss:") {
-                return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])
-            }
-        }
-        return nil
-    }
-
     /// Streams 8× the capacity through a 4 MiB ring, 500 records of 200 bytes at a time.
     static func cycle(_ ring: CRing) {
         let rec = [UInt8](repeating: 0x62, count: 200)
@@ -307,7 +291,7 @@ import Testing
         let path = dir.file("reclaimed")
         let ring = try CRing(path, capacity: 4 << 20)
         Self.cycle(ring)
-        let rss = try #require(Self.residentKB(of: path))
+        let rss = try #require(residentKB(ofMapping: path))
         // Live window ≈ 110 KiB, up to 64 KiB consumed but not yet reclaimed, and a
         // 256 KiB runway prefaulted ahead of the producers.
         print("ring resident memory with reclaim: \(rss) KiB of 4096")
@@ -319,7 +303,7 @@ import Testing
         let path = dir.file("resident")
         let ring = try CRing(path, capacity: 4 << 20, reclaim: 0)
         Self.cycle(ring)
-        let rss = try #require(Self.residentKB(of: path))
+        let rss = try #require(residentKB(ofMapping: path))
         #expect(rss > 3 * 1024, "resident \(rss) KiB: the control case must show the difference")
     }
 }

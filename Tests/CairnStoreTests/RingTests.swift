@@ -1,3 +1,4 @@
+import CairnTestSupport
 import CairnStore
 import Foundation
 import Testing
@@ -50,22 +51,6 @@ import Testing
         #expect(try ring.peek(maxRecords: 10, maxBytes: 1).records.count == 1)
     }
 
-    /// Resident KiB of this process's mapping of `path` (from /proc/self/smaps).
-    static func residentKB(of path: String) -> Int? {
-        // Read to the end: /proc files report a size of 0.
-        guard let fh = FileHandle(forReadingAtPath: "/proc/self/smaps"), let data = try? fh.readToEnd() else { return nil }
-        let text = String(decoding: data, as: UTF8.self)
-        var inRing = false
-        for line in text.split(separator: "\n") {
-            if line.first?.isHexDigit == true && line.contains("-") && line.contains(" ") {
-                inRing = line.hasSuffix(path)
-            } else if inRing && line.hasPrefix("Rss:") {
-                return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }
-            }
-        }
-        return nil
-    }
-
     @Test func pagesOfRecordsInFlightLeaveMemoryAndComeBack() throws {
         let dir = Scratch()
         let path = dir.path + "/events.ring"
@@ -73,9 +58,9 @@ import Testing
         let records = (0..<2000).map { i in Array("record \(i) ".utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: 200) }
         for r in records { try ring.append(r) }
         let run = try ring.peek(maxRecords: 2000, maxBytes: 1 << 20)
-        let before = try #require(Self.residentKB(of: path))
+        let before = try #require(residentKB(ofMapping: path))
         try ring.releasePages(from: ring.readPosition, to: run.next)
-        let after = try #require(Self.residentKB(of: path))
+        let after = try #require(residentKB(ofMapping: path))
         #expect(after + 300 < before, "about 440 KiB of records left memory: \(before) KiB -> \(after) KiB")
         // Nothing was consumed, and the records read back intact from the file.
         let again = try ring.peek(maxRecords: 2000, maxBytes: 1 << 20)

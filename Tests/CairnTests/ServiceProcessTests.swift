@@ -18,19 +18,9 @@ import Testing
     /// `CAIRN_*`, plus `env`.
     static func run(_ product: String, _ args: [String],
                     env: [String: String] = [:]) throws -> (status: Int32, out: [String], err: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: productsDirectory + "/" + product)
-        p.arguments = args
-        p.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 }
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self).split(separator: "\n").map(String.init),
-                String(decoding: e, as: UTF8.self))
+        let environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 }
+        let r = try runCapturing(productsDirectory + "/" + product, args, environment: environment)
+        return (r.status, r.out.split(separator: "\n").map(String.init), r.err)
     }
 
     static func child(_ args: [String], env: [String: String]) throws -> (status: Int32, out: [String], err: String) {
