@@ -123,7 +123,7 @@ let package = Package(
         // program (BenchHost), so that their difference is what Cairn costs a service.
         // Two pairs: a service that uses Foundation, and one on FoundationEssentials alone.
         .target(name: "BenchHost", path: "Benchmarks/BenchHost"),
-        .target(name: "BenchFoundation", path: "Benchmarks/BenchFoundation"),
+        .target(name: "BenchFoundation", dependencies: ["BenchHost"], path: "Benchmarks/BenchFoundation"),
         .target(name: "CairnBenchHost", dependencies: ["BenchHost", "Cairn", "CairnProcessor"], path: "Benchmarks/CairnBenchHost"),
         .executableTarget(name: "cairn-bench-host", dependencies: ["BenchFoundation", "CairnBenchHost"],
                           path: "Benchmarks/HostWithCairn"),
