@@ -162,7 +162,6 @@ struct cairn_ring {
     uint64_t reclaimed_to; /* pages before this position have been dropped */
     uint64_t populated_to; /* pages before this position have been prefaulted */
     int populate_failed;   /* the kernel lacks MADV_POPULATE_WRITE */
-    int unread_advised;    /* the first peek asked the kernel to read the unread part */
     /* Set at open. */
     cairn__recovery_t recovery;
     uint32_t origin;
@@ -1399,8 +1398,6 @@ static int is_boundary(const cairn_ring_t *ring, uint64_t pos, uint64_t tail, ui
     return pos == tail || pos == ring->peeked_to || valid_record_at(&ring->area, pos, head, NULL, &total, &len_kind);
 }
 
-static int advise(cairn_ring_t *ring, uint64_t from, uint64_t to, int advice);
-
 int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *records,
                     size_t max_records, size_t max_bytes, uint64_t *next)
 {
@@ -1408,12 +1405,6 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
     uint64_t tail = load_acq(ring->read_pos);
     uint64_t head = load_acq(ring->write_pos);
     if (!is_boundary(ring, from, tail, head)) return CAIRN_EINVAL;
-    if (!ring->unread_advised) {
-        /* What an earlier run left unread, in one asynchronous read ahead of the
-         * consumer rather than in its faults. */
-        ring->unread_advised = 1;
-        (void)advise(ring, tail, head, MADV_WILLNEED);
-    }
     size_t n = 0, bytes = 0;
     uint64_t pos = from;
     while (pos < head && n < max_records) {
