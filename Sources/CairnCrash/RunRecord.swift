@@ -144,15 +144,15 @@ final class LockedFile {
     deinit { close(fd) }
 
     /// Opens and locks `path` without waiting; nil when another process holds the lock
-    /// (a live run) or the file is gone or replaced.
-    static func claim(_ path: String) -> LockedFile? {
+    /// (a live run), the file is gone or replaced, or, with `empty`, it holds bytes.
+    static func claim(_ path: String, empty: Bool = false) -> LockedFile? {
         let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         var rc: Int32
         repeat { rc = flock(fd, LOCK_EX | LOCK_NB) } while rc != 0 && errno == EINTR
         var held = stat(), named = stat()
         guard rc == 0, fstat(fd, &held) == 0, stat(path, &named) == 0,
-              held.st_dev == named.st_dev, held.st_ino == named.st_ino else {
+              held.st_dev == named.st_dev, held.st_ino == named.st_ino, !empty || held.st_size == 0 else {
             close(fd)
             return nil
         }
@@ -168,7 +168,7 @@ final class LockedFile {
     static func create(_ path: String, line: [UInt8], spare: String? = nil) throws(CrashCaptureError) -> LockedFile {
         // The spare is taken when it can be claimed (not being taken by another process,
         // which would hold its lock or have renamed it already) and is empty.
-        if let spare, let taken = claim(spare), taken.isEmpty {
+        if let spare, let taken = claim(spare, empty: true) {
             if (try? taken.append(line)) != nil, rename(spare, path) == 0 {
                 taken.path = path
                 return taken
@@ -204,11 +204,6 @@ final class LockedFile {
         if fd >= 0 { close(fd) }
     }
 
-    /// Whether the file holds no bytes.
-    private var isEmpty: Bool {
-        var st = stat()
-        return fstat(fd, &st) == 0 && st.st_size == 0
-    }
 
     /// Appends `line` and a newline.
     func append(_ line: [UInt8]) throws(CrashCaptureError) {
