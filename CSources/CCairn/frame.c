@@ -53,15 +53,16 @@
 /* Most levels accepted; above 19 zstd's "ultra" levels want windows far beyond the
  * SDK's memory budget for no useful gain on small batches. */
 #define MAX_LEVEL 19
-/* A 64 KiB window: events repeat their keys and values within a few hundred bytes, so a
- * longer window buys almost nothing on event JSON, while each doubling costs the stream
- * context another window and block (about 0.53 MiB at 64 KiB, 1.37 MiB at zstd's 512 KiB
- * for level 1). */
-#define WINDOW_LOG 16
-/* Match-finder tables of 2^14 entries (64 KiB each): within a 64 KiB window, level 3's
- * 2^17/2^16 find no more matches (event JSON: ratio 11.43x either way), and its tables
- * were most of the context (zstd's estimate: 1.03 MiB, 0.39 MiB with these). */
-#define TABLE_LOG 14
+/* A 32 KiB window: events repeat their keys and values within a few hundred bytes, so a
+ * longer window buys little on event JSON (8 % smaller batches at 64 KiB, on batches of
+ * one repeated event, the kindest case for a long window), while each doubling costs the
+ * stream context another window and block (zstd's estimate for the default level 1:
+ * 0.27 MiB at 32 KiB, 0.51 MiB at 64 KiB, 1.37 MiB at zstd's own 512 KiB). */
+#define WINDOW_LOG 15
+/* Match-finder tables of 2^13 entries (32 KiB each): within a 32 KiB window, larger
+ * tables (level 3's 2^17/2^16) find no more matches on event JSON (0.1 % at 2^14), and
+ * they were most of the context. */
+#define TABLE_LOG 13
 
 struct cairn_frame_encoder {
     ZSTD_CCtx *cctx;
