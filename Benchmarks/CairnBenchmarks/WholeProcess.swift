@@ -200,6 +200,11 @@ func spawnAndReap(_ path: String) -> Double? {
            "events", goal: "0")
     // Three runs: the most any run dropped, the median memory.
     let at100k = (0..<3).map { _ in run(rate: 100_000) }
+    for (i, run) in at100k.enumerated() where run.run.outcome("dropped") > 0 {
+        // What was dropped, by reason, on stderr: the figure alone does not say why.
+        let reasons = run.run.lines.dropFirst().first?["drops"] ?? [:]
+        FileHandle.standardError.write(Data("100k/s run \(i + 1): dropped \(reasons)\n".utf8))
+    }
     record("drops_at_100k_50ms", "events dropped at 100k/s, 50 ms collector, \(seconds) s (worst of 3)",
            at100k.map { $0.run.outcome("dropped") }.max() ?? .nan, "events", goal: "0")
     let runs = (cairn: at100k.map(\.run), baseline: at100k.map(\.baseline))

@@ -142,13 +142,16 @@ let scratch = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.p
 try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
 
 // `--only memory-idle`: the whole-process memory of the linked and idle states alone
-// (what the gate's own test runs); `--only process`: every whole-process figure.
+// (what the gate's own test runs); `--only process`: every whole-process figure;
+// `--only throughput`: the default-options throughput runs alone.
 if let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < CommandLine.arguments.count {
     switch CommandLine.arguments[i + 1] {
     case "memory-idle":
         benchWholeProcess(full: false)
     case "process":
         benchWholeProcess(full: true)
+        benchDefaultThroughput()
+    case "throughput":
         benchDefaultThroughput()
     default:
         FileHandle.standardError.write(Data("unknown --only \(CommandLine.arguments[i + 1])\n".utf8))

@@ -323,8 +323,11 @@ public final class Cairn: @unchecked Sendable {
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
         uploadOptions.currentContext = { [processor] in processor.contextFragment }
-        let uploader = Uploader(ring: ring, store: store, transport: options.transport ?? HTTPTransport(caFile: options.caFile),
-                                options: uploadOptions)
+        // One idle connection kept for each request the uploader may have out: fewer, and
+        // every burst past them pays a new connection (and a TLS handshake) per request.
+        let transport = options.transport
+            ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile)
+        let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
         // started behind its back.
         let started = state.withLock { s -> Bool in

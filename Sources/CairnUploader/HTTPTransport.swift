@@ -27,11 +27,11 @@ import Glibc
 ///
 /// **Connections and reuse.** Each connection is used by one thread at a time. The
 /// transport keeps a small pool of idle connections: a call takes one (or makes one),
-/// uses it without any lock held, and puts it back. The uploader's single thread
-/// therefore gets the same connection back and reuses its socket while the collector
-/// keeps it open, while a second caller (a `flush` from another thread, say) gets its
-/// own instead of waiting for a lock held across a network call. Connections beyond
-/// ``maxIdleConnections`` are closed. A reused connection that the collector closed
+/// uses it without any lock held, and puts it back. Each of the uploader's sender
+/// threads therefore finds an open connection and reuses its socket while the collector
+/// keeps it open, and no caller waits for a lock held across a network call.
+/// Connections beyond ``maxIdleConnections`` are closed: keep it at the number of
+/// requests out at once, or each request past it opens (and TLS-handshakes) anew. A reused connection that the collector closed
 /// while it sat idle is noticed, and the request is sent again once on a new one.
 ///
 /// ```swift
@@ -66,8 +66,8 @@ public final class HTTPTransport: Transport {
     ///   - connectTimeout: The most an attempt may spend connecting; default 10 s.
     ///   - maxResponseBodyBytes: How much of a response body is kept; default 64 KiB.
     ///     Negative values count as 0.
-    ///   - maxIdleConnections: Idle connections kept for reuse; default 2 (one per
-    ///     thread that sends at the same time). Negative values count as 0, which
+    ///   - maxIdleConnections: Idle connections kept for reuse; default 8 (one per
+    ///     request out at once: ``UploaderOptions/maxInFlight``'s default). Negative values count as 0, which
     ///     closes every connection after its request.
     ///   - caFile: A PEM file of trusted CA certificates used instead of the system
     ///     store; default `nil` (the system store).
@@ -75,7 +75,7 @@ public final class HTTPTransport: Transport {
     ///     the process environment, once, now.
     public init(connectTimeout: Duration = HTTPTransport.defaultConnectTimeout,
                 maxResponseBodyBytes: Int = HTTPTransport.defaultMaxResponseBodyBytes,
-                maxIdleConnections: Int = 2, caFile: String? = nil,
+                maxIdleConnections: Int = 8, caFile: String? = nil,
                 environment: [String: String]? = nil) {
         self.connectTimeout = connectTimeout
         self.maxResponseBodyBytes = max(maxResponseBodyBytes, 0)
