@@ -20,7 +20,7 @@ ASAN_CRASH_OPTIONS := handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigil
 # The toolchain's lld links sanitizer builds without gold's export warnings.
 LLD := -Xswiftc -use-ld=lld
 
-APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libssl-dev openssl ca-certificates \
+APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libssl-dev libmbedtls-dev openssl ca-certificates \
                 lmdb-utils zstd
 PIP_MODULES := zstandard lmdb
 

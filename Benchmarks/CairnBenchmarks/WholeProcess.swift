@@ -61,11 +61,12 @@ func hostEnvironment(uploadURL: String?) -> [String: String] {
 /// for a service that uses Foundation, or with `essentials` the one for a service on
 /// FoundationEssentials alone.
 func pairedRuns(_ args: [String], runs: Int, uploadURL: String?,
-                essentials: Bool = false) -> (cairn: [HostRun], baseline: [HostRun]) {
+                essentials: Bool = false, extraEnvironment: [String: String] = [:]) -> (cairn: [HostRun], baseline: [HostRun]) {
     let suffix = essentials ? "-essentials" : ""
     var cairn: [HostRun] = [], baseline: [HostRun] = []
     for _ in 0..<runs {
-        let c = HostProcess("cairn-bench-host" + suffix, args, env: hostEnvironment(uploadURL: uploadURL))
+        let env = hostEnvironment(uploadURL: uploadURL).merging(extraEnvironment) { _, b in b }
+        let c = HostProcess("cairn-bench-host" + suffix, args, env: env)
         let b = HostProcess("cairn-bench-baseline" + suffix, args, env: [:])
         if let c { cairn.append(c.wait()) }
         if let b { baseline.append(b.wait()) }
@@ -82,6 +83,74 @@ func median(_ values: [Double]) -> Double {
 func delta(_ runs: (cairn: [HostRun], baseline: [HostRun]), _ key: String) -> Double {
     guard !runs.cairn.isEmpty, !runs.baseline.isEmpty else { return .nan }
     return median(runs.cairn.map { $0.first(key) }) - median(runs.baseline.map { $0.first(key) })
+}
+
+/// The repository's collector (Tests/Collector/collector.py) serving HTTPS on
+/// 127.0.0.1 with a certificate for `localhost` from a CA made here by `openssl`, and a
+/// trust bundle of the system store plus that CA: given to the host as
+/// `SSL_CERT_FILE`, it makes the host read the whole system store, as in production.
+final class TLSCollector {
+    let port: Int
+    let bundle: String
+    private let process = Process()
+    private let input = Pipe()
+
+    init?() {
+        let dir = scratch + "/tls-\(UUID().uuidString)"
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        func openssl(_ args: [String]) -> Bool {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            p.arguments = ["openssl"] + args
+            p.currentDirectoryURL = URL(fileURLWithPath: dir)
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            guard (try? p.run()) != nil else { return false }
+            p.waitUntilExit()
+            return p.terminationStatus == 0
+        }
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        guard (try? Data("subjectAltName=DNS:localhost\n".utf8).write(to: URL(fileURLWithPath: dir + "/s.ext"))) != nil,
+              openssl(["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                                               "-subj", "/CN=Cairn Bench CA"]),
+              openssl(["req"] + ec + ["-keyout", "s.key", "-out", "s.csr", "-subj", "/CN=localhost"]),
+              openssl(["x509", "-req", "-in", "s.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                       "-out", "s.crt", "-days", "2", "-extfile", "s.ext"]),
+              let crt = FileManager.default.contents(atPath: dir + "/s.crt"),
+              let key = FileManager.default.contents(atPath: dir + "/s.key"),
+              let ca = FileManager.default.contents(atPath: dir + "/ca.pem"),
+              let system = FileManager.default.contents(atPath: "/etc/ssl/certs/ca-certificates.crt"),
+              (try? (crt + key).write(to: URL(fileURLWithPath: dir + "/server.pem"))) != nil,
+              (try? (system + ca).write(to: URL(fileURLWithPath: dir + "/bundle.pem"))) != nil
+        else { return nil }
+        bundle = dir + "/bundle.pem"
+        // Benchmarks/CairnBenchmarks/ → the repository → Tests/Collector/collector.py
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", root.path + "/Tests/Collector/collector.py", "--tls", dir + "/server.pem"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardInput = input
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return nil }
+        // The first line is "PORT <n>".
+        var line = Data()
+        while let byte = try? out.fileHandleForReading.read(upToCount: 1), let b = byte.first, b != 10 {
+            line.append(b)
+        }
+        guard let n = Int(String(decoding: line, as: UTF8.self).dropFirst(5)) else {
+            process.terminate()
+            return nil
+        }
+        port = n
+    }
+
+    /// Ends the collector (it serves until its stdin closes).
+    func stop() {
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
 }
 
 /// A URL on 127.0.0.1 where nothing listens (a port bound and closed again).
@@ -169,6 +238,22 @@ func spawnAndReap(_ path: String) -> Double? {
     record("private_delta_kb_upload", "private dirty added, 10k events/s uploaded",
            delta(upload, "private_dirty_kb"), "KiB", goal: "<= 1024")
     record("peak_delta_kb_upload", "peak RSS (VmHWM) added, 10k events/s uploaded", delta(upload, "peak_kb"), "KiB")
+    // The same upload over HTTPS, through the system store, with each TLS library.
+    if let tls = TLSCollector() {
+        defer { tls.stop() }
+        let url = "https://localhost:\(tls.port)/v1/batch"
+        for (library, key) in [("auto", "rss_delta_kb_upload_https"), ("openssl", "rss_delta_kb_upload_https_openssl")] {
+            let runs = pairedRuns(["rate", "10000", seconds], runs: runs, uploadURL: url,
+                                  extraEnvironment: ["SSL_CERT_FILE": tls.bundle, "CAIRN_TLS_LIBRARY": library])
+            let delivered = runs.cairn.allSatisfy { $0.outcome("dropped") == 0 && $0.outcome("flushed") == 1 }
+            let name = library == "auto" ? "mbedTLS, the default" : "OpenSSL"
+            record(key, "RSS added, 10k events/s over HTTPS (\(name))\(delivered ? "" : " [NOT DELIVERED]")",
+                   delivered ? delta(runs, "rss_kb") : .nan, "KiB", goal: "<= 2048",
+                   budget: library == "auto" ? budgetKB : nil)
+        }
+    } else {
+        FileHandle.standardError.write(Data("https states skipped: no openssl command or python3 collector\n".utf8))
+    }
     let down = pairedRuns(["rate", "10000", seconds], runs: runs, uploadURL: closedPortURL())
     record("rss_delta_kb_down", "RSS added, 10k events/s, collector down", delta(down, "rss_kb"), "KiB",
            goal: "<= 2048", budget: budgetKB)

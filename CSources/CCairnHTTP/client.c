@@ -330,6 +330,7 @@ static int bypasses_proxy(const char *no_proxy, const endpoint *e)
 struct cairn_http_client {
     size_t max_body_bytes;
     char *ca_file;
+    int tls_library;
     proxy http_proxy;
     proxy https_proxy;
     char *no_proxy;
@@ -371,6 +372,7 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
     if (!client) return CAIRN_HTTP_ENOMEM;
     pthread_mutex_init(&client->tls_lock, NULL);
     client->max_body_bytes = options->max_body_bytes;
+    client->tls_library = options->tls_library;
     if (options->ca_file && !(client->ca_file = strdup(options->ca_file))) goto nomem;
 
     const char *name;
@@ -413,7 +415,7 @@ static void *tls_context(cairn_http_client_t *client, char *message, size_t cap)
 {
     pthread_mutex_lock(&client->tls_lock);
     if (!client->tls_context)
-        client->tls_context = cairn_http__tls_context_new(client->ca_file, message, cap);
+        client->tls_context = cairn_http__tls_context_new(client->ca_file, client->tls_library, message, cap);
     void *context = client->tls_context;
     pthread_mutex_unlock(&client->tls_lock);
     return context;

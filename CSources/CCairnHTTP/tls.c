@@ -1,328 +1,142 @@
 /*
- * tls.c: TLS through OpenSSL 3, loaded with dlopen("libssl.so.3") on the first https
- * request and never before, so a process that only speaks http maps no TLS library.
+ * tls.c: which TLS library a connection uses, and the calls that pass it on.
  *
- * OpenSSL's headers give the types and macros; every function is resolved with
- * dlsym into a pointer of the same type (a header/library mismatch is a compile-time
- * type error, not a crash). The load is done once (pthread_once) for the whole
- * process and never undone. OpenSSL 3 is thread-safe without setup.
+ * CAIRN_HTTP_TLS_AUTO (the default) uses mbedTLS (tls_mbedtls.c) for collectors named
+ * by host name: it costs the host process a quarter of OpenSSL's memory. OpenSSL 3
+ * (tls_openssl.c) serves an IP-literal collector, which mbedTLS 2.28 cannot verify,
+ * and everything when mbedTLS is not installed. CAIRN_HTTP_TLS_OPENSSL and
+ * CAIRN_HTTP_TLS_MBEDTLS use that library only (and fail when it is missing, or, for
+ * mbedTLS, for an IP literal). Each library is loaded on its first use, never before.
  *
- * The socket is reached through a BIO of our own rather than OpenSSL's socket BIO:
- * OpenSSL's writes would use write(2), which raises SIGPIPE in the host when the peer
- * has gone; ours uses send(2) with MSG_NOSIGNAL.
- *
- * Verification is always on: SSL_VERIFY_PEER against the system store (or the given
- * CA file), the host name (or IP literal) checked against the certificate, TLS 1.2
- * at least.
+ * A context is made once per client under the client's lock. It holds each library's
+ * own context, made on the first session that uses that library (under the context's
+ * lock), so an automatic client that only ever talks to an IP literal never maps
+ * mbedTLS, and one that only talks to host names never maps OpenSSL.
  */
 #include "http_internal.h"
 
-#include <dlfcn.h>
-#include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-
-#include <openssl/bio.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509_vfy.h>
-#include <openssl/x509v3.h>
 
 #include "cairn_http.h"
 
-#define LIBSSL "libssl.so.3"
+typedef struct tls_context {
+    int library; /* CAIRN_HTTP_TLS_* as asked */
+    char *ca_file;
+    pthread_mutex_t lock;
+    void *mbed; /* under `lock`: each made when first needed */
+    void *ossl;
+} tls_context;
 
-#define TLS_FUNCTIONS(X)                  \
-    X(OPENSSL_init_ssl)                   \
-    X(TLS_client_method)                  \
-    X(SSL_CTX_new)                        \
-    X(SSL_CTX_free)                       \
-    X(SSL_CTX_set_verify)                 \
-    X(SSL_CTX_set_options)                \
-    X(SSL_CTX_ctrl)                       \
-    X(SSL_CTX_set_default_verify_paths)   \
-    X(SSL_CTX_load_verify_locations)      \
-    X(SSL_new)                            \
-    X(SSL_free)                           \
-    X(SSL_set_bio)                        \
-    X(SSL_ctrl)                           \
-    X(SSL_set1_host)                      \
-    X(SSL_get0_param)                     \
-    X(SSL_connect)                        \
-    X(SSL_read)                           \
-    X(SSL_write)                          \
-    X(SSL_get_error)                      \
-    X(SSL_get_verify_result)              \
-    X(X509_VERIFY_PARAM_set1_ip_asc)      \
-    X(X509_verify_cert_error_string)      \
-    X(ERR_get_error)                      \
-    X(ERR_error_string_n)                 \
-    X(ERR_clear_error)                    \
-    X(BIO_get_new_index)                  \
-    X(BIO_meth_new)                       \
-    X(BIO_meth_set_write)                 \
-    X(BIO_meth_set_read)                  \
-    X(BIO_meth_set_ctrl)                  \
-    X(BIO_new)                            \
-    X(BIO_set_data)                       \
-    X(BIO_get_data)                       \
-    X(BIO_set_init)                       \
-    X(BIO_set_flags)                      \
-    X(BIO_clear_flags)
-
-#define DECLARE(name) static __typeof__(name) *f_##name;
-TLS_FUNCTIONS(DECLARE)
-#undef DECLARE
-
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static char load_error[256];
-static atomic_int loaded;
-static BIO_METHOD *socket_method;
+typedef struct tls_session {
+    int mbed; /* 1: mbedTLS, 0: OpenSSL */
+    void *impl;
+} tls_session;
 
 int cairn_http_tls_loaded(void)
 {
-    return atomic_load(&loaded);
+    return (cairn_http__ossl_loaded() ? CAIRN_HTTP_TLS_OPENSSL : 0)
+           | (cairn_http__mbed_loaded() ? CAIRN_HTTP_TLS_MBEDTLS : 0);
 }
 
-/* Our BIO: the socket's fd in the BIO's data, I/O with recv/send. */
-static int bio_fd(BIO *bio)
+void *cairn_http__tls_context_new(const char *ca_file, int library, char *message, size_t cap)
 {
-    return (int)(intptr_t)f_BIO_get_data(bio);
-}
-
-static int bio_write(BIO *bio, const char *data, int len)
-{
-    f_BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
-    for (;;) {
-        ssize_t n = send(bio_fd(bio), data, (size_t)len, MSG_NOSIGNAL);
-        if (n >= 0) return (int)n;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            f_BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
-        return -1;
-    }
-}
-
-static int bio_read(BIO *bio, char *data, int len)
-{
-    f_BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
-    for (;;) {
-        ssize_t n = recv(bio_fd(bio), data, (size_t)len, 0);
-        if (n >= 0) return (int)n;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            f_BIO_set_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY);
-        return -1;
-    }
-}
-
-static long bio_ctrl(BIO *bio, int command, long number, void *pointer)
-{
-    (void)bio;
-    (void)number;
-    (void)pointer;
-    return command == BIO_CTRL_FLUSH ? 1 : 0;
-}
-
-static void load(void)
-{
-    void *library = dlopen(LIBSSL, RTLD_NOW | RTLD_LOCAL);
-    if (!library) {
-        const char *why = dlerror();
-        snprintf(load_error, sizeof load_error,
-                 "TLS is unavailable: %s could not be loaded (install OpenSSL 3's libssl3): %s",
-                 LIBSSL, why ? why : "unknown reason");
-        return;
-    }
-    /* dlsym on libssl's handle also finds libcrypto's functions (its dependency). */
-#define RESOLVE(name)                                                                    \
-    f_##name = (__typeof__(name) *)dlsym(library, #name);                               \
-    if (!f_##name) {                                                                      \
-        snprintf(load_error, sizeof load_error,                                           \
-                 "TLS is unavailable: %s has no function %s", LIBSSL, #name);            \
-        return;                                                                           \
-    }
-    TLS_FUNCTIONS(RESOLVE)
-#undef RESOLVE
-    if (f_OPENSSL_init_ssl(0, NULL) != 1) {
-        snprintf(load_error, sizeof load_error, "TLS is unavailable: OPENSSL_init_ssl failed");
-        return;
-    }
-    int index = f_BIO_get_new_index();
-    socket_method = index > 0 ? f_BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "cairn socket") : NULL;
-    if (!socket_method || f_BIO_meth_set_write(socket_method, bio_write) != 1
-        || f_BIO_meth_set_read(socket_method, bio_read) != 1
-        || f_BIO_meth_set_ctrl(socket_method, bio_ctrl) != 1) {
-        snprintf(load_error, sizeof load_error, "TLS is unavailable: a BIO method could not be made");
-        return;
-    }
-    atomic_store(&loaded, 1);
-}
-
-/* "what: OpenSSL's first queued error" (the queue is then cleared). */
-static void openssl_message(char *message, size_t cap, const char *what)
-{
-    unsigned long code = f_ERR_get_error();
-    char text[256] = "no detail";
-    if (code != 0) f_ERR_error_string_n(code, text, sizeof text);
-    f_ERR_clear_error();
-    snprintf(message, cap, "%s: %s", what, text);
-}
-
-void *cairn_http__tls_context_new(const char *ca_file, char *message, size_t cap)
-{
-    pthread_once(&load_once, load);
-    if (!atomic_load(&loaded)) {
-        snprintf(message, cap, "%s", load_error);
+    if (library != CAIRN_HTTP_TLS_AUTO && library != CAIRN_HTTP_TLS_OPENSSL
+        && library != CAIRN_HTTP_TLS_MBEDTLS) {
+        snprintf(message, cap, "TLS library %d is not one of CAIRN_HTTP_TLS_*", library);
         return NULL;
     }
-    f_ERR_clear_error();
-    SSL_CTX *context = f_SSL_CTX_new(f_TLS_client_method());
-    if (!context) {
-        openssl_message(message, cap, "SSL_CTX_new");
+    tls_context *c = calloc(1, sizeof *c);
+    if (!c || (ca_file && !(c->ca_file = strdup(ca_file)))) {
+        free(c);
+        snprintf(message, cap, "TLS context: out of memory");
         return NULL;
     }
-    f_SSL_CTX_set_verify(context, SSL_VERIFY_PEER, NULL);
-    /* A server that closes without close_notify ends the read like a plain close;
-     * framing (Content-Length, chunked) still tells a cut-short response. */
-    f_SSL_CTX_set_options(context, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_COMPRESSION);
-    if (f_SSL_CTX_ctrl(context, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL) != 1) {
-        openssl_message(message, cap, "setting TLS 1.2 as the minimum");
-        f_SSL_CTX_free(context);
-        return NULL;
-    }
-    int trusted = ca_file ? f_SSL_CTX_load_verify_locations(context, ca_file, NULL)
-                          : f_SSL_CTX_set_default_verify_paths(context);
-    if (trusted != 1) {
-        char what[512];
-        if (ca_file)
-            snprintf(what, sizeof what, "loading the CA file %s", ca_file);
-        else
-            snprintf(what, sizeof what, "loading the system trust store");
-        openssl_message(message, cap, what);
-        f_SSL_CTX_free(context);
-        return NULL;
-    }
-    return context;
+    c->library = library;
+    pthread_mutex_init(&c->lock, NULL);
+    return c;
 }
 
 void cairn_http__tls_context_free(void *context)
 {
-    if (context) f_SSL_CTX_free(context);
+    tls_context *c = context;
+    if (!c) return;
+    if (c->mbed) cairn_http__mbed_context_free(c->mbed);
+    if (c->ossl) cairn_http__ossl_context_free(c->ossl);
+    pthread_mutex_destroy(&c->lock);
+    free(c->ca_file);
+    free(c);
 }
 
 void *cairn_http__tls_session_new(void *context, int fd, const char *host, int host_is_ip,
                                   char *message, size_t cap)
 {
-    f_ERR_clear_error();
-    SSL *ssl = f_SSL_new(context);
-    if (!ssl) {
-        openssl_message(message, cap, "SSL_new");
+    tls_context *c = context;
+    tls_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(message, cap, "TLS session: out of memory");
         return NULL;
     }
-    BIO *bio = f_BIO_new(socket_method);
-    if (!bio) {
-        openssl_message(message, cap, "BIO_new");
-        f_SSL_free(ssl);
-        return NULL;
-    }
-    f_BIO_set_data(bio, (void *)(intptr_t)fd);
-    f_BIO_set_init(bio, 1);
-    f_SSL_set_bio(ssl, bio, bio);
-    int ok;
-    if (host_is_ip) {
-        /* No SNI for an address (RFC 6066); the certificate must name the IP. */
-        ok = f_X509_VERIFY_PARAM_set1_ip_asc(f_SSL_get0_param(ssl), host) == 1;
+    char why[256] = "";
+    int use_mbed = !host_is_ip && (c->library == CAIRN_HTTP_TLS_MBEDTLS
+                                   || (c->library == CAIRN_HTTP_TLS_AUTO
+                                       && cairn_http__mbed_available(why, sizeof why)));
+    if (host_is_ip && c->library == CAIRN_HTTP_TLS_MBEDTLS) {
+        snprintf(message, cap,
+                 "TLS to %s: mbedTLS 2.28 cannot check an IP address in a certificate "
+                 "(name the collector by host name, or use OpenSSL)", host);
     } else {
-        ok = f_SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, (void *)host) == 1
-             && f_SSL_set1_host(ssl, host) == 1;
+        /* A CA file that cannot be read fails here, at each try, with its name. */
+        pthread_mutex_lock(&c->lock);
+        void **slot = use_mbed ? &c->mbed : &c->ossl;
+        if (!*slot)
+            *slot = use_mbed ? cairn_http__mbed_context_new(c->ca_file, message, cap)
+                             : cairn_http__ossl_context_new(c->ca_file, message, cap);
+        void *library = *slot;
+        pthread_mutex_unlock(&c->lock);
+        s->mbed = use_mbed;
+        if (library)
+            s->impl = use_mbed ? cairn_http__mbed_session_new(library, fd, host, message, cap)
+                               : cairn_http__ossl_session_new(library, fd, host, host_is_ip, message, cap);
     }
-    if (!ok) {
-        openssl_message(message, cap, "setting the name to verify");
-        f_SSL_free(ssl);
+    if (!s->impl) {
+        free(s);
         return NULL;
     }
-    return ssl;
+    return s;
 }
 
 void cairn_http__tls_session_free(void *session)
 {
-    if (session) f_SSL_free(session);
-}
-
-/* The next step after `result` of an SSL call, or FAILED with a message. */
-static int next_step(SSL *ssl, int result, const char *what, char *message, size_t cap)
-{
-    int saved_errno = errno;
-    switch (f_SSL_get_error(ssl, result)) {
-    case SSL_ERROR_WANT_READ:
-        return CAIRN_TLS_WANT_READ;
-    case SSL_ERROR_WANT_WRITE:
-        return CAIRN_TLS_WANT_WRITE;
-    case SSL_ERROR_ZERO_RETURN:
-        return 0;
-    case SSL_ERROR_SYSCALL:
-        if (f_ERR_get_error() == 0) {
-            f_ERR_clear_error();
-            snprintf(message, cap, "%s: %s", what,
-                     saved_errno ? strerror(saved_errno) : "the connection was closed");
-            return CAIRN_TLS_FAILED;
-        }
-        openssl_message(message, cap, what);
-        return CAIRN_TLS_FAILED;
-    default: {
-        long verify = f_SSL_get_verify_result(ssl);
-        if (verify != X509_V_OK) {
-            f_ERR_clear_error();
-            snprintf(message, cap, "%s: certificate verify failed: %s", what,
-                     f_X509_verify_cert_error_string(verify));
-            return CAIRN_TLS_FAILED;
-        }
-        openssl_message(message, cap, what);
-        return CAIRN_TLS_FAILED;
-    }
-    }
+    tls_session *s = session;
+    if (!s) return;
+    if (s->mbed)
+        cairn_http__mbed_session_free(s->impl);
+    else
+        cairn_http__ossl_session_free(s->impl);
+    free(s);
 }
 
 int cairn_http__tls_handshake(void *session, char *message, size_t cap)
 {
-    f_ERR_clear_error();
-    errno = 0;
-    int result = f_SSL_connect(session);
-    if (result == 1) return 0;
-    int step = next_step(session, result, "TLS handshake", message, cap);
-    if (step == 0) {
-        snprintf(message, cap, "TLS handshake: the server closed the connection");
-        return CAIRN_TLS_FAILED;
-    }
-    return step;
+    tls_session *s = session;
+    return s->mbed ? cairn_http__mbed_handshake(s->impl, message, cap)
+                   : cairn_http__ossl_handshake(s->impl, message, cap);
 }
 
 ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *message, size_t cap)
 {
-    f_ERR_clear_error();
-    errno = 0;
-    int want = len > INT32_MAX ? INT32_MAX : (int)len;
-    int result = f_SSL_read(session, buffer, want);
-    if (result > 0) return result;
-    return next_step(session, result, "TLS read", message, cap);
+    tls_session *s = session;
+    return s->mbed ? cairn_http__mbed_read(s->impl, buffer, len, message, cap)
+                   : cairn_http__ossl_read(s->impl, buffer, len, message, cap);
 }
 
 ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, char *message,
                               size_t cap)
 {
-    f_ERR_clear_error();
-    errno = 0;
-    int want = len > INT32_MAX ? INT32_MAX : (int)len;
-    int result = f_SSL_write(session, buffer, want);
-    if (result > 0) return result;
-    int step = next_step(session, result, "TLS write", message, cap);
-    if (step == 0) {
-        snprintf(message, cap, "TLS write: the server closed the connection");
-        return CAIRN_TLS_FAILED;
-    }
-    return step;
+    tls_session *s = session;
+    return s->mbed ? cairn_http__mbed_write(s->impl, buffer, len, message, cap)
+                   : cairn_http__ossl_write(s->impl, buffer, len, message, cap);
 }

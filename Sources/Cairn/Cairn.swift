@@ -326,7 +326,8 @@ public final class Cairn: @unchecked Sendable {
         // One idle connection kept for each request the uploader may have out: fewer, and
         // every burst past them pays a new connection (and a TLS handshake) per request.
         let transport = options.transport
-            ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile)
+            ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile,
+                             tlsLibrary: options.tlsLibrary)
         let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
         // started behind its back.

@@ -56,6 +56,31 @@ public final class HTTPTransport: Transport {
     /// A PEM file of the CA certificates trusted for `https`, instead of the system
     /// store; `nil` for the system store.
     public let caFile: String?
+    /// Which TLS library `https` requests use.
+    public let tlsLibrary: TLSLibrary
+
+    /// The TLS library behind `https`, loaded on the first `https` request (never for
+    /// `http`). Whichever is used, the certificate chain and the host name are verified
+    /// and TLS 1.2 is the least accepted.
+    public enum TLSLibrary: Sendable, Hashable {
+        /// mbedTLS 2.28 (`libmbedtls14`) for collectors named by host name: about a
+        /// quarter of OpenSSL's memory in the process. OpenSSL 3 (`libssl3`) for an
+        /// IP-address collector, which mbedTLS 2.28 cannot verify, and whenever mbedTLS
+        /// is not installed.
+        case automatic
+        /// OpenSSL 3 only: TLS 1.3, or a FIPS-validated setup.
+        case openSSL
+        /// mbedTLS 2.28 only (TLS 1.2); an IP-address collector fails.
+        case mbedTLS
+
+        var code: Int32 {
+            switch self {
+            case .automatic: CAIRN_HTTP_TLS_AUTO
+            case .openSSL: CAIRN_HTTP_TLS_OPENSSL
+            case .mbedTLS: CAIRN_HTTP_TLS_MBEDTLS
+            }
+        }
+    }
 
     private let client: Client
     private let idle = Locked<[Connection]>([])
@@ -67,21 +92,35 @@ public final class HTTPTransport: Transport {
     ///   - maxResponseBodyBytes: How much of a response body is kept; default 64 KiB.
     ///     Negative values count as 0.
     ///   - maxIdleConnections: Idle connections kept for reuse; default 8 (one per
-    ///     request out at once: ``UploaderOptions/maxInFlight``'s default). Negative values count as 0, which
-    ///     closes every connection after its request.
+    ///     request out at once: ``UploaderOptions/maxInFlight``'s default). Negative
+    ///     values count as 0, which closes every connection after its request.
     ///   - caFile: A PEM file of trusted CA certificates used instead of the system
     ///     store; default `nil` (the system store).
     ///   - environment: Where the proxy variables are read; `nil` (the default) reads
     ///     the process environment, once, now.
+    ///   - tlsLibrary: Which TLS library `https` uses; default ``TLSLibrary/automatic``.
     public init(connectTimeout: Duration = HTTPTransport.defaultConnectTimeout,
                 maxResponseBodyBytes: Int = HTTPTransport.defaultMaxResponseBodyBytes,
                 maxIdleConnections: Int = 8, caFile: String? = nil,
-                environment: [String: String]? = nil) {
+                environment: [String: String]? = nil, tlsLibrary: TLSLibrary = .automatic) {
         self.connectTimeout = connectTimeout
         self.maxResponseBodyBytes = max(maxResponseBodyBytes, 0)
         self.maxIdleConnections = max(maxIdleConnections, 0)
         self.caFile = caFile
-        client = Client(maxBodyBytes: self.maxResponseBodyBytes, caFile: caFile, environment: environment)
+        self.tlsLibrary = tlsLibrary
+        client = Client(maxBodyBytes: self.maxResponseBodyBytes, caFile: caFile, environment: environment,
+                        tlsLibrary: tlsLibrary)
+    }
+
+    /// The TLS libraries `https` requests have loaded into this process so far (each is
+    /// loaded on its first use, never before, and stays): empty while only `http` was
+    /// used.
+    public static var loadedTLSLibraries: Set<TLSLibrary> {
+        let bits = cairn_http_tls_loaded()
+        var loaded: Set<TLSLibrary> = []
+        if bits & CAIRN_HTTP_TLS_OPENSSL != 0 { loaded.insert(.openSSL) }
+        if bits & CAIRN_HTTP_TLS_MBEDTLS != 0 { loaded.insert(.mbedTLS) }
+        return loaded
     }
 
     /// Sends `request` once and waits at most `timeout` for the whole exchange.
@@ -163,9 +202,10 @@ public final class HTTPTransport: Transport {
 private final class Client: @unchecked Sendable {
     let pointer: OpaquePointer?
 
-    init(maxBodyBytes: Int, caFile: String?, environment: [String: String]?) {
+    init(maxBodyBytes: Int, caFile: String?, environment: [String: String]?, tlsLibrary: HTTPTransport.TLSLibrary) {
         var options = cairn_http_client_options_t()
         options.max_body_bytes = maxBodyBytes
+        options.tls_library = tlsLibrary.code
         // "NAME=value" strings, NULL-terminated, for the C client to read once.
         let variables: [UnsafeMutablePointer<CChar>?] =
             environment.map { env in env.map { strdup("\($0.key)=\($0.value)") } + [nil] } ?? []

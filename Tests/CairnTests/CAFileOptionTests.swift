@@ -1,6 +1,7 @@
 // The `caFile` option (CAIRN_CA_FILE): read trimmed from the environment, checked at
 // start like the other options.
 import Cairn
+import CairnUploader  // HTTPTransport.TLSLibrary
 import Foundation
 import Testing
 
@@ -26,5 +27,23 @@ import Testing
         var set = Cairn.Options(appID: "orders", distinctID: "host-1")
         set.caFile = " \(missing) "
         #expect(throws: CairnStartError.self) { try set.validate() }
+    }
+}
+
+/// The `tlsLibrary` option (CAIRN_TLS_LIBRARY): any case, trimmed; anything else is
+/// reported by `validate`, not ignored.
+@Suite struct TLSLibraryOptionTests {
+    @Test func tlsLibraryIsReadInAnyCaseAndGarbageIsRefused() throws {
+        let base = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-1"]
+        func read(_ value: String) -> Cairn.Options {
+            Cairn.Options.fromEnvironment(base.merging(["CAIRN_TLS_LIBRARY": value]) { $1 })
+        }
+        #expect(Cairn.Options.fromEnvironment(base).tlsLibrary == .automatic)
+        #expect(read(" MbedTLS\n").tlsLibrary == .mbedTLS)
+        #expect(read("openssl").tlsLibrary == .openSSL)
+        #expect(read("AUTO").tlsLibrary == .automatic)
+        #expect(read("   ").tlsLibrary == .automatic)
+        #expect(throws: Never.self) { try read("openssl").validate() }
+        #expect(throws: CairnStartError.self) { try read("gnutls").validate() }
     }
 }

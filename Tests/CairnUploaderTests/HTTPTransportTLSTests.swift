@@ -130,74 +130,122 @@ private func failure(_ result: TransportResult) -> TransportFailure? {
     return nil
 }
 
+/// Both TLS libraries, each chosen alone: the same checks hold whichever serves.
+private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
+
 @Suite struct HTTPTransportTLSTests {
-    @Test func trustedCertificateForTheAddressAndTheName() throws {
+    @Test(arguments: libraries) func trustedCertificateForTheName(_ library: HTTPTransport.TLSLibrary) throws {
         let certificates = try Certificates()
         let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
-        let transport = HTTPTransport(caFile: certificates.caFile)
-        for _ in 0..<3 {
-            #expect(status(transport.send(request(collector.baseURL), attempt: 0, timeout: generous)) == 200)
-        }
+        let transport = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library)
         let byName = "https://localhost:\(collector.port)"
-        #expect(status(transport.send(request(byName), attempt: 0, timeout: generous)) == 200)
+        for _ in 0..<3 {
+            #expect(status(transport.send(request(byName), attempt: 0, timeout: generous)) == 200)
+        }
+        #expect(HTTPTransport.loadedTLSLibraries.contains(library))
     }
 
-    @Test func systemStoreDoesNotTrustATestCA() throws {
+    /// The address in the certificate (iPAddress) is checked by OpenSSL; mbedTLS 2.28
+    /// cannot check one, so alone it refuses the request, and the automatic choice
+    /// hands IP literals to OpenSSL.
+    @Test func trustedCertificateForTheAddress() throws {
         let certificates = try Certificates()
         let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
-        let refused = failure(HTTPTransport().send(request(collector.baseURL), attempt: 0, timeout: generous))
+        for library in [HTTPTransport.TLSLibrary.openSSL, .automatic] {
+            let transport = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library)
+            #expect(status(transport.send(request(collector.baseURL), attempt: 0, timeout: generous)) == 200,
+                    "\(library)")
+        }
+        let refused = failure(HTTPTransport(caFile: certificates.caFile, tlsLibrary: .mbedTLS)
+            .send(request(collector.baseURL), attempt: 0, timeout: generous))
+        #expect(refused?.kind == .tls)
+        #expect(refused?.message.contains("cannot check an IP address") == true, "\(refused?.message ?? "")")
+    }
+
+    @Test(arguments: libraries) func systemStoreDoesNotTrustATestCA(_ library: HTTPTransport.TLSLibrary) throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let refused = failure(HTTPTransport(tlsLibrary: library)
+            .send(request("https://localhost:\(collector.port)"), attempt: 0, timeout: generous))
         #expect(refused?.kind == .tls)
         #expect(refused?.message.contains("certificate verify failed") == true, "\(refused?.message ?? "")")
     }
 
-    @Test func certificateForAnotherNameIsRefused() throws {
+    @Test(arguments: libraries) func certificateForAnotherNameIsRefused(_ library: HTTPTransport.TLSLibrary) throws {
         let certificates = try Certificates()
         let pem = try certificates.server("other", subjectAltName: "DNS:collector.example")
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
-        let transport = HTTPTransport(caFile: certificates.caFile)
-        for url in [collector.baseURL, "https://localhost:\(collector.port)"] {
+        let transport = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library)
+        // mbedTLS is given no IP literal (see trustedCertificateForTheAddress).
+        let urls = library == .mbedTLS ? ["https://localhost:\(collector.port)"]
+            : [collector.baseURL, "https://localhost:\(collector.port)"]
+        for url in urls {
             let refused = failure(transport.send(request(url), attempt: 0, timeout: generous))
             #expect(refused?.kind == .tls, "\(url)")
             #expect(refused?.message.contains("mismatch") == true, "\(refused?.message ?? "")")
         }
     }
 
-    @Test func expiredCertificateIsRefused() throws {
+    @Test(arguments: libraries) func expiredCertificateIsRefused(_ library: HTTPTransport.TLSLibrary) throws {
         let certificates = try Certificates()
         let pem = try certificates.server("expired", subjectAltName: "DNS:localhost,IP:127.0.0.1", days: -1)
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
-        let refused = failure(HTTPTransport(caFile: certificates.caFile)
-            .send(request(collector.baseURL), attempt: 0, timeout: generous))
+        let refused = failure(HTTPTransport(caFile: certificates.caFile, tlsLibrary: library)
+            .send(request("https://localhost:\(collector.port)"), attempt: 0, timeout: generous))
         #expect(refused?.kind == .tls)
         #expect(refused?.message.contains("expired") == true, "\(refused?.message ?? "")")
     }
 
-    @Test func missingCAFileIsATLSFailure() throws {
+    @Test(arguments: libraries) func missingCAFileIsATLSFailure(_ library: HTTPTransport.TLSLibrary) throws {
         let certificates = try Certificates()
-        let pem = try certificates.server("server", subjectAltName: "IP:127.0.0.1")
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
         let missing = certificates.directory.appendingPathComponent("absent.pem").path
-        let refused = failure(HTTPTransport(caFile: missing)
-            .send(request(collector.baseURL), attempt: 0, timeout: generous))
+        let refused = failure(HTTPTransport(caFile: missing, tlsLibrary: library)
+            .send(request("https://localhost:\(collector.port)"), attempt: 0, timeout: generous))
         #expect(refused?.kind == .tls)
         #expect(refused?.message.contains("absent.pem") == true, "\(refused?.message ?? "")")
     }
 
-    @Test func httpsLoadsTheTLSLibraryInTheChild() throws {
+    /// A CA file that is not PEM at all fails the same way, naming the file.
+    @Test(arguments: libraries) func garbageCAFileIsATLSFailure(_ library: HTTPTransport.TLSLibrary) throws {
         let certificates = try Certificates()
-        let pem = try certificates.server("server", subjectAltName: "IP:127.0.0.1")
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
-        let output = try runChild("cairn-http-child", [collector.baseURL + "/v1/batch", certificates.caFile])
-        #expect(output.contains("STATUS 200"), "\(output)")
-        #expect(output.contains("LIBSSL yes"), "\(output)")
+        let garbage = certificates.directory.appendingPathComponent("garbage.pem")
+        try Data((0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }).write(to: garbage)
+        let refused = failure(HTTPTransport(caFile: garbage.path, tlsLibrary: library)
+            .send(request("https://localhost:\(collector.port)"), attempt: 0, timeout: generous))
+        #expect(refused?.kind == .tls)
+        #expect(refused?.message.contains("garbage.pem") == true, "\(refused?.message ?? "")")
+    }
+
+    /// In a process of its own: by default a host name loads mbedTLS and not libssl, an
+    /// IP literal loads libssl.
+    @Test func httpsLoadsOneTLSLibraryInTheChild() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let byName = try runChild("cairn-http-child", ["https://localhost:\(collector.port)/v1/batch",
+                                                       certificates.caFile])
+        #expect(byName.contains("STATUS 200"), "\(byName)")
+        #expect(byName.contains("LIBMBEDTLS yes"), "\(byName)")
+        #expect(byName.contains("LIBSSL no"), "\(byName)")
+        let byAddress = try runChild("cairn-http-child", [collector.baseURL + "/v1/batch", certificates.caFile])
+        #expect(byAddress.contains("STATUS 200"), "\(byAddress)")
+        #expect(byAddress.contains("LIBSSL yes"), "\(byAddress)")
+        #expect(byAddress.contains("LIBMBEDTLS no"), "\(byAddress)")
     }
 }
 

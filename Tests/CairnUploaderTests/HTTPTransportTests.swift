@@ -500,6 +500,7 @@ private func failure(_ result: TransportResult,
         let output = try runChild("cairn-http-child", [collector.baseURL + "/v1/batch"])
         #expect(output.contains("STATUS 200"), "\(output)")
         #expect(output.contains("LIBSSL no"), "\(output)")
+        #expect(output.contains("LIBMBEDTLS no"), "\(output)")
         #expect(try collector.requests().count == 1)
     }
 }

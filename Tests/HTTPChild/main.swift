@@ -4,6 +4,7 @@
 // Prints, one per line:
 //   "STATUS <n>" or "FAILURE <kind> <message>"
 //   "LIBSSL yes|no"    whether a libssl is mapped (/proc/self/maps)
+//   "LIBMBEDTLS yes|no" whether a libmbedtls is mapped
 //   "VMRSS <kB>"       the resident set size after the request (/proc/self/status)
 import CairnStore
 import CairnUploader
@@ -27,6 +28,7 @@ func procFile(_ path: String) -> String {
 }
 let maps = procFile("/proc/self/maps")
 print("LIBSSL \(maps.contains("libssl") ? "yes" : "no")")
+print("LIBMBEDTLS \(maps.contains("libmbedtls") ? "yes" : "no")")
 let status = procFile("/proc/self/status")
 let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?
     .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "?"

@@ -8,7 +8,9 @@
  *
  *   - A client (cairn_http_client_t) holds what connections share: options, the proxy
  *     settings read once at creation, and the TLS context, made on the first https
- *     request. libssl.so.3 is loaded with dlopen() at that moment and never before:
+ *     request. The TLS library (mbedTLS 2.28's libmbedtls.so.14 for host names,
+ *     OpenSSL 3's libssl.so.3 for IP literals or when mbedTLS is missing; see
+ *     CAIRN_HTTP_TLS_AUTO) is loaded with dlopen() at that moment and never before:
  *     a process that only speaks http maps no TLS library.
  *   - A connection (cairn_http_conn_t) holds one socket (kept alive between requests
  *     when the server allows it), a fixed header buffer and the response body up to
@@ -212,6 +214,17 @@ typedef struct cairn_http_client cairn_http_client_t;
 /** One connection slot: at most one open socket, its buffers, the last response. */
 typedef struct cairn_http_conn cairn_http_conn_t;
 
+/** TLS library choice (cairn_http_client_options_t.tls_library), and the bits of
+ *  cairn_http_tls_loaded(). Automatic (the default, 0): mbedTLS 2.28 for collectors
+ *  named by host name (about a quarter of OpenSSL's memory in the host process),
+ *  OpenSSL 3 for an IP-literal collector (mbedTLS 2.28 cannot check IP addresses in
+ *  certificates) and whenever libmbedtls.so.14 cannot be loaded. */
+#define CAIRN_HTTP_TLS_AUTO 0
+/** OpenSSL 3 only (libssl.so.3): TLS 1.3, and the choice for FIPS-validated setups. */
+#define CAIRN_HTTP_TLS_OPENSSL 1
+/** mbedTLS 2.28 only (libmbedtls.so.14): TLS 1.2; an IP-literal collector fails. */
+#define CAIRN_HTTP_TLS_MBEDTLS 2
+
 /** Options for cairn_http_client_new(). Zero-initialise, then set what you need. */
 typedef struct cairn_http_client_options {
     /** How many body bytes of a response are kept (the rest is drained or the
@@ -226,6 +239,11 @@ typedef struct cairn_http_client_options {
      *  a lowercase name wins over its uppercase one, and HTTP_PROXY is never read
      *  (a CGI-style server sets it from a request's `Proxy:` header, "httpoxy"). */
     const char *const *environment;
+    /** Which TLS library https requests use: CAIRN_HTTP_TLS_AUTO (0, the default),
+     *  CAIRN_HTTP_TLS_OPENSSL or CAIRN_HTTP_TLS_MBEDTLS. Any other value makes every
+     *  https request fail with CAIRN_HTTP_ETLS. Both verify the certificate chain and
+     *  the host name and require TLS 1.2 at least. */
+    int tls_library;
 } cairn_http_client_options_t;
 
 /**
@@ -260,7 +278,7 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
 const char *cairn_http_client_error(const cairn_http_client_t *client);
 
 /**
- * Frees a client and its TLS context. libssl, once loaded, stays loaded.
+ * Frees a client and its TLS context. A TLS library, once loaded, stays loaded.
  *
  * @param client  The client, or NULL.
  *
@@ -400,10 +418,11 @@ int cairn_http_url_check(const char *url, size_t url_len, const char **why);
 const char *cairn_http_conn_error(const cairn_http_conn_t *conn);
 
 /**
- * Whether libssl has been loaded into this process by a client (a test hook for
- * "plain http loads no TLS library").
+ * Which TLS libraries clients have loaded into this process (a test hook for "plain
+ * http loads no TLS library" and for which library served https).
  *
- * @return  1 once an https request has loaded libssl.so.3, 0 before.
+ * @return  CAIRN_HTTP_TLS_OPENSSL once libssl.so.3 was loaded, ORed with
+ *          CAIRN_HTTP_TLS_MBEDTLS once libmbedtls.so.14 was; 0 before either.
  *
  * Ownership: none.
  * Thread-safety: safe from any thread.

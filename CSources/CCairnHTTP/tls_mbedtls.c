@@ -1,0 +1,375 @@
+/*
+ * tls_mbedtls.c: TLS through mbedTLS 2.28 (Debian's libmbedtls14), loaded with
+ * dlopen("libmbedtls.so.14") when tls.c first asks for it, never before.
+ *
+ * Why a second library: OpenSSL 3 adds about 6 MiB to a process once a TLS context
+ * exists (its provider tables, error strings and the parsed trust store), more than
+ * the SDK's whole memory budget; mbedTLS adds about 1.4 MiB for the same request to
+ * the same collector with the same system store (README, "Choosing the transport").
+ *
+ * As in tls_openssl.c, mbedTLS's headers give the types; every function is resolved
+ * with dlsym into a pointer of the same type, and the load is done once for the
+ * process and never undone. The headers must be the ones the library was built with
+ * (Debian's libmbedtls-dev for libmbedtls14): the structures below are allocated here
+ * with their sizes, and mbedTLS's threading (MBEDTLS_THREADING_C, on in Debian's build)
+ * makes the shared random generator safe from several connections at once.
+ *
+ * Verification is always on: MBEDTLS_SSL_VERIFY_REQUIRED against the system store (or
+ * the given CA file), the host name checked against the certificate and sent as SNI,
+ * TLS 1.2 at least (mbedTLS 2.28 has no TLS 1.3). mbedTLS 2.28 does not check IP
+ * addresses in certificates, so tls.c never gives it an IP-literal host.
+ *
+ * The socket is reached through callbacks of our own: send(2) with MSG_NOSIGNAL (no
+ * SIGPIPE in the host), recv(2), both non-blocking like the rest of the client.
+ */
+#include "http_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/error.h>
+#include <mbedtls/net_sockets.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
+
+#include "cairn_http.h"
+
+/* The library and its two dependencies (found through its DT_NEEDED entries). */
+#define LIBMBEDTLS "libmbedtls.so.14"
+
+/* Debian's bundle of the system store; the directory when the bundle is missing. */
+#define SYSTEM_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+#define SYSTEM_DIRECTORY "/etc/ssl/certs"
+
+#define MBED_FUNCTIONS(X)            \
+    X(mbedtls_ssl_init)              \
+    X(mbedtls_ssl_free)              \
+    X(mbedtls_ssl_setup)             \
+    X(mbedtls_ssl_set_hostname)      \
+    X(mbedtls_ssl_set_bio)           \
+    X(mbedtls_ssl_handshake)         \
+    X(mbedtls_ssl_read)              \
+    X(mbedtls_ssl_write)             \
+    X(mbedtls_ssl_get_verify_result) \
+    X(mbedtls_ssl_config_init)       \
+    X(mbedtls_ssl_config_defaults)   \
+    X(mbedtls_ssl_config_free)       \
+    X(mbedtls_ssl_conf_authmode)     \
+    X(mbedtls_ssl_conf_ca_chain)     \
+    X(mbedtls_ssl_conf_rng)          \
+    X(mbedtls_ssl_conf_min_version)  \
+    X(mbedtls_x509_crt_init)         \
+    X(mbedtls_x509_crt_free)         \
+    X(mbedtls_x509_crt_parse_file)   \
+    X(mbedtls_x509_crt_parse_path)   \
+    X(mbedtls_x509_crt_verify_info)  \
+    X(mbedtls_entropy_init)          \
+    X(mbedtls_entropy_free)          \
+    X(mbedtls_entropy_func)          \
+    X(mbedtls_ctr_drbg_init)         \
+    X(mbedtls_ctr_drbg_free)         \
+    X(mbedtls_ctr_drbg_seed)         \
+    X(mbedtls_ctr_drbg_random)       \
+    X(mbedtls_strerror)
+
+#define DECLARE(name) static __typeof__(name) *f_##name;
+MBED_FUNCTIONS(DECLARE)
+#undef DECLARE
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static char load_error[256];
+static atomic_int loaded;
+
+/* What a client's connections share: the configuration, the trusted CAs (read once,
+ * about 0.45 MiB for Debian's 140-certificate system store), and one seeded random
+ * generator (locked inside mbedTLS). Freeing the CAs between handshakes was tried and
+ * measured: glibc kept their pages (its trim threshold rises with the host's large
+ * frees), so it only added a re-read per new connection. */
+typedef struct mbed_context {
+    mbedtls_ssl_config config;
+    mbedtls_x509_crt trusted;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context random;
+} mbed_context;
+
+/* One connection's TLS state, and the socket its callbacks use. */
+typedef struct mbed_session {
+    mbedtls_ssl_context ssl;
+    int fd;
+    int last_errno; /* of the last failed send or recv, for the message */
+} mbed_session;
+
+static void load(void)
+{
+    void *library = dlopen(LIBMBEDTLS, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+        const char *why = dlerror();
+        snprintf(load_error, sizeof load_error,
+                 "%s could not be loaded (install libmbedtls14): %s", LIBMBEDTLS,
+                 why ? why : "unknown reason");
+        return;
+    }
+    /* dlsym on the handle also searches its dependencies (libmbedx509, libmbedcrypto). */
+#define RESOLVE(name)                                                                     \
+    f_##name = (__typeof__(name) *)dlsym(library, #name);                                 \
+    if (!f_##name) {                                                                        \
+        snprintf(load_error, sizeof load_error, "%s has no function %s", LIBMBEDTLS, #name); \
+        return;                                                                             \
+    }
+    MBED_FUNCTIONS(RESOLVE)
+#undef RESOLVE
+    atomic_store(&loaded, 1);
+}
+
+int cairn_http__mbed_available(char *message, size_t cap)
+{
+    pthread_once(&load_once, load);
+    if (atomic_load(&loaded)) return 1;
+    snprintf(message, cap, "TLS is unavailable: %s", load_error);
+    return 0;
+}
+
+int cairn_http__mbed_loaded(void)
+{
+    return atomic_load(&loaded);
+}
+
+/* "what: mbedTLS's text for `code`". */
+static void mbed_message(char *message, size_t cap, const char *what, int code)
+{
+    char text[160];
+    f_mbedtls_strerror(code, text, sizeof text);
+    snprintf(message, cap, "%s: %s (-0x%04x)", what, text, (unsigned)-code);
+}
+
+/* Loads the trusted CAs: the file given, else SSL_CERT_FILE / SSL_CERT_DIR as OpenSSL
+ * reads them, else the system bundle (or its directory). 0, or -1 with `message`. */
+static int load_trusted(mbed_context *c, const char *ca_file, char *message, size_t cap)
+{
+    const char *file = ca_file;
+    const char *directory = NULL;
+    int system_bundle = 0;
+    if (!file) {
+        const char *env_file = getenv("SSL_CERT_FILE");
+        const char *env_dir = getenv("SSL_CERT_DIR");
+        if (env_file && *env_file)
+            file = env_file;
+        else if (env_dir && *env_dir)
+            directory = env_dir;
+        else {
+            file = SYSTEM_BUNDLE;
+            system_bundle = 1;
+        }
+    }
+    int rc;
+    if (file) {
+        /* A positive result counts certificates that did not parse: the others are
+         * kept, as OpenSSL keeps the good ones of a bundle. */
+        rc = f_mbedtls_x509_crt_parse_file(&c->trusted, file);
+        if (rc < 0 && system_bundle)
+            rc = f_mbedtls_x509_crt_parse_path(&c->trusted, SYSTEM_DIRECTORY);
+    } else {
+        rc = f_mbedtls_x509_crt_parse_path(&c->trusted, directory);
+    }
+    if (rc < 0 || c->trusted.version == 0) {
+        char what[512];
+        if (ca_file)
+            snprintf(what, sizeof what, "loading the CA file %s", ca_file);
+        else
+            snprintf(what, sizeof what, "loading the system trust store (%s)", file ? file : directory);
+        if (rc < 0)
+            mbed_message(message, cap, what, rc);
+        else
+            snprintf(message, cap, "%s: no certificate could be read", what);
+        return -1;
+    }
+    return 0;
+}
+
+void *cairn_http__mbed_context_new(const char *ca_file, char *message, size_t cap)
+{
+    if (!cairn_http__mbed_available(message, cap)) return NULL;
+    mbed_context *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(message, cap, "TLS context: out of memory");
+        return NULL;
+    }
+    f_mbedtls_ssl_config_init(&c->config);
+    f_mbedtls_x509_crt_init(&c->trusted);
+    f_mbedtls_entropy_init(&c->entropy);
+    f_mbedtls_ctr_drbg_init(&c->random);
+    static const unsigned char personal[] = "cairn-http";
+    int rc = f_mbedtls_ctr_drbg_seed(&c->random, f_mbedtls_entropy_func, &c->entropy, personal,
+                                     sizeof personal - 1);
+    if (rc != 0) {
+        mbed_message(message, cap, "seeding the random generator", rc);
+        goto fail;
+    }
+    rc = f_mbedtls_ssl_config_defaults(&c->config, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                       MBEDTLS_SSL_PRESET_DEFAULT);
+    if (rc != 0) {
+        mbed_message(message, cap, "TLS configuration", rc);
+        goto fail;
+    }
+    if (load_trusted(c, ca_file, message, cap) != 0) goto fail;
+    f_mbedtls_ssl_conf_authmode(&c->config, MBEDTLS_SSL_VERIFY_REQUIRED);
+    f_mbedtls_ssl_conf_ca_chain(&c->config, &c->trusted, NULL);
+    f_mbedtls_ssl_conf_rng(&c->config, f_mbedtls_ctr_drbg_random, &c->random);
+    f_mbedtls_ssl_conf_min_version(&c->config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    return c;
+fail:
+    cairn_http__mbed_context_free(c);
+    return NULL;
+}
+
+void cairn_http__mbed_context_free(void *context)
+{
+    mbed_context *c = context;
+    if (!c) return;
+    f_mbedtls_ssl_config_free(&c->config);
+    f_mbedtls_x509_crt_free(&c->trusted);
+    f_mbedtls_ctr_drbg_free(&c->random);
+    f_mbedtls_entropy_free(&c->entropy);
+    free(c);
+}
+
+static int send_callback(void *context, const unsigned char *data, size_t len)
+{
+    mbed_session *s = context;
+    for (;;) {
+        ssize_t n = send(s->fd, data, len, MSG_NOSIGNAL);
+        if (n >= 0) return (int)n;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_WRITE;
+        s->last_errno = errno;
+        return MBEDTLS_ERR_NET_SEND_FAILED;
+    }
+}
+
+static int recv_callback(void *context, unsigned char *data, size_t len)
+{
+    mbed_session *s = context;
+    for (;;) {
+        ssize_t n = recv(s->fd, data, len, 0);
+        if (n >= 0) return (int)n;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_READ;
+        s->last_errno = errno;
+        return MBEDTLS_ERR_NET_RECV_FAILED;
+    }
+}
+
+void *cairn_http__mbed_session_new(void *context, int fd, const char *host, char *message,
+                                   size_t cap)
+{
+    mbed_context *c = context;
+    mbed_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(message, cap, "TLS session: out of memory");
+        return NULL;
+    }
+    s->fd = fd;
+    f_mbedtls_ssl_init(&s->ssl);
+    int rc = f_mbedtls_ssl_setup(&s->ssl, &c->config);
+    /* The name is both sent (SNI) and checked against the certificate. */
+    if (rc == 0) rc = f_mbedtls_ssl_set_hostname(&s->ssl, host);
+    if (rc != 0) {
+        mbed_message(message, cap, "TLS session", rc);
+        cairn_http__mbed_session_free(s);
+        return NULL;
+    }
+    f_mbedtls_ssl_set_bio(&s->ssl, s, send_callback, recv_callback, NULL);
+    return s;
+}
+
+void cairn_http__mbed_session_free(void *session)
+{
+    mbed_session *s = session;
+    if (!s) return;
+    f_mbedtls_ssl_free(&s->ssl);
+    free(s);
+}
+
+/* The certificate check's failure in OpenSSL's words first (what the transport's
+ * callers and logs already know), then mbedTLS's own lines. */
+static void verify_message(mbed_session *s, char *message, size_t cap, const char *what)
+{
+    uint32_t flags = f_mbedtls_ssl_get_verify_result(&s->ssl);
+    const char *summary = (flags & MBEDTLS_X509_BADCERT_EXPIRED)      ? "certificate has expired"
+                          : (flags & MBEDTLS_X509_BADCERT_FUTURE)     ? "certificate is not yet valid"
+                          : (flags & MBEDTLS_X509_BADCERT_CN_MISMATCH) ? "hostname mismatch"
+                          : (flags & MBEDTLS_X509_BADCERT_NOT_TRUSTED) ? "unable to get local issuer certificate"
+                                                                        : "certificate rejected";
+    char detail[512] = "";
+    f_mbedtls_x509_crt_verify_info(detail, sizeof detail, "", flags);
+    /* One line: mbedTLS ends each reason with a newline. */
+    for (char *p = detail; *p; p++)
+        if (*p == '\n') *p = p[1] ? ';' : '\0';
+    snprintf(message, cap, "%s: certificate verify failed: %s (%s)", what, summary, detail);
+}
+
+/* The CAIRN_TLS_* step for mbedTLS result `rc` (< 0), or FAILED with a message. */
+static int next_step(mbed_session *s, int rc, const char *what, char *message, size_t cap)
+{
+    switch (rc) {
+    case MBEDTLS_ERR_SSL_WANT_READ:
+        return CAIRN_TLS_WANT_READ;
+    case MBEDTLS_ERR_SSL_WANT_WRITE:
+        return CAIRN_TLS_WANT_WRITE;
+    case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
+        verify_message(s, message, cap, what);
+        return CAIRN_TLS_FAILED;
+    case MBEDTLS_ERR_NET_SEND_FAILED:
+    case MBEDTLS_ERR_NET_RECV_FAILED:
+        snprintf(message, cap, "%s: %s", what,
+                 s->last_errno ? strerror(s->last_errno) : "the connection failed");
+        return CAIRN_TLS_FAILED;
+    default:
+        mbed_message(message, cap, what, rc);
+        return CAIRN_TLS_FAILED;
+    }
+}
+
+int cairn_http__mbed_handshake(void *session, char *message, size_t cap)
+{
+    mbed_session *s = session;
+    int rc = f_mbedtls_ssl_handshake(&s->ssl);
+    if (rc == 0) return 0;
+    if (rc == MBEDTLS_ERR_SSL_CONN_EOF) {
+        snprintf(message, cap, "TLS handshake: the server closed the connection");
+        return CAIRN_TLS_FAILED;
+    }
+    return next_step(s, rc, "TLS handshake", message, cap);
+}
+
+ssize_t cairn_http__mbed_read(void *session, void *buffer, size_t len, char *message, size_t cap)
+{
+    mbed_session *s = session;
+    int rc = f_mbedtls_ssl_read(&s->ssl, buffer, len);
+    if (rc > 0) return rc;
+    /* A close with or without close_notify ends the read like a plain close; the
+     * response's framing (Content-Length, chunked) tells one cut short. */
+    if (rc == 0 || rc == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || rc == MBEDTLS_ERR_SSL_CONN_EOF) return 0;
+    return next_step(s, rc, "TLS read", message, cap);
+}
+
+ssize_t cairn_http__mbed_write(void *session, const void *buffer, size_t len, char *message,
+                               size_t cap)
+{
+    mbed_session *s = session;
+    int rc = f_mbedtls_ssl_write(&s->ssl, buffer, len);
+    if (rc > 0) return rc;
+    if (rc == 0 || rc == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY || rc == MBEDTLS_ERR_SSL_CONN_EOF) {
+        snprintf(message, cap, "TLS write: the server closed the connection");
+        return CAIRN_TLS_FAILED;
+    }
+    return next_step(s, rc, "TLS write", message, cap);
+}
