@@ -80,10 +80,12 @@ extension Cairn {
         public var maxBatchBytes: Int
         /// Age after which a partial batch is sent.
         public var maxBatchAge: Duration
-        /// Bytes of the event ring on disk (8 MiB by default): events waiting to be
+        /// Bytes of the event ring on disk (16 MiB by default): events waiting to be
         /// batched, and those in batches not yet delivered or stored. Only the part not
         /// yet batched stays in memory; the rest is headroom for bursts and for a
-        /// collector far away (at 100k events a second, 8 MiB holds about 170 ms).
+        /// collector far away (at 100k events a second, 16 MiB holds about 340 ms; with
+        /// 8 MiB, a 50 ms collector and two cores shared with another busy process, a
+        /// run in three shed a few hundred events).
         public var ringCapacity: Int
         /// Bytes of undelivered requests kept on disk.
         public var storeMaxBytes: Int
@@ -141,7 +143,7 @@ extension Cairn {
                     sampling: SamplingOptions = .init(), privacy: PrivacyOptions = .init(),
                     limits: SanitizerLimits = .init(), filter: EventFilterOptions = .init(),
                     dedup: DedupOptions = .init(), maxBatchEvents: Int = 500, maxBatchBytes: Int = 512 * 1024,
-                    maxBatchAge: Duration = .seconds(1), ringCapacity: Int = 8 << 20,
+                    maxBatchAge: Duration = .seconds(1), ringCapacity: Int = 16 << 20,
                     storeMaxBytes: Int = 32 << 20, transport: (any Transport)? = nil,
                     destinations: [any Destination] = [], captureSIGQUIT: Bool = false,
                     dynamicProperties: (@Sendable () -> [String: CairnValue])? = nil,

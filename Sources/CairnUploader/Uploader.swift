@@ -210,15 +210,21 @@ public final class Uploader: @unchecked Sendable {
     private var replayAllDue = true
     /// Batches grow under load: a batch that its limits cut short (more records wait
     /// behind it) while half the request slots or more are out doubles the next one's
-    /// limits, up to ``maxBatchScale`` times the options' (and an eighth of the ring); a
+    /// limits, up to ``maxBatchScale`` times the options' (and ``maxGrownBatchBytes``); a
     /// batch that closes on its age halves them.
     private var batchScale = 1
     /// Ring bytes per record in the last batch, to tell where a batch will be full.
     private var ringBytesPerRecord: UInt64 = 256
 
     /// How far batches grow under load: 16 times ``UploaderOptions/maxBatchEvents`` and
-    /// ``UploaderOptions/maxBatchBytes`` (never more than an eighth of the ring's bytes).
+    /// ``UploaderOptions/maxBatchBytes`` (never more than an eighth of the ring's bytes,
+    /// nor ``maxGrownBatchBytes``).
     public static let maxBatchScale = 16
+    /// The most a grown batch holds, 1 MiB (unless ``UploaderOptions/maxBatchBytes`` is
+    /// larger): a batch's ring pages stay in memory until it is framed, so a larger ring
+    /// buys headroom, not larger batches. Eight requests out of 1 MiB each carry 170k
+    /// events a second of 10-property events over a 50 ms round trip.
+    public static let maxGrownBatchBytes = 1 << 20
 
     /// Creates an uploader; nothing runs until ``start()``.
     ///
@@ -616,7 +622,7 @@ public final class Uploader: @unchecked Sendable {
     /// The limits of the next batch: the options' times ``batchScale``.
     private var batchLimits: (events: Int, bytes: Int) {
         let bytes = min(options.maxBatchBytes.multipliedReportingOverflow(by: batchScale).partialValue,
-                        max(options.maxBatchBytes, Int(clamping: ring.capacity / 8)))
+                        max(options.maxBatchBytes, min(Self.maxGrownBatchBytes, Int(clamping: ring.capacity / 8))))
         return (options.maxBatchEvents * batchScale, bytes)
     }
 

@@ -125,8 +125,8 @@ enum Live {
         #expect((cairn.dropCounts["privacy_redacted"] ?? 0) >= 1)
     }
 
-    /// An event too big for the ring before cleaning (a 9 MiB string; the ring takes
-    /// records up to 8 MiB) is cut by the sanitiser and sent, not refused as too big.
+    /// An event with a 9 MiB string (too big to send as it is) is cut by the sanitiser
+    /// and sent, not refused as too big.
     @Test func oversizedValuesAreCutNotDropped() throws {
         let cairn = try #require(Live.cairn)
         let before = cairn.dropCounts["string_truncated"] ?? 0
