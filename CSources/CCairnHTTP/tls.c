@@ -28,6 +28,7 @@ typedef struct tls_context {
     pthread_mutex_t lock;
     void *mbed; /* under `lock`: each made when first needed */
     void *ossl;
+    int mbed_failed; /* under `lock`: automatic, mbedTLS could not be set up */
 } tls_context;
 
 typedef struct tls_session {
@@ -90,10 +91,19 @@ void *cairn_http__tls_session_new(void *context, int fd, const char *host, int h
     } else {
         /* A CA file that cannot be read fails here, at each try, with its name. */
         pthread_mutex_lock(&c->lock);
+        if (use_mbed && c->mbed_failed) use_mbed = 0;
         void **slot = use_mbed ? &c->mbed : &c->ossl;
         if (!*slot)
             *slot = use_mbed ? cairn_http__mbed_context_new(c->ca_file, message, cap)
                              : cairn_http__ossl_context_new(c->ca_file, message, cap);
+        if (!*slot && use_mbed && c->library == CAIRN_HTTP_TLS_AUTO) {
+            /* Automatic: what mbedTLS could not set up (a trust store it cannot read),
+             * OpenSSL may; from now on it serves this client. */
+            c->mbed_failed = 1;
+            use_mbed = 0;
+            slot = &c->ossl;
+            if (!*slot) *slot = cairn_http__ossl_context_new(c->ca_file, message, cap);
+        }
         void *library = *slot;
         pthread_mutex_unlock(&c->lock);
         s->mbed = use_mbed;

@@ -24,6 +24,7 @@
  */
 #include "http_internal.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +39,7 @@
 #include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/version.h>
 #include <mbedtls/x509_crt.h>
 
 #include "cairn_http.h"
@@ -78,7 +80,9 @@
     X(mbedtls_ctr_drbg_free)         \
     X(mbedtls_ctr_drbg_seed)         \
     X(mbedtls_ctr_drbg_random)       \
-    X(mbedtls_strerror)
+    X(mbedtls_strerror)              \
+    X(mbedtls_version_get_number)    \
+    X(mbedtls_version_check_feature)
 
 #define DECLARE(name) static __typeof__(name) *f_##name;
 MBED_FUNCTIONS(DECLARE)
@@ -126,6 +130,22 @@ static void load(void)
     }
     MBED_FUNCTIONS(RESOLVE)
 #undef RESOLVE
+    /* The structures are allocated here with the sizes of the headers built against,
+     * which depend on the library's build options: a library of another minor version,
+     * or one built without threads (the random generator is shared by connections),
+     * is not used. */
+    unsigned version = f_mbedtls_version_get_number();
+    if ((version >> 16) != (MBEDTLS_VERSION_NUMBER >> 16)) {
+        snprintf(load_error, sizeof load_error, "%s is version %u.%u, built against %u.%u", LIBMBEDTLS,
+                 version >> 24, (version >> 16) & 0xff, MBEDTLS_VERSION_NUMBER >> 24,
+                 (MBEDTLS_VERSION_NUMBER >> 16) & 0xff);
+        return;
+    }
+    if (f_mbedtls_version_check_feature("MBEDTLS_THREADING_C") != 0
+        || f_mbedtls_version_check_feature("MBEDTLS_THREADING_PTHREAD") != 0) {
+        snprintf(load_error, sizeof load_error, "%s was built without pthread support", LIBMBEDTLS);
+        return;
+    }
     atomic_store(&loaded, 1);
 }
 
@@ -150,48 +170,65 @@ static void mbed_message(char *message, size_t cap, const char *what, int code)
     snprintf(message, cap, "%s: %s (-0x%04x)", what, text, (unsigned)-code);
 }
 
-/* Loads the trusted CAs: the file given, else SSL_CERT_FILE / SSL_CERT_DIR as OpenSSL
- * reads them, else the system bundle (or its directory). 0, or -1 with `message`. */
+/* Adds the certificates of the *.pem and *.crt files in `directory` (Debian's
+ * /etc/ssl/certs also holds the bundle and a hash link per certificate: reading every
+ * file, as mbedtls_x509_crt_parse_path does, would parse each certificate three
+ * times). Returns how many files gave at least one certificate. */
+static int add_directory(mbedtls_x509_crt *trusted, const char *directory)
+{
+    DIR *dir = opendir(directory);
+    if (!dir) return 0;
+    int added = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        size_t len = strlen(entry->d_name);
+        if (len < 5 || (strcmp(entry->d_name + len - 4, ".pem") != 0
+                        && strcmp(entry->d_name + len - 4, ".crt") != 0))
+            continue;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", directory, entry->d_name) >= (int)sizeof path) continue;
+        if (f_mbedtls_x509_crt_parse_file(trusted, path) >= 0) added++;
+    }
+    closedir(dir);
+    return added;
+}
+
+/* Loads the trusted CAs. With `ca_file`, that file alone, and a file that gives no
+ * certificate is an error naming it. Without, the system store as OpenSSL reads it:
+ * the file SSL_CERT_FILE names (else Debian's bundle) and each directory of
+ * SSL_CERT_DIR (a `:`-separated list), whichever of them can be read; Debian's
+ * directory when neither gave a certificate. A positive result of a parse counts
+ * certificates that did not parse: the others are kept, as OpenSSL keeps the good
+ * ones of a bundle. 0, or -1 with `message`. */
 static int load_trusted(mbed_context *c, const char *ca_file, char *message, size_t cap)
 {
-    const char *file = ca_file;
-    const char *directory = NULL;
-    int system_bundle = 0;
-    if (!file) {
-        const char *env_file = getenv("SSL_CERT_FILE");
-        const char *env_dir = getenv("SSL_CERT_DIR");
-        if (env_file && *env_file)
-            file = env_file;
-        else if (env_dir && *env_dir)
-            directory = env_dir;
-        else {
-            file = SYSTEM_BUNDLE;
-            system_bundle = 1;
-        }
-    }
-    int rc;
-    if (file) {
-        /* A positive result counts certificates that did not parse: the others are
-         * kept, as OpenSSL keeps the good ones of a bundle. */
-        rc = f_mbedtls_x509_crt_parse_file(&c->trusted, file);
-        if (rc < 0 && system_bundle)
-            rc = f_mbedtls_x509_crt_parse_path(&c->trusted, SYSTEM_DIRECTORY);
-    } else {
-        rc = f_mbedtls_x509_crt_parse_path(&c->trusted, directory);
-    }
-    if (rc < 0 || c->trusted.version == 0) {
+    if (ca_file) {
+        int rc = f_mbedtls_x509_crt_parse_file(&c->trusted, ca_file);
+        if (rc >= 0 && c->trusted.version != 0) return 0;
         char what[512];
-        if (ca_file)
-            snprintf(what, sizeof what, "loading the CA file %s", ca_file);
-        else
-            snprintf(what, sizeof what, "loading the system trust store (%s)", file ? file : directory);
+        snprintf(what, sizeof what, "loading the CA file %s", ca_file);
         if (rc < 0)
             mbed_message(message, cap, what, rc);
         else
             snprintf(message, cap, "%s: no certificate could be read", what);
         return -1;
     }
-    return 0;
+    const char *env_file = getenv("SSL_CERT_FILE");
+    const char *env_dirs = getenv("SSL_CERT_DIR");
+    const char *file = env_file && *env_file ? env_file : SYSTEM_BUNDLE;
+    (void)f_mbedtls_x509_crt_parse_file(&c->trusted, file);
+    if (env_dirs && *env_dirs) {
+        char dirs[4096];
+        snprintf(dirs, sizeof dirs, "%s", env_dirs);
+        char *rest = dirs;
+        for (char *dir = strsep(&rest, ":"); dir; dir = strsep(&rest, ":"))
+            if (*dir) add_directory(&c->trusted, dir);
+    }
+    if (c->trusted.version == 0) add_directory(&c->trusted, SYSTEM_DIRECTORY);
+    if (c->trusted.version != 0) return 0;
+    snprintf(message, cap, "loading the system trust store: no certificate could be read from %s%s%s or %s",
+             file, env_dirs && *env_dirs ? ", " : "", env_dirs && *env_dirs ? env_dirs : "", SYSTEM_DIRECTORY);
+    return -1;
 }
 
 void *cairn_http__mbed_context_new(const char *ca_file, char *message, size_t cap)

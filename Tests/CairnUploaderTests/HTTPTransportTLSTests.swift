@@ -230,6 +230,29 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         #expect(refused?.message.contains("garbage.pem") == true, "\(refused?.message ?? "")")
     }
 
+    /// The system store as OpenSSL reads it, with mbedTLS too: a file SSL_CERT_FILE names
+    /// that cannot be read is skipped, and each directory of SSL_CERT_DIR (a `:` list,
+    /// one of them missing here) is read. In a child, whose environment is its own.
+    @Test func mbedTLSReadsTheSystemStoreVariablesAsOpenSSLDoes() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let store = certificates.directory.appendingPathComponent("store")
+        try FileManager.default.createDirectory(at: store, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: certificates.caFile, toPath: store.appendingPathComponent("test-ca.pem").path)
+        let url = "https://localhost:\(collector.port)/v1/batch"
+        let missing = certificates.directory.appendingPathComponent("absent").path
+        let trusted = try runChild("cairn-http-child", [url], environment: [
+            "SSL_CERT_FILE": missing + ".pem", "SSL_CERT_DIR": missing + ":" + store.path,
+        ])
+        #expect(trusted.contains("STATUS 200"), "\(trusted)")
+        #expect(trusted.contains("LIBMBEDTLS yes"), "\(trusted)")
+        // Without the directory, the test CA is trusted nowhere.
+        let refused = try runChild("cairn-http-child", [url], environment: ["SSL_CERT_DIR": missing])
+        #expect(refused.contains("FAILURE tls") && refused.contains("certificate verify failed"), "\(refused)")
+    }
+
     /// In a process of its own: by default a host name loads mbedTLS and not libssl, an
     /// IP literal loads libssl.
     @Test func httpsLoadsOneTLSLibraryInTheChild() throws {
