@@ -94,7 +94,9 @@ public func runBaselineHost(warmUp: () -> Int) -> Never {
         settle(1.5)
     case "rate":
         let sink = UnsafeMutablePointer<Int>.allocate(capacity: 1)
-        _ = produce(rate: args.rate, seconds: args.seconds) { sink.pointee &+= $0 }
+        let run = produceReadingHalfway(rate: args.rate, seconds: args.seconds) { sink.pointee &+= $0 }
+        emit(MemoryFigures.now().json(extra: ["anon_kb_halfway": run.anonHalfway]))
+        exit(0)
     default:
         exit(2)
     }
@@ -130,6 +132,18 @@ public func produce(rate: Int, seconds: Double, _ body: (Int) -> Void) -> Int {
         clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &wake, nil)
     }
     return made
+}
+
+/// ``produce(rate:seconds:_:)``, reading `RssAnon` once halfway through: what grows
+/// between then and the end grows with the events (0 when `rate` is 0).
+public func produceReadingHalfway(rate: Int, seconds: Double, _ body: (Int) -> Void) -> (made: Int, anonHalfway: Int) {
+    let half = rate > 0 ? Int(Double(rate) * seconds / 2) : -1
+    var anonHalfway = 0
+    let made = produce(rate: rate, seconds: seconds) { i in
+        if i == half { anonHalfway = MemoryFigures.now().anon }
+        body(i)
+    }
+    return (made, anonHalfway)
 }
 
 /// Sleeps `seconds` (settling: background threads finish their start).

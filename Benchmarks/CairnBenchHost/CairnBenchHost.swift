@@ -43,10 +43,11 @@ public func runCairnHost(warmUp: () -> Int) -> Never {
         emit(MemoryFigures.now().json())
     case "rate":
         let began = DispatchTime.now().uptimeNanoseconds
-        let tracked = produce(rate: args.rate, seconds: args.seconds) { _ in
+        let run = produceReadingHalfway(rate: args.rate, seconds: args.seconds) { _ in
             cairn.track("checkout_completed", properties: properties)
         }
-        emit(MemoryFigures.now().json())
+        let tracked = run.made
+        emit(MemoryFigures.now().json(extra: ["anon_kb_halfway": run.anonHalfway]))
         let flushed = cairn.flush(timeout: .seconds(60))
         let elapsed = Int((DispatchTime.now().uptimeNanoseconds - began) / 1_000_000)
         let drops = cairn.dropCounts.filter { $0.value > 0 }

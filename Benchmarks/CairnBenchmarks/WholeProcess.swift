@@ -299,6 +299,11 @@ func spawnAndReap(_ path: String) -> Double? {
            goal: "<= 5120")
     record("private_delta_kb_100k", "private dirty added at 100k/s", delta(runs, "private_dirty_kb"), "KiB",
            goal: "<= 1024")
+    // What grew with the events: anonymous memory at the end minus halfway, Cairn's host
+    // against the baseline's (file pages, such as the ring's, move with the instant).
+    func growth(_ runs: [HostRun]) -> Double { median(runs.map { $0.first("anon_kb") - $0.first("anon_kb_halfway") }) }
+    record("anon_growth_kb_100k", "anonymous memory grown over the second half at 100k/s",
+           growth(runs.cairn) - growth(runs.baseline), "KiB", goal: "<= 64")
     let flat = run(rate: 0)
     let elapsed = flat.run.outcome("elapsed_ms") / 1000
     record("e2e_default_events_per_s", "track() flat out to delivered, defaults, 50 ms collector",

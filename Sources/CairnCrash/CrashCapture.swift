@@ -316,7 +316,9 @@ public final class CrashCapture: @unchecked Sendable {
             }
             units.removeFirst(units.count - options.maxPendingRuns)
         }
-        let symbolizer = Symbolizer()
+        // Made for the first crash report only: a start with none opens no ELF file,
+        // reads no debug information and runs none of the symbolizer's code.
+        var symbolizer: Symbolizer?
         for unit in units {
             let start = unit.record.start
             var run = PreviousRun(sessionID: unit.id, reason: .abnormal, crashEventID: nil, events: [], stored: false,
@@ -325,7 +327,9 @@ public final class CrashCapture: @unchecked Sendable {
             if let path = unit.report {
                 let bytes = Self.read(path)
                 let report = CrashReport(bytes: bytes)
-                let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start, symbolizer: symbolizer,
+                let symbolizing = symbolizer ?? Symbolizer()
+                symbolizer = symbolizing
+                let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start, symbolizer: symbolizing,
                                              fallbackMillis: Self.mtimeMillis(path) ?? now)
                 run.reason = .crashed
                 run.crashEventID = crash.id

@@ -177,9 +177,15 @@ public final class FrameEncoder {
                 continue
             }
             if rc != 0 { throw CairnError(rc, function: "cairn_frame_encode") }
-            // The batch is an exact copy: bodies held while their requests are out take
-            // their size, not a bound's, and the scratch buffer is used again.
-            return Array(UnsafeRawBufferPointer(start: scratch.baseAddress, count: written))
+            // The batch is a copy of its size, not a bound's (bodies are held while their
+            // requests are out), and the scratch buffer is used again. Its storage is
+            // rounded up to 4 KiB: bodies of about the same size are freed out of order as
+            // answers come, and a hole left by one then fits the next, where exact sizes
+            // left holes a few bytes short and the heap arena crept upwards.
+            var body = [UInt8]()
+            body.reserveCapacity((written + 4095) & ~4095)
+            body.append(contentsOf: UnsafeRawBufferPointer(start: scratch.baseAddress, count: written))
+            return body
         }
     }
 

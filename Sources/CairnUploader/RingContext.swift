@@ -213,6 +213,7 @@ final class RingContexts {
         var context = inForceEntry(before: run.records.first?.position ?? 0)?.fragment
         var total = 0
         var events = 0
+        var cut: Int?
         for (i, r) in run.records.enumerated() {
             switch r.kind {
             case .context:
@@ -220,13 +221,17 @@ final class RingContexts {
             case .data, .bare:
                 let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? Self.fallbackBound) : 0)
                 if events > 0 && total + size > maxBytes {
-                    run.truncate(to: i)
-                    return
+                    cut = i
+                    break
                 }
                 total += size
                 events += 1
             }
+            if cut != nil { break }
         }
+        // Cut once the loop is over: the loop's iterator holds the array, and truncating
+        // inside it copied the whole array (64 KiB at 4k records) at every cut batch.
+        if let cut { run.truncate(to: cut) }
     }
 
     /// The records of `run` as they are sent: bare ones completed with the context in
