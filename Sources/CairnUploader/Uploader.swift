@@ -217,8 +217,8 @@ public final class Uploader: @unchecked Sendable {
     private var ringBytesPerRecord: UInt64 = 256
 
     /// How far batches grow under load: 16 times ``UploaderOptions/maxBatchEvents`` and
-    /// ``UploaderOptions/maxBatchBytes`` (never more than an eighth of the ring's bytes,
-    /// nor ``maxGrownBatchBytes``).
+    /// ``UploaderOptions/maxBatchBytes`` (never more than ``maxGrownBatchBytes``, nor an
+    /// eighth of the ring's bytes).
     public static let maxBatchScale = 16
     /// The most a grown batch holds, 768 KiB (unless ``UploaderOptions/maxBatchBytes``
     /// is larger): a batch's ring pages stay in memory until it is framed, so a larger
