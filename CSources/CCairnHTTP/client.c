@@ -514,6 +514,20 @@ static int wait_for(int fd, short events, int64_t deadline)
 
 /* ---- Plain and TLS I/O with the deadline ---- */
 
+ssize_t cairn_http__send(int fd, const void *data, size_t len)
+{
+    ssize_t n;
+    do n = send(fd, data, len, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+    return n;
+}
+
+ssize_t cairn_http__recv(int fd, void *data, size_t len)
+{
+    ssize_t n;
+    do n = recv(fd, data, len, 0); while (n < 0 && errno == EINTR);
+    return n;
+}
+
 /* Writes all of data; 0 or a CAIRN_HTTP_E* code with the message set. */
 static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int64_t deadline,
                      const char *what)
@@ -527,8 +541,7 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
             if (n == CAIRN_TLS_FAILED) return CAIRN_HTTP_ENETWORK;
             if (n == CAIRN_TLS_WANT_READ) wait = POLLIN;
         } else {
-            n = send(conn->fd, cursor, len, MSG_NOSIGNAL);
-            if (n < 0 && errno == EINTR) continue;
+            n = cairn_http__send(conn->fd, cursor, len);
             if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
                 return failure(conn, CAIRN_HTTP_ENETWORK, "sending %s: %s", what, strerror(errno));
         }
@@ -558,9 +571,8 @@ static ssize_t read_some(cairn_http_conn_t *conn, int64_t deadline, const char *
             if (n == CAIRN_TLS_FAILED) return CAIRN_HTTP_ENETWORK;
             if (n == CAIRN_TLS_WANT_WRITE) wait = POLLOUT;
         } else {
-            n = recv(conn->fd, conn->input, sizeof conn->input, 0);
+            n = cairn_http__recv(conn->fd, conn->input, sizeof conn->input);
             if (n >= 0) return n;
-            if (errno == EINTR) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return failure(conn, CAIRN_HTTP_ENETWORK, "reading %s: %s", what, strerror(errno));
         }

@@ -11,6 +11,11 @@
 /* RFC 9110 tchar: the bytes of methods and header names. */
 int cairn_http__is_token(unsigned char c);
 
+/* send(2) without SIGPIPE, and recv(2), both again after EINTR (client.c): bytes, or -1
+ * with errno set (EAGAIN or EWOULDBLOCK when the non-blocking socket is not ready). */
+ssize_t cairn_http__send(int fd, const void *data, size_t len);
+ssize_t cairn_http__recv(int fd, void *data, size_t len);
+
 /* ---- TLS (tls.c): mbedTLS or OpenSSL 3, loaded with dlopen on first use. ---- */
 
 /* What a non-blocking TLS call needs next. */
@@ -42,31 +47,24 @@ ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *mess
 ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, char *message,
                               size_t cap);
 
-/* The two libraries behind those calls, with the same contracts (tls_openssl.c,
- * tls_mbedtls.c). `*_available` loads the library if it was not yet tried and says
- * whether it is usable (with why not in `message`); `*_loaded` only says whether it
- * was loaded. */
-int cairn_http__ossl_loaded(void);
-void *cairn_http__ossl_context_new(const char *ca_file, char *message, size_t cap);
-void cairn_http__ossl_context_free(void *context);
-void *cairn_http__ossl_session_new(void *context, int fd, const char *host, int host_is_ip,
-                                   char *message, size_t cap);
-void cairn_http__ossl_session_free(void *session);
-int cairn_http__ossl_handshake(void *session, char *message, size_t cap);
-ssize_t cairn_http__ossl_read(void *session, void *buffer, size_t len, char *message, size_t cap);
-ssize_t cairn_http__ossl_write(void *session, const void *buffer, size_t len, char *message,
-                               size_t cap);
+/* A TLS library behind those calls (tls_openssl.c, tls_mbedtls.c): its functions, with
+ * the same contracts. `available` loads the library if that was not yet tried and says
+ * whether it is usable (why not in `message`); `loaded` only says whether it was
+ * loaded. A library that cannot check an IP literal refuses one in `session_new`. */
+typedef struct cairn_http__tls_library {
+    int (*available)(char *message, size_t cap);
+    int (*loaded)(void);
+    void *(*context_new)(const char *ca_file, char *message, size_t cap);
+    void (*context_free)(void *context);
+    void *(*session_new)(void *context, int fd, const char *host, int host_is_ip, char *message,
+                         size_t cap);
+    void (*session_free)(void *session);
+    int (*handshake)(void *session, char *message, size_t cap);
+    ssize_t (*read)(void *session, void *buffer, size_t len, char *message, size_t cap);
+    ssize_t (*write)(void *session, const void *buffer, size_t len, char *message, size_t cap);
+} cairn_http__tls_library;
 
-int cairn_http__mbed_available(char *message, size_t cap);
-int cairn_http__mbed_loaded(void);
-void *cairn_http__mbed_context_new(const char *ca_file, char *message, size_t cap);
-void cairn_http__mbed_context_free(void *context);
-void *cairn_http__mbed_session_new(void *context, int fd, const char *host, char *message,
-                                   size_t cap);
-void cairn_http__mbed_session_free(void *session);
-int cairn_http__mbed_handshake(void *session, char *message, size_t cap);
-ssize_t cairn_http__mbed_read(void *session, void *buffer, size_t len, char *message, size_t cap);
-ssize_t cairn_http__mbed_write(void *session, const void *buffer, size_t len, char *message,
-                               size_t cap);
+extern const cairn_http__tls_library cairn_http__openssl;
+extern const cairn_http__tls_library cairn_http__mbedtls;
 
 #endif /* CAIRN_HTTP_INTERNAL_H */

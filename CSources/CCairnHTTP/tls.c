@@ -6,7 +6,8 @@
  * (tls_openssl.c) serves an IP-literal collector, which mbedTLS 2.28 cannot verify,
  * and everything when mbedTLS is not installed. CAIRN_HTTP_TLS_OPENSSL and
  * CAIRN_HTTP_TLS_MBEDTLS use that library only (and fail when it is missing, or, for
- * mbedTLS, for an IP literal). Each library is loaded on its first use, never before.
+ * mbedTLS, for an IP literal). Each library is loaded on its first use, never before;
+ * each is reached through its table of functions (http_internal.h).
  *
  * A context is made once per client under the client's lock. It holds each library's
  * own context, made on the first session that uses that library (under the context's
@@ -22,24 +23,30 @@
 
 #include "cairn_http.h"
 
+/* The libraries by index: their tables and, in a context, their contexts. */
+enum { OPENSSL, MBEDTLS, LIBRARIES };
+static const cairn_http__tls_library *const libraries[LIBRARIES] = {
+    [OPENSSL] = &cairn_http__openssl,
+    [MBEDTLS] = &cairn_http__mbedtls,
+};
+
 typedef struct tls_context {
     int library; /* CAIRN_HTTP_TLS_* as asked */
     char *ca_file;
     pthread_mutex_t lock;
-    void *mbed; /* under `lock`: each made when first needed */
-    void *ossl;
-    int mbed_failed; /* under `lock`: automatic, mbedTLS could not be set up */
+    void *contexts[LIBRARIES]; /* under `lock`: each made when first needed */
+    int mbed_failed;           /* under `lock`: automatic, mbedTLS could not be set up */
 } tls_context;
 
 typedef struct tls_session {
-    int mbed; /* 1: mbedTLS, 0: OpenSSL */
+    const cairn_http__tls_library *library;
     void *impl;
 } tls_session;
 
 int cairn_http_tls_loaded(void)
 {
-    return (cairn_http__ossl_loaded() ? CAIRN_HTTP_TLS_OPENSSL : 0)
-           | (cairn_http__mbed_loaded() ? CAIRN_HTTP_TLS_MBEDTLS : 0);
+    return (cairn_http__openssl.loaded() ? CAIRN_HTTP_TLS_OPENSSL : 0)
+           | (cairn_http__mbedtls.loaded() ? CAIRN_HTTP_TLS_MBEDTLS : 0);
 }
 
 void *cairn_http__tls_context_new(const char *ca_file, int library, char *message, size_t cap)
@@ -64,11 +71,22 @@ void cairn_http__tls_context_free(void *context)
 {
     tls_context *c = context;
     if (!c) return;
-    if (c->mbed) cairn_http__mbed_context_free(c->mbed);
-    if (c->ossl) cairn_http__ossl_context_free(c->ossl);
+    for (int i = 0; i < LIBRARIES; i++)
+        if (c->contexts[i]) libraries[i]->context_free(c->contexts[i]);
     pthread_mutex_destroy(&c->lock);
     free(c->ca_file);
     free(c);
+}
+
+/* Which library serves `host` for `c`: what was asked, or for automatic, mbedTLS for a
+ * host name while it can be loaded and set up. */
+static int choose(tls_context *c, int host_is_ip)
+{
+    if (c->library == CAIRN_HTTP_TLS_OPENSSL) return OPENSSL;
+    if (c->library == CAIRN_HTTP_TLS_MBEDTLS) return MBEDTLS;
+    char why[256];
+    return !host_is_ip && !c->mbed_failed && cairn_http__mbedtls.available(why, sizeof why) ? MBEDTLS
+                                                                                             : OPENSSL;
 }
 
 void *cairn_http__tls_session_new(void *context, int fd, const char *host, int host_is_ip,
@@ -80,37 +98,24 @@ void *cairn_http__tls_session_new(void *context, int fd, const char *host, int h
         snprintf(message, cap, "TLS session: out of memory");
         return NULL;
     }
-    char why[256] = "";
-    int use_mbed = !host_is_ip && (c->library == CAIRN_HTTP_TLS_MBEDTLS
-                                   || (c->library == CAIRN_HTTP_TLS_AUTO
-                                       && cairn_http__mbed_available(why, sizeof why)));
-    if (host_is_ip && c->library == CAIRN_HTTP_TLS_MBEDTLS) {
-        snprintf(message, cap,
-                 "TLS to %s: mbedTLS 2.28 cannot check an IP address in a certificate "
-                 "(name the collector by host name, or use OpenSSL)", host);
-    } else {
-        /* A CA file that cannot be read fails here, at each try, with its name. */
-        pthread_mutex_lock(&c->lock);
-        if (use_mbed && c->mbed_failed) use_mbed = 0;
-        void **slot = use_mbed ? &c->mbed : &c->ossl;
-        if (!*slot)
-            *slot = use_mbed ? cairn_http__mbed_context_new(c->ca_file, message, cap)
-                             : cairn_http__ossl_context_new(c->ca_file, message, cap);
-        if (!*slot && use_mbed && c->library == CAIRN_HTTP_TLS_AUTO) {
-            /* Automatic: what mbedTLS could not set up (a trust store it cannot read),
-             * OpenSSL may; from now on it serves this client. */
-            c->mbed_failed = 1;
-            use_mbed = 0;
-            slot = &c->ossl;
-            if (!*slot) *slot = cairn_http__ossl_context_new(c->ca_file, message, cap);
-        }
-        void *library = *slot;
-        pthread_mutex_unlock(&c->lock);
-        s->mbed = use_mbed;
-        if (library)
-            s->impl = use_mbed ? cairn_http__mbed_session_new(library, fd, host, message, cap)
-                               : cairn_http__ossl_session_new(library, fd, host, host_is_ip, message, cap);
+    /* A CA file that cannot be read fails here, at each try, with its name. */
+    pthread_mutex_lock(&c->lock);
+    int chosen = choose(c, host_is_ip);
+    if (!c->contexts[chosen])
+        c->contexts[chosen] = libraries[chosen]->context_new(c->ca_file, message, cap);
+    if (!c->contexts[chosen] && chosen == MBEDTLS && c->library == CAIRN_HTTP_TLS_AUTO) {
+        /* Automatic: what mbedTLS could not set up (a trust store it cannot read),
+         * OpenSSL may; from now on it serves this client. */
+        c->mbed_failed = 1;
+        chosen = OPENSSL;
+        if (!c->contexts[chosen])
+            c->contexts[chosen] = libraries[chosen]->context_new(c->ca_file, message, cap);
     }
+    void *library_context = c->contexts[chosen];
+    pthread_mutex_unlock(&c->lock);
+    s->library = libraries[chosen];
+    if (library_context)
+        s->impl = s->library->session_new(library_context, fd, host, host_is_ip, message, cap);
     if (!s->impl) {
         free(s);
         return NULL;
@@ -122,31 +127,25 @@ void cairn_http__tls_session_free(void *session)
 {
     tls_session *s = session;
     if (!s) return;
-    if (s->mbed)
-        cairn_http__mbed_session_free(s->impl);
-    else
-        cairn_http__ossl_session_free(s->impl);
+    s->library->session_free(s->impl);
     free(s);
 }
 
 int cairn_http__tls_handshake(void *session, char *message, size_t cap)
 {
     tls_session *s = session;
-    return s->mbed ? cairn_http__mbed_handshake(s->impl, message, cap)
-                   : cairn_http__ossl_handshake(s->impl, message, cap);
+    return s->library->handshake(s->impl, message, cap);
 }
 
 ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *message, size_t cap)
 {
     tls_session *s = session;
-    return s->mbed ? cairn_http__mbed_read(s->impl, buffer, len, message, cap)
-                   : cairn_http__ossl_read(s->impl, buffer, len, message, cap);
+    return s->library->read(s->impl, buffer, len, message, cap);
 }
 
 ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, char *message,
                               size_t cap)
 {
     tls_session *s = session;
-    return s->mbed ? cairn_http__mbed_write(s->impl, buffer, len, message, cap)
-                   : cairn_http__ossl_write(s->impl, buffer, len, message, cap);
+    return s->library->write(s->impl, buffer, len, message, cap);
 }

@@ -19,8 +19,8 @@
  * TLS 1.2 at least (mbedTLS 2.28 has no TLS 1.3). mbedTLS 2.28 does not check IP
  * addresses in certificates, so tls.c never gives it an IP-literal host.
  *
- * The socket is reached through callbacks of our own: send(2) with MSG_NOSIGNAL (no
- * SIGPIPE in the host), recv(2), both non-blocking like the rest of the client.
+ * The socket is reached through callbacks of our own, with the client's send
+ * (MSG_NOSIGNAL: no SIGPIPE in the host) and recv, non-blocking like the rest of it.
  */
 #include "http_internal.h"
 
@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
@@ -87,6 +86,9 @@
 #define DECLARE(name) static __typeof__(name) *f_##name;
 MBED_FUNCTIONS(DECLARE)
 #undef DECLARE
+
+static void mbed_context_free(void *context);
+static void mbed_session_free(void *session);
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[256];
@@ -149,7 +151,7 @@ static void load(void)
     atomic_store(&loaded, 1);
 }
 
-int cairn_http__mbed_available(char *message, size_t cap)
+static int mbed_available(char *message, size_t cap)
 {
     pthread_once(&load_once, load);
     if (atomic_load(&loaded)) return 1;
@@ -157,7 +159,7 @@ int cairn_http__mbed_available(char *message, size_t cap)
     return 0;
 }
 
-int cairn_http__mbed_loaded(void)
+static int mbed_loaded(void)
 {
     return atomic_load(&loaded);
 }
@@ -231,9 +233,9 @@ static int load_trusted(mbed_context *c, const char *ca_file, char *message, siz
     return -1;
 }
 
-void *cairn_http__mbed_context_new(const char *ca_file, char *message, size_t cap)
+static void *mbed_context_new(const char *ca_file, char *message, size_t cap)
 {
-    if (!cairn_http__mbed_available(message, cap)) return NULL;
+    if (!mbed_available(message, cap)) return NULL;
     mbed_context *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(message, cap, "TLS context: out of memory");
@@ -263,11 +265,11 @@ void *cairn_http__mbed_context_new(const char *ca_file, char *message, size_t ca
     f_mbedtls_ssl_conf_min_version(&c->config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
     return c;
 fail:
-    cairn_http__mbed_context_free(c);
+    mbed_context_free(c);
     return NULL;
 }
 
-void cairn_http__mbed_context_free(void *context)
+static void mbed_context_free(void *context)
 {
     mbed_context *c = context;
     if (!c) return;
@@ -281,32 +283,32 @@ void cairn_http__mbed_context_free(void *context)
 static int send_callback(void *context, const unsigned char *data, size_t len)
 {
     mbed_session *s = context;
-    for (;;) {
-        ssize_t n = send(s->fd, data, len, MSG_NOSIGNAL);
-        if (n >= 0) return (int)n;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_WRITE;
-        s->last_errno = errno;
-        return MBEDTLS_ERR_NET_SEND_FAILED;
-    }
+    ssize_t n = cairn_http__send(s->fd, data, len);
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_WRITE;
+    s->last_errno = errno;
+    return MBEDTLS_ERR_NET_SEND_FAILED;
 }
 
 static int recv_callback(void *context, unsigned char *data, size_t len)
 {
     mbed_session *s = context;
-    for (;;) {
-        ssize_t n = recv(s->fd, data, len, 0);
-        if (n >= 0) return (int)n;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_READ;
-        s->last_errno = errno;
-        return MBEDTLS_ERR_NET_RECV_FAILED;
-    }
+    ssize_t n = cairn_http__recv(s->fd, data, len);
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_READ;
+    s->last_errno = errno;
+    return MBEDTLS_ERR_NET_RECV_FAILED;
 }
 
-void *cairn_http__mbed_session_new(void *context, int fd, const char *host, char *message,
-                                   size_t cap)
+static void *mbed_session_new(void *context, int fd, const char *host, int host_is_ip,
+                              char *message, size_t cap)
 {
+    if (host_is_ip) {
+        snprintf(message, cap,
+                 "TLS to %s: mbedTLS 2.28 cannot check an IP address in a certificate "
+                 "(name the collector by host name, or use OpenSSL)", host);
+        return NULL;
+    }
     mbed_context *c = context;
     mbed_session *s = calloc(1, sizeof *s);
     if (!s) {
@@ -320,14 +322,14 @@ void *cairn_http__mbed_session_new(void *context, int fd, const char *host, char
     if (rc == 0) rc = f_mbedtls_ssl_set_hostname(&s->ssl, host);
     if (rc != 0) {
         mbed_message(message, cap, "TLS session", rc);
-        cairn_http__mbed_session_free(s);
+        mbed_session_free(s);
         return NULL;
     }
     f_mbedtls_ssl_set_bio(&s->ssl, s, send_callback, recv_callback, NULL);
     return s;
 }
 
-void cairn_http__mbed_session_free(void *session)
+static void mbed_session_free(void *session)
 {
     mbed_session *s = session;
     if (!s) return;
@@ -375,7 +377,7 @@ static int next_step(mbed_session *s, int rc, const char *what, char *message, s
     }
 }
 
-int cairn_http__mbed_handshake(void *session, char *message, size_t cap)
+static int mbed_handshake(void *session, char *message, size_t cap)
 {
     mbed_session *s = session;
     int rc = f_mbedtls_ssl_handshake(&s->ssl);
@@ -387,7 +389,7 @@ int cairn_http__mbed_handshake(void *session, char *message, size_t cap)
     return next_step(s, rc, "TLS handshake", message, cap);
 }
 
-ssize_t cairn_http__mbed_read(void *session, void *buffer, size_t len, char *message, size_t cap)
+static ssize_t mbed_read(void *session, void *buffer, size_t len, char *message, size_t cap)
 {
     mbed_session *s = session;
     int rc = f_mbedtls_ssl_read(&s->ssl, buffer, len);
@@ -398,8 +400,8 @@ ssize_t cairn_http__mbed_read(void *session, void *buffer, size_t len, char *mes
     return next_step(s, rc, "TLS read", message, cap);
 }
 
-ssize_t cairn_http__mbed_write(void *session, const void *buffer, size_t len, char *message,
-                               size_t cap)
+static ssize_t mbed_write(void *session, const void *buffer, size_t len, char *message,
+                          size_t cap)
 {
     mbed_session *s = session;
     int rc = f_mbedtls_ssl_write(&s->ssl, buffer, len);
@@ -410,3 +412,16 @@ ssize_t cairn_http__mbed_write(void *session, const void *buffer, size_t len, ch
     }
     return next_step(s, rc, "TLS write", message, cap);
 }
+
+/* This library, for tls.c. */
+const cairn_http__tls_library cairn_http__mbedtls = {
+    .available = mbed_available,
+    .loaded = mbed_loaded,
+    .context_new = mbed_context_new,
+    .context_free = mbed_context_free,
+    .session_new = mbed_session_new,
+    .session_free = mbed_session_free,
+    .handshake = mbed_handshake,
+    .read = mbed_read,
+    .write = mbed_write,
+};

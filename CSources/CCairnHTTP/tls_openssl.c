@@ -10,7 +10,7 @@
  *
  * The socket is reached through a BIO of our own rather than OpenSSL's socket BIO:
  * OpenSSL's writes would use write(2), which raises SIGPIPE in the host when the peer
- * has gone; ours uses send(2) with MSG_NOSIGNAL.
+ * has gone; ours uses the client's send (MSG_NOSIGNAL).
  *
  * Verification is always on: SSL_VERIFY_PEER against the system store (or the given
  * CA file), the host name (or IP literal) checked against the certificate, TLS 1.2
@@ -24,7 +24,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -83,7 +82,7 @@ static char load_error[256];
 static atomic_int loaded;
 static BIO_METHOD *socket_method;
 
-int cairn_http__ossl_loaded(void)
+static int ossl_loaded(void)
 {
     return atomic_load(&loaded);
 }
@@ -97,27 +96,19 @@ static int bio_fd(BIO *bio)
 static int bio_write(BIO *bio, const char *data, int len)
 {
     f_BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
-    for (;;) {
-        ssize_t n = send(bio_fd(bio), data, (size_t)len, MSG_NOSIGNAL);
-        if (n >= 0) return (int)n;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            f_BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
-        return -1;
-    }
+    ssize_t n = cairn_http__send(bio_fd(bio), data, (size_t)len);
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) f_BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
+    return -1;
 }
 
 static int bio_read(BIO *bio, char *data, int len)
 {
     f_BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
-    for (;;) {
-        ssize_t n = recv(bio_fd(bio), data, (size_t)len, 0);
-        if (n >= 0) return (int)n;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            f_BIO_set_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY);
-        return -1;
-    }
+    ssize_t n = cairn_http__recv(bio_fd(bio), data, (size_t)len);
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) f_BIO_set_flags(bio, BIO_FLAGS_READ | BIO_FLAGS_SHOULD_RETRY);
+    return -1;
 }
 
 static long bio_ctrl(BIO *bio, int command, long number, void *pointer)
@@ -173,13 +164,17 @@ static void openssl_message(char *message, size_t cap, const char *what)
     snprintf(message, cap, "%s: %s", what, text);
 }
 
-void *cairn_http__ossl_context_new(const char *ca_file, char *message, size_t cap)
+static int ossl_available(char *message, size_t cap)
 {
     pthread_once(&load_once, load);
-    if (!atomic_load(&loaded)) {
-        snprintf(message, cap, "%s", load_error);
-        return NULL;
-    }
+    if (atomic_load(&loaded)) return 1;
+    snprintf(message, cap, "%s", load_error);
+    return 0;
+}
+
+static void *ossl_context_new(const char *ca_file, char *message, size_t cap)
+{
+    if (!ossl_available(message, cap)) return NULL;
     f_ERR_clear_error();
     SSL_CTX *context = f_SSL_CTX_new(f_TLS_client_method());
     if (!context) {
@@ -210,13 +205,13 @@ void *cairn_http__ossl_context_new(const char *ca_file, char *message, size_t ca
     return context;
 }
 
-void cairn_http__ossl_context_free(void *context)
+static void ossl_context_free(void *context)
 {
     if (context) f_SSL_CTX_free(context);
 }
 
-void *cairn_http__ossl_session_new(void *context, int fd, const char *host, int host_is_ip,
-                                  char *message, size_t cap)
+static void *ossl_session_new(void *context, int fd, const char *host, int host_is_ip,
+                              char *message, size_t cap)
 {
     f_ERR_clear_error();
     SSL *ssl = f_SSL_new(context);
@@ -249,7 +244,7 @@ void *cairn_http__ossl_session_new(void *context, int fd, const char *host, int 
     return ssl;
 }
 
-void cairn_http__ossl_session_free(void *session)
+static void ossl_session_free(void *session)
 {
     if (session) f_SSL_free(session);
 }
@@ -288,7 +283,7 @@ static int next_step(SSL *ssl, int result, const char *what, char *message, size
     }
 }
 
-int cairn_http__ossl_handshake(void *session, char *message, size_t cap)
+static int ossl_handshake(void *session, char *message, size_t cap)
 {
     f_ERR_clear_error();
     errno = 0;
@@ -302,7 +297,7 @@ int cairn_http__ossl_handshake(void *session, char *message, size_t cap)
     return step;
 }
 
-ssize_t cairn_http__ossl_read(void *session, void *buffer, size_t len, char *message, size_t cap)
+static ssize_t ossl_read(void *session, void *buffer, size_t len, char *message, size_t cap)
 {
     f_ERR_clear_error();
     errno = 0;
@@ -312,8 +307,8 @@ ssize_t cairn_http__ossl_read(void *session, void *buffer, size_t len, char *mes
     return next_step(session, result, "TLS read", message, cap);
 }
 
-ssize_t cairn_http__ossl_write(void *session, const void *buffer, size_t len, char *message,
-                              size_t cap)
+static ssize_t ossl_write(void *session, const void *buffer, size_t len, char *message,
+                          size_t cap)
 {
     f_ERR_clear_error();
     errno = 0;
@@ -327,3 +322,16 @@ ssize_t cairn_http__ossl_write(void *session, const void *buffer, size_t len, ch
     }
     return step;
 }
+
+/* This library, for tls.c. */
+const cairn_http__tls_library cairn_http__openssl = {
+    .available = ossl_available,
+    .loaded = ossl_loaded,
+    .context_new = ossl_context_new,
+    .context_free = ossl_context_free,
+    .session_new = ossl_session_new,
+    .session_free = ossl_session_free,
+    .handshake = ossl_handshake,
+    .read = ossl_read,
+    .write = ossl_write,
+};
