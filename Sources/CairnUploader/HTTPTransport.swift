@@ -31,8 +31,9 @@ import Glibc
 /// threads therefore finds an open connection and reuses its socket while the collector
 /// keeps it open, and no caller waits for a lock held across a network call.
 /// Connections beyond ``maxIdleConnections`` are closed: keep it at the number of
-/// requests out at once, or each request past it opens (and TLS-handshakes) anew. A reused connection that the collector closed
-/// while it sat idle is noticed, and the request is sent again once on a new one.
+/// requests out at once, or each request past it opens (and TLS-handshakes) anew. A
+/// reused connection that the collector closed while it sat idle is noticed, and the
+/// request is sent again once on a new one.
 ///
 /// ```swift
 /// let transport = HTTPTransport(connectTimeout: .seconds(5))

@@ -214,7 +214,7 @@ final class RingContexts {
         var total = 0
         var events = 0
         var cut: Int?
-        for (i, r) in run.records.enumerated() {
+        records: for (i, r) in run.records.enumerated() {
             switch r.kind {
             case .context:
                 context = Self.isFragment(r.bytes) ? Array(r.bytes) : nil
@@ -222,12 +222,11 @@ final class RingContexts {
                 let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? Self.fallbackBound) : 0)
                 if events > 0 && total + size > maxBytes {
                     cut = i
-                    break
+                    break records
                 }
                 total += size
                 events += 1
             }
-            if cut != nil { break }
         }
         // Cut once the loop is over: the loop's iterator holds the array, and truncating
         // inside it copied the whole array (64 KiB at 4k records) at every cut batch.
