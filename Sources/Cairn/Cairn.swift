@@ -149,7 +149,6 @@ public final class Cairn: @unchecked Sendable {
         var accountSent: Set<String> = []
         var uploader: Uploader?
         var store: SnapshotStore?
-        var startError: String?
         var ready = false
         var stopped = false
         /// `shutdown` stopped waiting for the background start: it must not start the
@@ -185,9 +184,9 @@ public final class Cairn: @unchecked Sendable {
 
     /// Starts the SDK (and sets `Cairn.shared`). On the caller's thread it does only what
     /// must come before the first crash or event: checks the options, installs the crash
-    /// handler and records this run, builds the processor with the common properties
-    /// that need no file read, opens the event ring. The rest of the common properties,
-    /// the install record, claiming the previous runs, opening the snapshot store,
+    /// handler, builds the processor with the common properties that need no file read,
+    /// opens the event ring. This run's record, the rest of the common properties, the
+    /// install record, claiming the previous runs, opening the snapshot store,
     /// replaying what is stored, reporting previous runs and uploading happen on a
     /// background thread.
     ///
@@ -286,7 +285,12 @@ public final class Cairn: @unchecked Sendable {
     /// The background half of `start`: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground(crash: CrashCapture, ring: Ring) {
-        crash.finishSetup()  // first: the OOM-kill baseline counts from as early as it can
+        crash.finishSetup()  // first: the run record, and the OOM-kill baseline as early as it can
+        if let error = crash.runRecordError {
+            // Crashes are still reported; how the run ended otherwise is not.
+            drops.add("run_record_unavailable", 1)
+            if options.debugLogging { writeStandardError("[cairn] run record: \(error)\n") }
+        }
         let common = options.common(.collect())
         processor.updateCommon(common)
         // Events tracked meanwhile may land on either side of the new context record:
@@ -301,7 +305,6 @@ public final class Cairn: @unchecked Sendable {
         } catch {
             // Events still flow: undelivered batches wait in the ring instead.
             drops.add("store_unavailable", 1)
-            state.withLock { $0.startError = "\(error)" }
             if options.debugLogging { writeStandardError("[cairn] snapshot store: \(error)\n") }
         }
         let destinations = options.destinations

@@ -1,4 +1,5 @@
 import CCairn
+import CairnProcessor
 import CairnStore
 import FoundationEssentials
 import Glibc
@@ -88,10 +89,12 @@ public final class CrashCapture: @unchecked Sendable {
         public var maxPendingRuns: Int
         /// When true, `start` leaves what the first crash can do without to
         /// ``CrashCapture/finishSetup()``, which the caller then runs soon, off its own
-        /// thread: claiming the records of previous runs that have ended, reading the
-        /// cgroup's OOM-kill counter (an OOM kill before it is read makes the run
-        /// `abnormal`, not `oom_killed`) and libunwind's set-up (a crash before it only
-        /// takes longer to walk). Off by default.
+        /// thread: writing this run's record (a crash before it is still reported whole,
+        /// from the context blob, which names the run; a run killed before it is not
+        /// reported at all), claiming the records of previous runs that have ended,
+        /// reading the cgroup's OOM-kill counter (an OOM kill before it is read makes the
+        /// run `abnormal`, not `oom_killed`) and libunwind's set-up (a crash before it
+        /// only takes longer to walk). Off by default.
         public var deferSetup: Bool
 
         /// Options with defaults: 16 KiB of context, 32 breadcrumbs, 16 pending runs.
@@ -130,6 +133,10 @@ public final class CrashCapture: @unchecked Sendable {
 
     private struct State {
         var breadcrumbs: [Breadcrumb] = []
+        /// This run's record: nil until it is written (with `deferSetup`, by
+        /// `finishSetup` or whatever needs it first), and when writing it failed.
+        var runFile: LockedFile?
+        var runFileError: CrashCaptureError?
         var claimed: [LockedFile] = []
         var live: [String] = []
         var processed = false
@@ -143,15 +150,21 @@ public final class CrashCapture: @unchecked Sendable {
     public let sessionID: String
     /// The options it was started with.
     public let options: Options
-    private let runFile: LockedFile
+    /// What the first line of this run's record says.
+    private let start: RunStart
     private let state: Locked<State>
 
-    private init(sessionID: String, options: Options, runFile: LockedFile, claimed: [LockedFile], live: [String]) {
-        self.sessionID = sessionID
+    private init(start: RunStart, options: Options, runFile: LockedFile?, claimed: [LockedFile], live: [String]) {
+        sessionID = start.sessionID
+        self.start = start
         self.options = options
-        self.runFile = runFile
-        state = Locked(State(claimed: claimed, live: live))
+        state = Locked(State(runFile: runFile, claimed: claimed, live: live))
     }
+
+    /// Why this run's record could not be written, or nil. With ``Options/deferSetup``
+    /// it is written by ``finishSetup()``; known from then on. Without a record, the next
+    /// start cannot tell how this run ended unless it crashed.
+    public var runRecordError: CrashCaptureError? { state.withLock { $0.runFileError } }
 
     /// Starts crash capture: claims the run records of previous runs that have ended,
     /// writes and locks this run's record, installs the crash handler (reports go to
@@ -189,8 +202,9 @@ public final class CrashCapture: @unchecked Sendable {
         let sessionID = uuidV7(millis: now)
         let start = RunStart(sessionID: sessionID, pid: getpid(), startedAtMillis: now, release: options.release,
                              attributes: options.attributes)
-        let runFile = try LockedFile.create(dir + "/run-\(sessionID).json", line: start.line,
-                                            spare: dir + "/" + Self.spareName)
+        // Deferred, the record is written by `finishSetup`, off this thread.
+        var runFile: LockedFile?
+        if !options.deferSetup { runFile = try createRecord(start, in: dir) }
         var flags = CAIRN_CRASH_DEFER_WARM_UP
         if options.captureSIGQUIT { flags |= CAIRN_CRASH_SIGQUIT }
         let rc = dir.withCString { d in
@@ -201,31 +215,33 @@ public final class CrashCapture: @unchecked Sendable {
             }
         }
         guard rc == 0 else {
-            unlink(runFile.path)
+            if let runFile { unlink(runFile.path) }
             throw .install(rc)
         }
-        let capture = CrashCapture(sessionID: sessionID, options: options, runFile: runFile, claimed: claimed,
-                                   live: live)
+        let capture = CrashCapture(start: start, options: options, runFile: runFile, claimed: claimed, live: live)
         capture.state.withLock { capture.publishContext($0.breadcrumbs) }
         if !options.deferSetup { capture.finishSetup() }
         return capture
     }
 
-    /// What `start` leaves for later with ``Options/deferSetup``: claims the records of
-    /// previous runs that have ended, reads the OOM-kill counter of this process's
-    /// cgroup into the run record (a line of its own, see docs/FORMATS.md, "Run record")
-    /// and sets up libunwind. Without `deferSetup`, `start` has called it;
-    /// `processPreviousRuns` calls it first. Later calls do nothing.
+    /// What `start` leaves for later with ``Options/deferSetup``: writes this run's
+    /// record (see ``runRecordError``), claims the records of previous runs that have
+    /// ended, reads the OOM-kill counter of this process's cgroup into the run record (a
+    /// line of its own, see docs/FORMATS.md, "Run record") and sets up libunwind. Without
+    /// `deferSetup`, `start` has called it; `processPreviousRuns` calls it first. Later
+    /// calls do nothing.
     public func finishSetup() {
         state.withLock { s in
             guard !s.setUp else { return }
             s.setUp = true
+            // First, so that other processes sharing the directory see this run as live.
+            let runFile = record(&s)
             if options.deferSetup {
                 (s.claimed, s.live) = Self.claimEndedRuns(in: options.directory, except: sessionID)
             }
             // The next start's run record, made now, off the thread that starts.
             LockedFile.makeSpare(options.directory + "/" + Self.spareName)
-            if !s.ended, let (file, kills) = OOMCounter.locate() {
+            if !s.ended, let runFile, let (file, kills) = OOMCounter.locate() {
                 let line: JSONValue = .object([("oom", .object([("file", .string(file)), ("oom_kill", .uint(kills))]))])
                 // Best effort: without this line the run can end as `abnormal` but not `oom_killed`.
                 try? runFile.append(line.bytes)
@@ -240,7 +256,7 @@ public final class CrashCapture: @unchecked Sendable {
     public func recordContext(_ context: [UInt8]) {
         guard CrashEvent.jsonValue(context)?.isObject == true else { return }
         state.withLock { s in
-            guard !s.ended else { return }
+            guard !s.ended, let runFile = record(&s) else { return }
             // Best effort: without this line the events of this run carry no context.
             try? runFile.append(Array(#"{"context":"#.utf8) + context + [UInt8(ascii: "}")])
         }
@@ -264,6 +280,7 @@ public final class CrashCapture: @unchecked Sendable {
     public func endSession() throws(CrashCaptureError) {
         try state.withLock { (s: inout State) throws(CrashCaptureError) in
             guard !s.ended else { return }
+            guard let runFile = record(&s) else { throw s.runFileError ?? .io("run record", EIO) }
             let end: JSONValue = .object([("end", .string("clean")), ("ended_at_ms", .uint(nowMillis()))])
             try runFile.append(end.bytes)
             guard fsync(runFile.fd) == 0 else { throw .io("fsync \(runFile.path)", errno) }
@@ -320,13 +337,16 @@ public final class CrashCapture: @unchecked Sendable {
         // reads no debug information and runs none of the symbolizer's code.
         var symbolizer: Symbolizer?
         for unit in units {
-            let start = unit.record.start
+            var start = unit.record.start
             var run = PreviousRun(sessionID: unit.id, reason: .abnormal, crashEventID: nil, events: [], stored: false,
                                   error: nil)
             var endedAt: UInt64?
             if let path = unit.report {
                 let bytes = Self.read(path)
                 let report = CrashReport(bytes: bytes)
+                // A run that crashed before its record was written: its context blob
+                // names it (only an orphan's own start is taken from there).
+                if unit.record.start == nil, unit.file?.path == path { start = RunStart(context: report) }
                 let symbolizing = symbolizer ?? Symbolizer()
                 symbolizer = symbolizing
                 let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start, symbolizer: symbolizing,
@@ -343,8 +363,10 @@ public final class CrashCapture: @unchecked Sendable {
                       let after = OOMCounter.read(file), after > before {
                 run.reason = .oomKilled
             }
-            // An orphan report has no run to end; a run record always gets its end.
-            if unit.file.map({ $0.path != unit.report }) ?? false, let sid = run.sessionID {
+            // A run record always gets its end; an orphan report only when its context
+            // blob names the run (a C program's has no run to end).
+            let hasRun = start != nil || unit.file.map({ $0.path != unit.report }) ?? false
+            if hasRun, let sid = run.sessionID {
                 run.events.append(CrashEvent.sessionEnd(start: start, sessionID: sid, reason: run.reason,
                                                         endedAt: endedAt, crashEventID: run.crashEventID,
                                                         detectedAt: now).bytes)
@@ -364,21 +386,56 @@ public final class CrashCapture: @unchecked Sendable {
 
     // MARK: Helpers
 
+    /// This run's record, written now if it is not yet; nil when that fails (the reason
+    /// is kept, and it is not tried again).
+    private func record(_ s: inout State) -> LockedFile? {
+        if let file = s.runFile { return file }
+        guard s.runFileError == nil else { return nil }
+        do {
+            s.runFile = try Self.createRecord(start, in: options.directory)
+        } catch {
+            s.runFileError = error
+        }
+        return s.runFile
+    }
+
+    private static func createRecord(_ start: RunStart, in dir: String) throws(CrashCaptureError) -> LockedFile {
+        try LockedFile.create(dir + "/run-\(start.sessionID).json", line: start.line, spare: dir + "/" + spareName)
+    }
+
     /// Serialises the context blob and hands it to the handler; called with the lock held
     /// (the C call must not overlap itself). Oldest breadcrumbs go first when it would
     /// not fit the capacity.
     private func publishContext(_ all: [Breadcrumb]) {
         var crumbs = all[...]
         while true {
-            var members: [(String, JSONValue)] = [("session_id", .string(sessionID))]
-            if let release = options.release { members.append(("release", .string(release))) }
-            members.append(("breadcrumbs", .array(crumbs.map { c in
-                var m: [(String, JSONValue)] = [("time", .string(rfc3339(millis: c.millis).text))]
-                if let category = c.category { m.append(("category", .string(category))) }
-                m.append(("message", .string(c.message)))
-                return .object(m)
-            })))
-            let bytes = JSONValue.object(members).bytes
+            // Written with the JSON writer: the first runs inside `start`, where building
+            // `JSONValue` trees costs the runtime type lookups.
+            let bytes = JSONWriter.bytes { w in
+                w.byte(0x7B)
+                // What the run record's start line says, for a crash before it is written.
+                start.writeFields(&w)
+                w.byte(0x2C)
+                w.key("breadcrumbs")
+                w.byte(0x5B)
+                for (i, c) in crumbs.enumerated() {
+                    if i > 0 { w.byte(0x2C) }
+                    w.byte(0x7B)
+                    w.key("time")
+                    w.string(rfc3339(millis: c.millis).text)
+                    if let category = c.category {
+                        w.byte(0x2C)
+                        w.key("category")
+                        w.string(category)
+                    }
+                    w.byte(0x2C)
+                    w.key("message")
+                    w.string(c.message)
+                    w.byte(0x7D)
+                }
+                w.byte(0x5D)
+                w.byte(0x7D)
+            }
             if bytes.count <= options.contextCapacity || crumbs.isEmpty {
                 _ = bytes.withUnsafeBytes { cairn_crash_set_context($0.baseAddress, $0.count) }
                 return

@@ -34,36 +34,64 @@ struct RunStart: Equatable {
     /// writer: this runs inside `start`, where building `JSONValue` trees would cost the
     /// runtime more type lookups than the line takes to write.
     var line: [UInt8] {
-        func write(_ w: inout JSONWriter) {
+        JSONWriter.bytes { w in
             w.byte(0x7B)
             w.key("format")
             w.int(1)
             w.byte(0x2C)
-            w.key("session_id")
-            w.string(sessionID)
-            w.byte(0x2C)
-            w.key("pid")
-            w.int(Int64(pid))
-            w.byte(0x2C)
-            w.key("started_at_ms")
-            w.uint(startedAtMillis)
-            if let release {
-                w.byte(0x2C)
-                w.key("release")
-                w.string(release)
-            }
-            w.byte(0x2C)
-            w.key("attributes")
-            w.byte(0x7B)
-            for (i, key) in attributes.keys.sorted().enumerated() {
-                if i > 0 { w.byte(0x2C) }
-                w.key(key)
-                w.string(attributes[key] ?? "")
-            }
-            w.byte(0x7D)
+            writeFields(&w)
             w.byte(0x7D)
         }
-        return JSONWriter.bytes(write)
+    }
+
+    /// The members `session_id`, `pid`, `started_at_ms`, `release` (when set) and
+    /// `attributes` (keys sorted), comma-separated: of the start line, and repeated in
+    /// the crash handler's context blob.
+    func writeFields(_ w: inout JSONWriter) {
+        w.key("session_id")
+        w.string(sessionID)
+        w.byte(0x2C)
+        w.key("pid")
+        w.int(Int64(pid))
+        w.byte(0x2C)
+        w.key("started_at_ms")
+        w.uint(startedAtMillis)
+        if let release {
+            w.byte(0x2C)
+            w.key("release")
+            w.string(release)
+        }
+        w.byte(0x2C)
+        w.key("attributes")
+        w.byte(0x7B)
+        for (i, key) in attributes.keys.sorted().enumerated() {
+            if i > 0 { w.byte(0x2C) }
+            w.key(key)
+            w.string(attributes[key] ?? "")
+        }
+        w.byte(0x7D)
+    }
+}
+
+extension RunStart {
+    /// The start of the run that wrote `report`, from what its context blob repeats of
+    /// the start line (`session_id`, `started_at_ms`, `release`, `attributes`: see
+    /// docs/FORMATS.md, "Context blob"; the pid is the report's); nil when the blob
+    /// names no session.
+    init?(context report: CrashReport) {
+        guard let blob = JSONValue.parse(report.context), let sid = blob["session_id"]?.text, !sid.isEmpty
+        else { return nil }
+        self.init(sessionID: sid, pid: report.pid, startedAtMillis: blob["started_at_ms"]?.unsigned ?? 0,
+                  release: blob["release"]?.text, attributes: Self.attributes(blob["attributes"]))
+    }
+
+    /// The string members of an `attributes` object (others are ignored).
+    static func attributes(_ value: JSONValue?) -> [String: String] {
+        var attributes: [String: String] = [:]
+        if case .object(let members)? = value {
+            for (k, v) in members { if let t = v.text { attributes[k] = t } }
+        }
+        return attributes
     }
 }
 
@@ -88,15 +116,11 @@ struct RunRecord {
             if object["end"]?.text == "clean" {
                 cleanEndMillis = object["ended_at_ms"]?.unsigned ?? 0
             } else if let sid = object["session_id"]?.text {
-                var attributes: [String: String] = [:]
-                if case .object(let members)? = object["attributes"] {
-                    for (k, v) in members { if let t = v.text { attributes[k] = t } }
-                }
                 start = RunStart(
                     sessionID: sid, pid: object["pid"]?.unsigned.flatMap { Int32(exactly: $0) } ?? 0,
                     startedAtMillis: object["started_at_ms"]?.unsigned ?? 0,
                     release: object["release"]?.text,
-                    attributes: attributes)
+                    attributes: RunStart.attributes(object["attributes"]))
             }
         }
         if let oomFile, let oomKills {

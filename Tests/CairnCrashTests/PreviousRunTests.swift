@@ -226,6 +226,29 @@ import Testing
         #expect(!dirs.files().contains { $0.hasSuffix(".report") })
     }
 
+    /// With `deferSetup` (as `Cairn.start` runs it) a run crashes before its record is
+    /// written: the report alone (its context blob names the run) gives the whole run,
+    /// `crash` with the run's attributes, then `session_end`.
+    @Test func crashBeforeTheRunRecordIsWrittenIsReportedWhole() throws {
+        let dirs = Dirs()
+        let first = try Self.service(dirs, "segv", environment: ["CAIRN_TEST_DEFER_SETUP": "never"])
+        #expect(first.signaled && first.status == SIGSEGV)
+        #expect(dirs.files().filter { $0.hasPrefix("run-") }.isEmpty, "no record was written")
+        #expect(dirs.files().contains("crash-\(first.session).report"))
+        let run = try #require(try Self.nextStart(dirs).runs.first)
+        #expect(run["session_id"] as? String == first.session && run["reason"] as? String == "crashed")
+        let events = Self.events(run)
+        #expect(events.map { $0["name"] as? String } == ["crash", "session_end"])
+        for event in events {
+            #expect(event["session_id"] as? String == first.session && event["release"] as? String == "orders@1.4.2")
+            #expect(event["distinct_id"] as? String == "host-7" && event["app_id"] as? String == "orders")
+        }
+        let end = Self.properties(events[1])
+        #expect(end["reason"] as? String == "crashed" && end["crash_event_id"] as? String == events[0]["event_id"] as? String)
+        #expect(end["started_at"] is String, "the start time, from the blob")
+        #expect(!dirs.files().contains { $0.contains(first.session) })
+    }
+
     // MARK: Durability and limits
 
     /// Storing fails: the run's files stay; the next start stores the same events (same

@@ -3,7 +3,9 @@
 //
 // Usage: cairn-run-child <dir> <mode> [<store dir>]
 // CAIRN_TEST_MAX_PENDING_RUNS sets Options.maxPendingRuns. CAIRN_TEST_DEFER_SETUP=1 starts
-// with Options.deferSetup and runs finishSetup on another thread, as Cairn.start does.
+// with Options.deferSetup and runs finishSetup on another thread, as Cairn.start does;
+// CAIRN_TEST_DEFER_SETUP=never starts with it and never runs finishSetup (the run ends
+// before its record is written).
 // Modes:
 //   clean   records a clean shutdown and exits 0
 //   fatal   fatalError in OrderService.checkout (SIGILL on x86-64, SIGTRAP on arm64)
@@ -37,12 +39,13 @@ do {
     capture = try CrashCapture.start(.init(directory: dir, release: "orders@1.4.2",
                                            attributes: ["distinct_id": "host-7", "app_id": "orders"],
                                            maxPendingRuns: pending,
-                                           deferSetup: environment["CAIRN_TEST_DEFER_SETUP"] == "1"))
+                                           deferSetup: environment["CAIRN_TEST_DEFER_SETUP"] != nil))
 } catch {
     FileHandle.standardError.write(Data("start: \(error)\n".utf8))
     exit(1)
 }
-if capture.options.deferSetup && mode != "next" && mode != "next-fail" {
+let finishes = ProcessInfo.processInfo.environment["CAIRN_TEST_DEFER_SETUP"] != "never"
+if capture.options.deferSetup && finishes && mode != "next" && mode != "next-fail" {
     let done = DispatchSemaphore(value: 0)
     Thread {
         capture.finishSetup()
