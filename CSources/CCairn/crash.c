@@ -28,7 +28,6 @@
 #include "CCairn.h"
 #include "cairn_internal.h"
 
-#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -86,6 +86,11 @@ static int context_current = -1; /* which buffer is live, -1 for none; atomic */
  * Linux); NULL in processes without the Swift runtime. */
 static const char **swift_fatal_message;
 
+/* The Swift runtime's fatal-error message buffer, when the Swift runtime is in the
+ * process: a weak reference, bound by the dynamic linker (NULL in a program without
+ * Swift), which costs nothing at install, where looking it up by name costs ~10 us. */
+extern const char **swift_getFatalErrorMessageBuffer(void) __attribute__((weak));
+
 /* Crash state. */
 static int winner_tid;   /* atomic */
 static int entries;      /* handler entries by the winner; atomic */
@@ -119,9 +124,16 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *arg)
     const char *path = info->dlpi_name;
     char self[4096];
     if (!path || !*path) {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        self[n > 0 ? n : 0] = 0;
-        path = self;
+        /* The main program: the absolute path it was started with (no system call:
+         * reading /proc/self/exe costs about 20 us), else what that link names. */
+        const char *started = (const char *)getauxval(AT_EXECFN);
+        if (started && started[0] == '/') {
+            path = started;
+        } else {
+            ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+            self[n > 0 ? n : 0] = 0;
+            path = self;
+        }
     }
     uint64_t base = info->dlpi_addr, exec_start = 0, exec_end = 0;
     const unsigned char *build_id = NULL;
@@ -234,8 +246,7 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
     }
     collect_modules();
     if (!(install_flags & CAIRN_CRASH_DEFER_WARM_UP)) warm_up_unwinder();
-    const char **(*get_buffer)(void) = (const char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
-    if (get_buffer) swift_fatal_message = get_buffer();
+    if (swift_getFatalErrorMessageBuffer) swift_fatal_message = swift_getFatalErrorMessageBuffer();
     int rc = cairn_crash_prepare_thread();
     if (rc != 0) return rc;
     for (size_t i = 0; i < SIGNAL_COUNT; i++) {

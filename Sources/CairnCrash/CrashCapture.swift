@@ -3,6 +3,7 @@ import CairnProcessor
 import CairnStore
 import FoundationEssentials
 import Glibc
+import Synchronization
 
 /// Why crash capture could not start or record the end of its run.
 public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -144,7 +145,7 @@ public final class CrashCapture: @unchecked Sendable {
         var setUp = false
     }
 
-    private static let started = Locked(false)
+    private static let started = Atomic<Bool>(false)
 
     /// This run's session id (UUIDv7).
     public let sessionID: String
@@ -176,15 +177,12 @@ public final class CrashCapture: @unchecked Sendable {
     ///   `.install`.
     public static func start(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
         try options.validate()
-        let first = started.withLock { s -> Bool in
-            defer { s = true }
-            return !s
-        }
-        guard first else { throw .alreadyStarted }
+        guard started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { throw .alreadyStarted }
         do {
             return try startOnce(options)
         } catch {
-            started.withLock { $0 = false }
+            started.store(false, ordering: .releasing)
             throw error
         }
     }

@@ -768,6 +768,8 @@ private struct KeyPatterns: Sendable {
         // new generic type costs the runtime a metadata lookup.
         var bytes: [UInt8] = []   // the normalised patterns, back to back
         var ends: [Int] = []      // where each ends in `bytes`
+        bytes.reserveCapacity(keys.reduce(0) { $0 + $1.utf8.count })
+        ends.reserveCapacity(keys.count)
         for key in keys {
             let before = bytes.count
             for c in key.utf8 { if let n = normalise(c) { bytes.append(n) } }
@@ -805,31 +807,46 @@ private struct KeyPatterns: Sendable {
         final.removeLast(final.count - states)
         // Breadth first, so a state's failure state is complete before the state itself.
         // In place: a row not yet visited holds only trie children (nonzero), and a
-        // missing child becomes where the failure state goes.
-        var fail = [Int](repeating: 0, count: final.count)
-        var queue: [Int] = []
-        queue.reserveCapacity(final.count)
-        for col in 0..<columns where next[col] != 0 { queue.append(Int(next[col])) }
-        var head = 0
-        while head < queue.count {
-            let state = queue[head]
-            head += 1
-            final[state] = final[state] || final[fail[state]]
-            for col in 0..<columns {
-                let via = next[fail[state] * columns + col]
-                let c = Int(next[state * columns + col])
-                if c != 0 {
-                    fail[c] = Int(via)
-                    queue.append(c)
-                } else {
-                    next[state * columns + col] = via
+        // missing child becomes where the failure state goes. Through unsafe buffers (the
+        // trie's indices are in range by construction): this runs inside `Cairn.start`.
+        let cols = columns, accept = Self.accept
+        next.withUnsafeMutableBufferPointer { next in
+            final.withUnsafeMutableBufferPointer { final in
+                // Each state's failure state, then the queue: one scratch allocation.
+                let fail = UnsafeMutablePointer<Int32>.allocate(capacity: 2 * states)
+                defer { fail.deallocate() }
+                fail.initialize(repeating: 0, count: 2 * states)
+                let queue = fail + states
+                var tail = 0
+                for col in 0..<cols where next[col] != 0 {
+                    queue[tail] = Int32(next[col])
+                    tail &+= 1
+                }
+                var head = 0
+                while head < tail {
+                    let state = Int(queue[head])
+                    head &+= 1
+                    let f = Int(fail[state])
+                    if final[f] { final[state] = true }
+                    let row = state &* cols, failRow = f &* cols
+                    for col in 0..<cols {
+                        let via = next[failRow &+ col]
+                        let child = next[row &+ col]
+                        if child != 0 {
+                            fail[Int(child)] = Int32(via)
+                            queue[tail] = Int32(child)
+                            tail &+= 1
+                        } else {
+                            next[row &+ col] = via
+                        }
+                    }
+                }
+                // Entries hold the next state's row offset, so a step is one add and one load.
+                for i in 0..<next.count {
+                    let n = Int(next[i])
+                    next[i] = UInt32(n &* cols) | (final[n] ? accept : 0)
                 }
             }
-        }
-        // Entries hold the next state's row offset, so a step is one add and one load.
-        for i in next.indices {
-            let n = Int(next[i])
-            next[i] = UInt32(n * columns) | (final[n] ? Self.accept : 0)
         }
         table = next
     }

@@ -191,6 +191,24 @@ import Testing
                 == events.compactMap { $0["event_id"] as? String })
     }
 
+    /// A service started by a relative path (`./service`, as a container's command may
+    /// be): the report names the program by its absolute path all the same, and its
+    /// frames are symbolicated. (Started by an absolute path, the handler takes the path
+    /// from the kernel's auxiliary vector; otherwise it reads `/proc/self/exe`.)
+    @Test func crashOfAProgramStartedByARelativePathIsSymbolicated() throws {
+        let dirs = Dirs()
+        let first = try Self.run(["/bin/sh", "-c", "cd \"$0\" && exec ./cairn-run-child \"$1\" segv", productsDirectory,
+                                  dirs.crash])
+        #expect(first.signaled && first.status == SIGSEGV)
+        let run = try #require(try Self.nextStart(dirs).runs.first)
+        let crash = try #require(Self.events(run).first)
+        let modules = Self.properties(crash)["modules"] as? [[String: Any]] ?? []
+        let main = try #require(modules.first?["path"] as? String)
+        #expect(main.hasPrefix("/") && main.hasSuffix("/cairn-run-child"), "\(main)")
+        let top = try #require(Self.frames(crash).first)
+        #expect((top["file"] as? String)?.hasSuffix("Tests/RunChild/main.swift") == true, "\(top)")
+    }
+
     /// `fatalError` in Swift: SIGILL (x86-64) or SIGTRAP (arm64), and the event's reason
     /// is the runtime's own message.
     @Test func swiftFatalErrorCarriesItsMessage() throws {
