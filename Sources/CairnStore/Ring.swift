@@ -254,7 +254,7 @@ public final class Ring: @unchecked Sendable {
         opts.max_record = UInt32(clamping: options.maxRecord ?? 0)
         opts.reclaim_bytes = UInt32(clamping: options.reclaimBytes)
         var out: OpaquePointer?
-        let rc = cairn_ring_open(path, &opts, &out)
+        let rc = path.withCString { cairn_ring_open($0, &opts, &out) }
         guard rc == 0, let out else { throw CairnError(rc, function: "cairn_ring_open") }
         self.handle = out
         self.path = path

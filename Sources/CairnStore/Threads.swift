@@ -1,3 +1,4 @@
+import CCairn
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -63,7 +64,8 @@ package final class Condition: @unchecked Sendable {
 }
 
 /// Runs `body` on a new detached thread named `name` (at most 15 bytes show), a plain
-/// pthread: a Foundation `Thread` needs Foundation and costs more to create. Returns
+/// pthread placed off the caller's CPU (`cairn_thread_start`): a Foundation `Thread`
+/// needs Foundation and costs more to create. Returns
 /// false when the system refuses a thread (its thread limit), and `body` never runs.
 @discardableResult
 package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
@@ -76,18 +78,15 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
         }
     }
     let box = Unmanaged.passRetained(Box(body, name)).toOpaque()
-    var attr = pthread_attr_t()
-    pthread_attr_init(&attr)
-    pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
-    var tid = pthread_t()
-    let rc = pthread_create(&tid, &attr, { arg in
+    // Off the caller's CPU (see cairn_thread_start): placed beside it, the new thread
+    // often runs first and keeps the caller waiting (`Cairn.start`, for milliseconds).
+    let rc = cairn_thread_start({ arg in
         guard let arg else { return nil }
         let box = Unmanaged<Box>.fromOpaque(arg).takeRetainedValue()
         setThreadName(box.name)
         box.body()
         return nil
     }, box)
-    pthread_attr_destroy(&attr)
     if rc != 0 {
         Unmanaged<Box>.fromOpaque(box).release()
         return false

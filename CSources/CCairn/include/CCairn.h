@@ -952,6 +952,29 @@ int cairn_term_install(const int *signals, size_t count, int *read_fd);
  */
 void cairn_term_chain(int signo);
 
+/* ------------------------------------------------------------------------------ */
+/* Threads                                                                          */
+/* ------------------------------------------------------------------------------ */
+
+/**
+ * Starts a detached thread running `body(arg)`, placed on another CPU than the calling
+ * thread's when the caller may run on several; the new thread then takes the caller's
+ * whole CPU affinity back before `body` runs. Under the default policy a new thread is
+ * often placed on its creator's CPU and runs first, so that pthread_create returns only
+ * when the new thread yields: an SDK starting its background thread from the service's
+ * thread would keep that thread waiting for the background work.
+ *
+ * @param body  What the thread runs; its return value is ignored.
+ * @param arg   Passed to `body`.
+ * @return 0; CAIRN_EINVAL without `body`; CAIRN_ENOMEM; or pthread_create's error (for
+ *         example EAGAIN at the system's thread limit), and then `body` never runs.
+ *
+ * Ownership: `arg` is the caller's to keep alive until `body` no longer needs it.
+ * Thread-safety: any thread.
+ * Async-signal-safe: no.
+ */
+int cairn_thread_start(void *(*body)(void *), void *arg);
+
 #ifdef __cplusplus
 }
 #endif
