@@ -169,22 +169,51 @@ func linkCost(pairs: Int, essentials: Bool) -> Double {
     for i in 0..<pairs {
         let first = (i % 2 == 0 ? "cairn-bench-host" : "cairn-bench-baseline") + suffix
         let second = (i % 2 == 0 ? "cairn-bench-baseline" : "cairn-bench-host") + suffix
-        guard let a = spawnAndReap(dir + "/" + first), let b = spawnAndReap(dir + "/" + second) else { break }
+        guard let a = spawnAndReap(dir + "/" + first, ["exit"])?.ms,
+              let b = spawnAndReap(dir + "/" + second, ["exit"])?.ms else { break }
         differences.append(i % 2 == 0 ? a - b : b - a)
     }
     return differences.count == pairs ? percentile(differences, 0.5) : .nan
 }
 
-/// Milliseconds from spawning `path` to reaping it.
-func spawnAndReap(_ path: String) -> Double? {
+/// Spawns `path` with `arguments` and reaps it: the milliseconds from spawning to
+/// reaping, and with `capture` its stdout (its stderr then goes to /dev/null); nil when
+/// it cannot be spawned. `environment` holds `NAME=value` strings (nil: this process's).
+/// With posix_spawn and waitpid: Foundation's `Process` keeps threads of this process
+/// busy while the child starts, which the two CPUs of a small machine then share with it.
+func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? = nil,
+                  capture: Bool = false) -> (ms: Double, output: String)? {
+    let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?]? = environment.map { $0.map { strdup($0) } + [nil] }
+    defer { (argv + (envp ?? [])).forEach { free($0) } }
+    var fds: [Int32] = [-1, -1]
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    if capture {
+        guard pipe(&fds) == 0 else { return nil }
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addclose(&actions, fds[0])
+    }
     var pid: pid_t = 0
-    let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), strdup("exit"), nil]
-    defer { argv.forEach { free($0) } }
     let t0 = now()
-    guard posix_spawn(&pid, path, nil, nil, argv, environ) == 0 else { return nil }
+    let rc = envp.map { posix_spawn(&pid, path, &actions, nil, argv, $0) }
+        ?? posix_spawn(&pid, path, &actions, nil, argv, environ)
+    if capture { close(fds[1]) }
+    defer { if capture { close(fds[0]) } }
+    guard rc == 0 else { return nil }
+    var output: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 256)
+    while capture {
+        let n = buffer.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { break }
+        output += buffer[0..<n]
+    }
     var status: Int32 = 0
-    waitpid(pid, &status, 0)
-    return Double(now() - t0) / 1e6
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (Double(now() - t0) / 1e6, String(decoding: output, as: UTF8.self))
 }
 
 /// The memory states: linked, idle; with `full`, also a steady upload and a collector

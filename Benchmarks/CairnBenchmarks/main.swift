@@ -744,40 +744,11 @@ _ = benchSDK?.shutdown(timeout: .seconds(10))
 func benchStart(runs: Int, fresh: Bool) -> (p50: Double, p99: Double) {
     let child = productsDirectory() + "/cairn-service-child"
     guard FileManager.default.isExecutableFile(atPath: child) else { return (.nan, .nan) }
-    // Spawned with posix_spawn and reaped with waitpid, its stdout read from a pipe:
-    // Foundation's `Process` keeps threads of this process busy while the child starts,
-    // which the two CPUs of a small machine then share with the child.
     func startOnce(_ dir: String) -> Double? {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return nil }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addclose(&actions, fds[0])
-        let argStrings: [String] = [child, "start"]
-        let envStrings: [String] = ["CAIRN_APP_ID=bench", "CAIRN_DISTINCT_ID=bench-host", "CAIRN_DATA_DIR=\(dir)",
-                                    "PATH=/usr/bin:/bin"]
-        let args: [UnsafeMutablePointer<CChar>?] = argStrings.map { strdup($0) } + [nil]
-        let env: [UnsafeMutablePointer<CChar>?] = envStrings.map { strdup($0) } + [nil]
-        defer { (args + env).forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, child, &actions, nil, args, env)
-        close(fds[1])
-        defer { close(fds[0]) }
-        guard rc == 0 else { return nil }
-        var text: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 256)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            text += buffer[0..<n]
-        }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        return Double(String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        let environment = ["CAIRN_APP_ID=bench", "CAIRN_DISTINCT_ID=bench-host", "CAIRN_DATA_DIR=\(dir)",
+                           "PATH=/usr/bin:/bin"]
+        guard let run = spawnAndReap(child, ["start"], environment: environment, capture: true) else { return nil }
+        return Double(run.output.trimmingCharacters(in: .whitespacesAndNewlines))
     }
     var times: [Double] = []
     if !fresh { _ = startOnce(scratch + "/restart") }  // the first start, not counted

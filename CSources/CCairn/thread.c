@@ -61,11 +61,9 @@ int cairn_thread_start(void *(*body)(void *), void *arg)
     pthread_t thread;
     rc = pthread_create(&thread, &attr, trampoline, s);
     if (rc == EINVAL && s->placed) {
-        /* The narrower set was refused (a CPU went offline meanwhile): as the system places it. */
+        /* The narrower set was refused (a CPU went offline meanwhile): the creator's. */
         s->placed = 0;
-        pthread_attr_destroy(&attr);
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setaffinity_np(&attr, sizeof s->affinity, &s->affinity);
         rc = pthread_create(&thread, &attr, trampoline, s);
     }
     pthread_attr_destroy(&attr);

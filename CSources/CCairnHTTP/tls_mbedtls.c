@@ -280,24 +280,26 @@ static void mbed_context_free(void *context)
     free(c);
 }
 
+/* What a socket call's result `n` means to mbedTLS: bytes moved, `again` when the
+ * socket would block, else `failed` (errno kept for the message). */
+static int io_result(mbed_session *s, ssize_t n, int again, int failed)
+{
+    if (n >= 0) return (int)n;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return again;
+    s->last_errno = errno;
+    return failed;
+}
+
 static int send_callback(void *context, const unsigned char *data, size_t len)
 {
     mbed_session *s = context;
-    ssize_t n = cairn_http__send(s->fd, data, len);
-    if (n >= 0) return (int)n;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_WRITE;
-    s->last_errno = errno;
-    return MBEDTLS_ERR_NET_SEND_FAILED;
+    return io_result(s, cairn_http__send(s->fd, data, len), MBEDTLS_ERR_SSL_WANT_WRITE, MBEDTLS_ERR_NET_SEND_FAILED);
 }
 
 static int recv_callback(void *context, unsigned char *data, size_t len)
 {
     mbed_session *s = context;
-    ssize_t n = cairn_http__recv(s->fd, data, len);
-    if (n >= 0) return (int)n;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return MBEDTLS_ERR_SSL_WANT_READ;
-    s->last_errno = errno;
-    return MBEDTLS_ERR_NET_RECV_FAILED;
+    return io_result(s, cairn_http__recv(s->fd, data, len), MBEDTLS_ERR_SSL_WANT_READ, MBEDTLS_ERR_NET_RECV_FAILED);
 }
 
 static void *mbed_session_new(void *context, int fd, const char *host, int host_is_ip,

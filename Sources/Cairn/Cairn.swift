@@ -82,8 +82,7 @@ public final class Cairn: @unchecked Sendable {
     /// The started SDK, or nil before `start` (and after `shutdown`).
     public static var shared: Cairn? { sharedInstance.withLock { $0 } }
     private static let sharedInstance = Locked<Cairn?>(nil)
-    // An atomic, not a `Locked<Bool>`: each new specialisation of a generic class costs
-    // the runtime a metadata lookup on first use, on the thread that calls `start`.
+    // Once per process: a compare-and-exchange on the thread that calls `start`.
     private static let startedOnce = Atomic<Bool>(false)
 
     /// The options it started with.

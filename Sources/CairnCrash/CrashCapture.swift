@@ -305,28 +305,29 @@ public final class CrashCapture: @unchecked Sendable {
         }
         let dir = options.directory
         let now = nowMillis()
-        var units: [(record: RunRecord, file: LockedFile?, id: String?, report: String?)] = []
+        // An orphan is a report without a run record: its claimed file is the report itself.
+        var units: [(record: RunRecord, file: LockedFile, id: String?, report: String?, orphan: Bool)] = []
         var reports = Set(SmallFile.names(in: dir)
             .filter { $0.hasPrefix("crash-") && $0.hasSuffix(".report") })
         for file in claimed {
             let record = RunRecord(bytes: file.contents())
             let id = record.start?.sessionID ?? Self.idOf(file.path)
             let report = id.flatMap { reports.remove("crash-\($0).report") }
-            units.append((record, file, id, report.map { dir + "/" + $0 }))
+            units.append((record, file, id, report.map { dir + "/" + $0 }, false))
         }
         // Reports of live runs are theirs; the rest without a run record are orphans.
         let busy = Set(live + [sessionID])
         for name in reports.sorted() where !busy.contains(where: { name == "crash-\($0).report" }) {
             let path = dir + "/" + name
             guard let file = LockedFile.claim(path), Self.settled(file) else { continue }
-            units.append((RunRecord(bytes: []), file, nil, path))
+            units.append((RunRecord(bytes: []), file, nil, path, true))
         }
         units.sort { ($0.record.start?.startedAtMillis ?? 0) < ($1.record.start?.startedAtMillis ?? 0) }
         var result = PreviousRunsResult(runs: [], dropped: 0, live: live.count)
         if units.count > options.maxPendingRuns {
             for unit in units.prefix(units.count - options.maxPendingRuns) {
                 if let report = unit.report { unlink(report) }
-                if let file = unit.file { unlink(file.path) }
+                if !unit.orphan { unlink(unit.file.path) }
                 result.dropped += 1
             }
             units.removeFirst(units.count - options.maxPendingRuns)
@@ -344,7 +345,7 @@ public final class CrashCapture: @unchecked Sendable {
                 let report = CrashReport(bytes: bytes)
                 // A run that crashed before its record was written: its context blob
                 // names it (only an orphan's own start is taken from there).
-                if unit.record.start == nil, unit.file?.path == path { start = RunStart(context: report) }
+                if unit.orphan { start = RunStart(context: report) }
                 let symbolizing = symbolizer ?? Symbolizer()
                 symbolizer = symbolizing
                 let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start, symbolizer: symbolizing,
@@ -363,8 +364,7 @@ public final class CrashCapture: @unchecked Sendable {
             }
             // A run record always gets its end; an orphan report only when its context
             // blob names the run (a C program's has no run to end).
-            let hasRun = start != nil || unit.file.map({ $0.path != unit.report }) ?? false
-            if hasRun, let sid = run.sessionID {
+            if !unit.orphan || start != nil, let sid = run.sessionID {
                 run.events.append(CrashEvent.sessionEnd(start: start, sessionID: sid, reason: run.reason,
                                                         endedAt: endedAt, crashEventID: run.crashEventID,
                                                         detectedAt: now).bytes)
@@ -373,7 +373,7 @@ public final class CrashCapture: @unchecked Sendable {
                 try store(run.events)
                 run.stored = true
                 if let report = unit.report { unlink(report) }
-                if let file = unit.file, file.path != unit.report { unlink(file.path) }
+                if !unit.orphan { unlink(unit.file.path) }
             } catch {
                 run.error = "\(error)"
             }

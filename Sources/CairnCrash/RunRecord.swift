@@ -74,24 +74,29 @@ struct RunStart: Equatable {
 }
 
 extension RunStart {
-    /// The start of the run that wrote `report`, from what its context blob repeats of
-    /// the start line (`session_id`, `started_at_ms`, `release`, `attributes`: see
-    /// docs/FORMATS.md, "Context blob"; the pid is the report's); nil when the blob
-    /// names no session.
-    init?(context report: CrashReport) {
-        guard let blob = JSONValue.parse(report.context), let sid = blob["session_id"]?.text, !sid.isEmpty
-        else { return nil }
-        self.init(sessionID: sid, pid: report.pid, startedAtMillis: blob["started_at_ms"]?.unsigned ?? 0,
-                  release: blob["release"]?.text, attributes: Self.attributes(blob["attributes"]))
-    }
-
-    /// The string members of an `attributes` object (others are ignored).
-    static func attributes(_ value: JSONValue?) -> [String: String] {
+    /// The start read from an object holding ``writeFields(_:)``'s members (the start
+    /// line, or the context blob); nil without a `session_id`. Missing members read as
+    /// 0 or absent; non-string attributes are ignored.
+    init?(fields object: JSONValue) {
+        guard let sid = object["session_id"]?.text else { return nil }
         var attributes: [String: String] = [:]
-        if case .object(let members)? = value {
+        if case .object(let members)? = object["attributes"] {
             for (k, v) in members { if let t = v.text { attributes[k] = t } }
         }
-        return attributes
+        self.init(sessionID: sid, pid: object["pid"]?.unsigned.flatMap { Int32(exactly: $0) } ?? 0,
+                  startedAtMillis: object["started_at_ms"]?.unsigned ?? 0, release: object["release"]?.text,
+                  attributes: attributes)
+    }
+
+    /// The start of the run that wrote `report`, from what its context blob repeats of
+    /// the start line (see docs/FORMATS.md, "Context blob"; the pid is the report's);
+    /// nil when the blob names no session.
+    init?(context report: CrashReport) {
+        guard let blob = JSONValue.parse(report.context), let start = RunStart(fields: blob),
+              !start.sessionID.isEmpty
+        else { return nil }
+        self = start
+        pid = report.pid
     }
 }
 
@@ -115,12 +120,8 @@ struct RunRecord {
             }
             if object["end"]?.text == "clean" {
                 cleanEndMillis = object["ended_at_ms"]?.unsigned ?? 0
-            } else if let sid = object["session_id"]?.text {
-                start = RunStart(
-                    sessionID: sid, pid: object["pid"]?.unsigned.flatMap { Int32(exactly: $0) } ?? 0,
-                    startedAtMillis: object["started_at_ms"]?.unsigned ?? 0,
-                    release: object["release"]?.text,
-                    attributes: RunStart.attributes(object["attributes"]))
+            } else if let fields = RunStart(fields: object) {
+                start = fields
             }
         }
         if let oomFile, let oomKills {
