@@ -292,11 +292,17 @@ public final class Uploader: @unchecked Sendable {
                 if s.flushRequests == 0 { s.flushDeadline = nil }
             }
         }
+        // A look at the ring that began after this request and found everything safe
+        // is the answer, whatever the worker does next (it may start replaying a stored
+        // request at once, which makes it busy again but puts nothing at risk).
+        var safe = false
         while clock.now < deadline {
-            if state.withLock({ ($0.idle && $0.idleGeneration >= generation) || $0.finished }) { break }
+            let (seen, finished) = state.withLock { ($0.idleGeneration >= generation, $0.finished) }
+            if seen { safe = true; break }
+            if finished { break }
             usleep(2_000)
         }
-        guard isDrained() else { return false }
+        guard safe || isDrained() else { return false }
         do {
             try store?.sync()
         } catch {
@@ -765,10 +771,13 @@ public final class Uploader: @unchecked Sendable {
     }
 
     /// Whether another attempt may start now: several at once while the collector
-    /// answers, one at a time while it fails (and while the breaker probes).
+    /// answers, one at a time while it fails (and while the breaker probes); none once
+    /// the uploader is stopping (its flush is over: an attempt started now could not be
+    /// waited for, and its outcome would not be taken in).
     private var canSendAnother: Bool {
         let sending = flights.filter(\.sending).count + (replaying == nil ? 0 : 1)
-        return sending < maxInFlight && (sending == 0 || !state.withLock { $0.collectorFailing })
+        let (failing, stopping) = state.withLock { ($0.collectorFailing, $0.stopping) }
+        return !stopping && sending < maxInFlight && (sending == 0 || !failing)
     }
 
     /// Keeps a flight's exact request in the store and releases its records in turn;

@@ -50,7 +50,10 @@ import Testing
                                 options: Self.options(collector))
         for i in 0..<10 { try ring.append(Self.event(i)) }
         uploader.start()
+        // The 503 stores the batch (the collector is failing: stored is safe, and the
+        // flush may end there); the stored request is then replayed as the third attempt.
         #expect(uploader.flush(timeout: .seconds(20)))
+        #expect(BatchingTests.eventually(20) { uploader.stats.deliveredBatches == 1 })
         uploader.shutdown(timeout: .seconds(5))
 
         let attempts = try collector.requests()
