@@ -525,7 +525,8 @@ public final class Cairn: @unchecked Sendable {
             millis = EventClock.nowMillis()
         }
         submit(Event(type: .track, name: name, properties: properties, timeMillis: millis,
-                     identity: currentIdentity(identity), sessionID: sessionID, span: Self.currentSpan))
+                     identity: currentIdentity(identity), sessionID: sessionID, span: Self.currentSpan,
+                     identityGiven: identity != nil))
     }
 
     /// Tracks a typed event.
@@ -533,7 +534,7 @@ public final class Cairn: @unchecked Sendable {
         let millis = time.map { UInt64(max(0, $0.timeIntervalSince1970 * 1000)) } ?? EventClock.nowMillis()
         submit(Event(type: .track, name: event.name, properties: event.properties, timeMillis: millis,
                      identity: currentIdentity(identity), sessionID: sessionID, span: Self.currentSpan,
-                     tier: event.tier, isError: event.isError))
+                     tier: event.tier, isError: event.isError, identityGiven: identity != nil))
     }
 
     /// Changes the default distinct id of later events.
@@ -581,7 +582,7 @@ public final class Cairn: @unchecked Sendable {
         guard !props.isEmpty else { return }
         submit(Event(type: mode.eventType, name: "user_properties", properties: props,
                      timeMillis: EventClock.nowMillis(), identity: currentIdentity(identity), sessionID: sessionID,
-                     tier: .important))
+                     tier: .important, identityGiven: identity != nil))
     }
 
     /// Leaves a breadcrumb: the last ones travel with a crash report.
@@ -609,7 +610,7 @@ public final class Cairn: @unchecked Sendable {
     func submit(_ event: consuming Event) {
         guard let ring else { return }  // disabled
         var event = event
-        if let reason = processor.admit(event) {
+        if let reason = processor.admit(&event) {
             drops.add(reason.rawValue, 1)
             return
         }
@@ -737,6 +738,7 @@ public final class Cairn: @unchecked Sendable {
             summary.properties["repeat_count"] = .int(Int64(closed.repeats))
             summary.properties["deduplicated"] = .bool(true)
             summary.timeMillis = EventClock.nowMillis()
+            summary.id = nil  // an event of its own
             if let ring { write(&summary, cleaned: true, into: ring) }
         }
     }

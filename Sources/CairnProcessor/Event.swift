@@ -74,11 +74,18 @@ public struct Event: Sendable {
     public var tier: Tier
     /// An error event: always kept by sampling, folded by deduplication.
     public var isError: Bool
+    /// ``identity`` was given with this call (not the SDK's default identity): sampling
+    /// then keys on it (``SamplingKey/identity(distinctID:day:)``).
+    public var identityGiven: Bool
+    /// Its event id, once drawn: the processor draws it when sampling keys on the event
+    /// itself (``SamplingKey/event(high:low:)``), and encodes it; `nil` until then (a new
+    /// one is drawn when the event is encoded).
+    public var id: (UInt64, UInt64)?
 
     /// An event.
     public init(type: EventType = .track, name: String, properties: [String: CairnValue] = [:], timeMillis: UInt64,
                 identity: Identity, sessionID: String? = nil, span: SpanContext? = nil, tier: Tier = .sampled,
-                isError: Bool = false) {
+                isError: Bool = false, identityGiven: Bool = false) {
         self.type = type
         self.name = name
         self.properties = properties
@@ -88,6 +95,19 @@ public struct Event: Sendable {
         self.span = span
         self.tier = tier
         self.isError = isError
+        self.identityGiven = identityGiven
+    }
+
+    /// What sampling keys this event on: its trace inside a span, else the identity given
+    /// with the call, else the event itself (its ``id``, drawn now if it has none yet).
+    public mutating func samplingKey(ids: EventIDGenerator) -> SamplingKey {
+        if let span { return .trace(span.traceID) }
+        if identityGiven {
+            return .identity(distinctID: identity.distinctID, day: Int64(timeMillis / 86_400_000))
+        }
+        let drawn = id ?? ids.next(millis: timeMillis)
+        id = drawn
+        return .event(high: drawn.0, low: drawn.1)
     }
 }
 

@@ -258,34 +258,37 @@ public final class Processor: Sendable {
 
     /// Whether to keep `event`: nil to keep it, else why not. An empty name or
     /// `distinct_id` is refused; filters and sampling see the name and `distinct_id` as
-    /// `clean(_:counts:)` (the event form) will write them. Sampling is stable for the
-    /// event's UTC day (days since 1970-01-01).
-    public func admit(_ event: Event) -> DropReason? {
+    /// `clean(_:counts:)` (the event form) will write them. Sampling keys on
+    /// ``Event/samplingKey(ids:)``; when that is the event itself, its id is drawn here
+    /// (into `event.id`) and is the one it is encoded with.
+    public func admit(_ event: inout Event) -> DropReason? {
         if event.name.isEmpty { return .invalidName }
         if event.identity.distinctID.isEmpty { return .invalidIdentity }
         guard !admitReadsNames || (sanitizer.leavesUnchanged(name: event.name)
                                    && sanitizer.leavesUnchanged(name: event.identity.distinctID))
-        else { return decideCleaned(event) }
-        return decide(event)
+        else { return decideCleaned(&event) }
+        return decide(&event)
     }
 
     /// `decide` for an event whose name or `distinct_id` the rules change.
     @inline(never)
-    private func decideCleaned(_ event: Event) -> DropReason? {
+    private func decideCleaned(_ event: inout Event) -> DropReason? {
         var written = event
         written.name = sanitizer.cleaned(name: event.name)
         written.identity.distinctID = sanitizer.cleaned(name: event.identity.distinctID)
-        return decide(written)
+        defer { event.id = written.id }
+        return decide(&written)
     }
 
     /// Filters, then sampling, on a name and `distinct_id` the rules leave as they are.
-    private func decide(_ event: Event) -> DropReason? {
+    private func decide(_ event: inout Event) -> DropReason? {
         var path: String?
         if filter.filtersPaths, case .string(let p)? = event.properties[options.pathProperty] { path = p }
         if !filter.allows(name: event.name, path: path) { return .filtered }
-        if event.tier != .critical
-            && !sampler.keep(distinctID: event.identity.distinctID, eventName: event.name, tier: event.tier,
-                             isError: event.isError, day: Int64(event.timeMillis / 86_400_000)) {
+        // Most events are kept whole by their rate: the key (and an id drawn for it) only
+        // when the rate is strictly between 0 and 1.
+        if event.tier != .critical, !sampler.keepsAll(eventName: event.name, tier: event.tier, isError: event.isError),
+           !sampler.keep(event.samplingKey(ids: ids), eventName: event.name, tier: event.tier, isError: event.isError) {
             return .sampled
         }
         return nil
@@ -347,13 +350,13 @@ public final class Processor: Sendable {
         }
     }
 
-    /// Encodes `event` (properties already cleaned) with a new id; returns the id.
+    /// Encodes `event` (properties already cleaned) with its id (``Event/id``, or a new one); returns the id.
     /// Without `context`, the event ends after its properties: no `context` and `sdk`
     /// fields (the ring's bare records, completed from a context record before they
     /// are sent).
     @discardableResult
     public func encode(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64) {
-        let id = ids.next(millis: event.timeMillis)
+        let id = event.id ?? ids.next(millis: event.timeMillis)
         encode(event, id: id, into: &w, context: context)
         return id
     }
@@ -372,13 +375,13 @@ public final class Processor: Sendable {
     }
 
     /// The single-pass hot path: encodes `event` straight from the call site's name, ids
-    /// and properties (plus a new id) when neither the privacy rules nor the sanitiser
+    /// and properties (plus its id, or a new one) when neither the privacy rules nor the sanitiser
     /// would change any of them, checking each as it is written. The bytes are then
     /// exactly those of `clean` followed by `encode`. Returns nil when some rule applies
     /// (the writer's content is then meaningless): the caller runs `clean` and `encode`
     /// instead. Without `context`, as `encode(_:into:context:)`.
     public func encodeIfClean(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64)? {
-        let id = ids.next(millis: event.timeMillis)
+        let id = event.id ?? ids.next(millis: event.timeMillis)
         return encodeIfClean(event, id: id, into: &w, context: context) ? id : nil
     }
 
@@ -520,7 +523,7 @@ public final class Processor: Sendable {
     /// The whole record for `event` as bytes (for tests and cold paths; the hot path
     /// encodes into the ring's reservation).
     public func record(_ event: Event, id: (UInt64, UInt64)? = nil) -> [UInt8] {
-        let id = id ?? ids.next(millis: event.timeMillis)
+        let id = id ?? event.id ?? ids.next(millis: event.timeMillis)
         return JSONWriter.bytes { encode(event, id: id, into: &$0) }
     }
 }

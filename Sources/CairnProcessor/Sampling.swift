@@ -109,6 +109,19 @@ public enum StableHash {
             feed(Self.separatorByte)
         }
 
+        /// Feeds `count` hex digits of `value` (lowercase, most significant first),
+        /// a `-` before the digits at the offsets in `dashes`.
+        @inline(__always)
+        mutating func feedHex(_ value: UInt64, count: Int = 16, dashesBefore dashes: (Int, Int) = (-1, -1)) {
+            var h = state
+            for n in 0..<count {
+                if n == dashes.0 || n == dashes.1 { h = (h ^ 0x2D) &* Self.prime }
+                let nibble = UInt8(truncatingIfNeeded: (value >> UInt64(4 * (count - 1 - n))) & 0xF)
+                h = (h ^ UInt64(nibble < 10 ? nibble &+ 0x30 : nibble &+ 0x57)) &* Self.prime
+            }
+            state = h
+        }
+
         /// Feeds the decimal text of `number` (`String(number)`: ASCII digits, most
         /// significant first, a leading `-` when negative, no leading zeros).
         mutating func feedDecimal(_ number: Int64) {
@@ -169,9 +182,11 @@ public struct SamplingOptions: Sendable, Equatable {
     }
 }
 
-/// Decides which events to keep, deterministically: the same distinct id, event name and
-/// day always give the same answer, in every process and SDK variant, so a user's events
-/// are kept or dropped together for a whole UTC day.
+/// Decides which events to keep, deterministically, in every process and SDK variant:
+/// the same key always gives the same answer. What the key is depends on what the event
+/// belongs to (``SamplingKey``): its trace (a trace's events are kept or dropped
+/// together, in every service that samples at the same rate), the identity given with
+/// the call (a user's events of one name, for a whole UTC day), or the event itself.
 ///
 /// ```swift
 /// let sampler = Sampler(options: SamplingOptions(rate: 0.1))
@@ -246,16 +261,66 @@ public struct Sampler: Sendable {
     /// `StableHash.hash64(distinctID, eventName, String(day)) < UInt64(rate × 2^64)`
     /// (rate 1 keeps everything, rate 0 nothing).
     public func keep(distinctID: String, eventName: String, tier: Tier, isError: Bool, day: Int64) -> Bool {
+        decide(eventName: eventName, tier: tier, isError: isError) { hasher in
+            hasher.feed(distinctID)
+            hasher.separator()
+            hasher.feed(eventName)
+            hasher.separator()
+            hasher.feedDecimal(day)
+        }
+    }
+
+    /// Keep or drop an event of trace `traceID`: deterministic for the trace, so all of
+    /// its events of a rate are kept or dropped together. Keeps as
+    /// ``keep(distinctID:eventName:tier:isError:day:)`` does, with
+    /// `StableHash.hash64(traceID.description)` (its 32 lowercase hex digits) as the hash.
+    public func keep(traceID: TraceID, eventName: String, tier: Tier, isError: Bool) -> Bool {
+        decide(eventName: eventName, tier: tier, isError: isError) { hasher in
+            hasher.feedHex(traceID.high)
+            hasher.feedHex(traceID.low)
+        }
+    }
+
+    /// Keep or drop one event on its own: deterministic for its event id (`id`, the two
+    /// words ``EventIDGenerator`` makes), so the decision can be checked from the
+    /// `event_id` the collector receives. Keeps as
+    /// ``keep(distinctID:eventName:tier:isError:day:)`` does, with
+    /// `StableHash.hash64(event_id)` (its 36-character text) as the hash.
+    public func keep(eventID id: (UInt64, UInt64), eventName: String, tier: Tier, isError: Bool) -> Bool {
+        decide(eventName: eventName, tier: tier, isError: isError) { hasher in
+            hasher.feedHex(id.0, dashesBefore: (8, 12))
+            hasher.feedHex(id.1, dashesBefore: (0, 4))
+        }
+    }
+
+    /// Whether events of this name and tier are all kept whatever their key (critical,
+    /// an error kept by ``SamplingOptions/keepErrors``, or a rate of 1).
+    @inline(__always)
+    public func keepsAll(eventName: String, tier: Tier, isError: Bool) -> Bool {
+        tier == .critical || (isError && keepErrors) || threshold(eventName: eventName, tier: tier).keepAll
+    }
+
+    /// Keep or drop by `key`: ``SamplingKey`` says which of the three rules applies.
+    public func keep(_ key: SamplingKey, eventName: String, tier: Tier, isError: Bool) -> Bool {
+        switch key {
+        case .trace(let trace): keep(traceID: trace, eventName: eventName, tier: tier, isError: isError)
+        case .identity(let distinctID, let day):
+            keep(distinctID: distinctID, eventName: eventName, tier: tier, isError: isError, day: day)
+        case .event(let high, let low): keep(eventID: (high, low), eventName: eventName, tier: tier, isError: isError)
+        }
+    }
+
+    /// The decision once the key's bytes are fed by `feed`, which runs only when the
+    /// rate is strictly between 0 and 1.
+    @inline(__always)
+    private func decide(eventName: String, tier: Tier, isError: Bool,
+                        feed: (inout StableHash.Hasher) -> Void) -> Bool {
         if tier == .critical || (isError && keepErrors) { return true }
         let threshold = self.threshold(eventName: eventName, tier: tier)
         if threshold.keepAll { return true }
         if threshold.limit == 0 { return false }
         var hasher = StableHash.Hasher()
-        hasher.feed(distinctID)
-        hasher.separator()
-        hasher.feed(eventName)
-        hasher.separator()
-        hasher.feedDecimal(day)
+        feed(&hasher)
         return hasher.finalized < threshold.limit
     }
 
@@ -280,4 +345,19 @@ public struct Sampler: Sendable {
         case .debug: 3
         }
     }
+}
+
+/// What a sampling decision is keyed on (docs/FORMATS.md, "Sampling"): the processor
+/// picks the first that applies to an event.
+public enum SamplingKey: Sendable, Hashable {
+    /// The event happened inside a span: its trace. A trace is kept or dropped whole, in
+    /// every service that samples at the same rate.
+    case trace(TraceID)
+    /// An identity was given with the call: that distinct id, for the event's UTC day
+    /// (days since 1970-01-01). One user's events of one name go together for a day.
+    case identity(distinctID: String, day: Int64)
+    /// Otherwise, the event itself: its event id's two words. Each event is decided on
+    /// its own, so a service whose events all carry its host as the distinct id keeps
+    /// the configured share of them.
+    case event(high: UInt64, low: UInt64)
 }

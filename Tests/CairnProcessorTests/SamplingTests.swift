@@ -190,6 +190,93 @@ import Testing
         #expect(missingTier.rate(eventName: "x", tier: .debug) == 1)
     }
 
+    // MARK: What the decision is keyed on
+
+    static func limit(_ rate: Double) -> UInt64 { UInt64(rate * 18_446_744_073_709_551_616.0) }
+
+    /// Keyed on the event: the documented bytes are the `event_id` text, so a collector
+    /// can check a decision from what it receives.
+    @Test(arguments: [0.0, 0.3, 0.5, 0.999])
+    func eventKeyedDecisionIsTheHashOfTheEventID(rate: Double) {
+        let sampler = Sampler(options: SamplingOptions(rate: rate))
+        let ids = EventIDGenerator()
+        for i in 0..<2_000 {
+            let id = ids.next(millis: 1_764_000_000_000 + UInt64(i))
+            let text = EventIDGenerator.text(id)
+            #expect(sampler.keep(eventID: id, eventName: "view", tier: .sampled, isError: false)
+                == (rate > 0 && StableHash.hash64(text) < Self.limit(rate)), "\(text)")
+        }
+    }
+
+    /// Keyed on the trace: the hash of its 32 hex digits, the same in every service.
+    @Test(arguments: [0.0, 0.3, 0.5, 0.999])
+    func traceKeyedDecisionIsTheHashOfTheTraceID(rate: Double) {
+        let sampler = Sampler(options: SamplingOptions(rate: rate))
+        for _ in 0..<2_000 {
+            let trace = TraceID.random()
+            #expect(sampler.keep(traceID: trace, eventName: "view", tier: .sampled, isError: false)
+                == (rate > 0 && StableHash.hash64(trace.description) < Self.limit(rate)), "\(trace)")
+        }
+    }
+
+    static func hostEvent(_ i: Int, span: SpanContext? = nil, identityGiven: Bool = false,
+                          distinctID: String = "host-1") -> Event {
+        Event(name: "request_handled", properties: ["i": .int(Int64(i))], timeMillis: 1_764_000_000_000 + UInt64(i),
+              identity: Identity(distinctID: distinctID), span: span, identityGiven: identityGiven)
+    }
+
+    /// One host, its name as every event's distinct id (a service's default), rate 0.5:
+    /// about half of its events are kept, not all or nothing; each kept event's
+    /// `event_id` is the one the decision hashed.
+    @Test func oneHostAtHalfRateKeepsAboutHalf() throws {
+        let processor = Processor(options: ProcessorOptions(sampling: SamplingOptions(rate: 0.5)))
+        var kept = 0
+        for i in 0..<4_000 {
+            var event = Self.hostEvent(i)
+            guard processor.admit(&event) == nil else {
+                #expect(event.id != nil, "the id the decision was made on")
+                continue
+            }
+            kept += 1
+            let record = processor.record(event)
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(record)) as? [String: Any])
+            let eventID = try #require(object["event_id"] as? String)
+            #expect(eventID == EventIDGenerator.text(try #require(event.id)))
+            #expect(StableHash.hash64(eventID) < Self.limit(0.5))
+        }
+        #expect(abs(Double(kept) / 4_000 - 0.5) < 0.04, "kept \(kept) of 4000")
+    }
+
+    /// Inside a span, a trace's events go together: each trace is kept or dropped whole,
+    /// and about half of the traces are kept.
+    @Test func tracesAreKeptOrDroppedWhole() {
+        let processor = Processor(options: ProcessorOptions(sampling: SamplingOptions(rate: 0.5)))
+        var keptTraces = 0
+        for _ in 0..<1_000 {
+            let trace = TraceID.random()
+            let decisions = (0..<5).map { i in
+                var event = Self.hostEvent(i, span: SpanContext(traceID: trace, spanID: .random()))
+                return processor.admit(&event) == nil
+            }
+            #expect(Set(decisions).count == 1, "a trace is kept or dropped whole")
+            if decisions[0] { keptTraces += 1 }
+        }
+        #expect(abs(Double(keptTraces) / 1_000 - 0.5) < 0.06, "kept \(keptTraces) of 1000 traces")
+    }
+
+    /// An identity given with the call keeps the user rule: (distinct id, name, day).
+    @Test func aGivenIdentityKeysOnTheUserAndDay() {
+        let processor = Processor(options: ProcessorOptions(sampling: SamplingOptions(rate: 0.5)))
+        let sampler = Sampler(options: SamplingOptions(rate: 0.5))
+        for u in 0..<500 {
+            var event = Self.hostEvent(0, identityGiven: true, distinctID: "user-\(u)")
+            let expected = sampler.keep(distinctID: "user-\(u)", eventName: "request_handled", tier: .sampled,
+                                        isError: false, day: Int64(event.timeMillis / 86_400_000))
+            #expect((processor.admit(&event) == nil) == expected)
+            #expect(event.id == nil, "no id is drawn for it")
+        }
+    }
+
     @Test func tiersOrderByImportance() {
         #expect(Tier.critical < .important && Tier.important < .sampled && Tier.sampled < .debug)
         #expect([Tier.debug, .critical, .sampled, .important].sorted() == Tier.allCases)

@@ -47,6 +47,25 @@ import Testing
         #expect(abs(kept - 0.3) < 0.03, "rate 0.3 keeps \(kept)")
     }
 
+    /// A service with its defaults (its host name as every event's distinct id) and
+    /// `CAIRN_SAMPLE_RATE=0.5` keeps about half of its events, not all or none of them:
+    /// outside a span and without a per-call identity, each event is decided on its own,
+    /// by the hash of its `event_id` (which the collector can check).
+    @Test func aHostAtHalfRateKeepsAboutHalfOfItsEvents() throws {
+        let dir = DataDir()
+        let r = try Self.child(["run", "2000"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                      "CAIRN_SAMPLE_RATE": "0.5", "CAIRN_TEST_STDOUT": "1"])
+        #expect(r.status == 0, "\(r.err)")
+        let events = Self.objects(r.out).filter { $0["name"] as? String == "child_event" }
+        #expect(abs(Double(events.count) / 2000 - 0.5) < 0.05, "kept \(events.count) of 2000")
+        #expect(Set(events.compactMap { $0["distinct_id"] as? String }).count == 1, "one host")
+        let limit = UInt64(0.5 * 18_446_744_073_709_551_616.0)
+        for event in events {
+            let id = try #require(event["event_id"] as? String)
+            #expect(StableHash.hash64(id) < limit, "\(id) was kept by its hash")
+        }
+    }
+
     /// The first start records the install; `app_install` tracked without a time uses
     /// that time, in that process and in a later one; the fixed install properties go
     /// once, in their own `user_setOnce` request whose start log shows them.
