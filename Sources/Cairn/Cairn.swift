@@ -748,8 +748,20 @@ public final class Cairn: @unchecked Sendable {
     /// Runs `operation` inside a new span named `name`: events tracked inside carry its
     /// trace and span ids, and a `span` event with its duration and outcome is tracked
     /// when it ends. A span inside another span continues its trace.
-    public func withSpan<T>(_ name: String, operation: () throws -> T) rethrows -> T {
-        let span = Self.childSpan()
+    ///
+    /// `traceparent` is the W3C header of the request being served, if it had one: the
+    /// span then continues that trace (its parent is the caller's span, and the caller's
+    /// `sampled` flag is passed on by ``traceparent()``), so sampling, which keeps or
+    /// drops a trace's events together by its trace id, decides the same way in every
+    /// service the trace crosses. An invalid header is ignored (a new trace starts).
+    ///
+    /// ```swift
+    /// try cairn.withSpan("GET /orders", traceparent: request.headers["traceparent"]) {
+    ///     try handle(request)
+    /// }
+    /// ```
+    public func withSpan<T>(_ name: String, traceparent: String? = nil, operation: () throws -> T) rethrows -> T {
+        let span = Self.childSpan(continuing: traceparent)
         let started = DispatchTime.now().uptimeNanoseconds
         do {
             let result = try Self.$currentSpan.withValue(span) { try operation() }
@@ -762,8 +774,9 @@ public final class Cairn: @unchecked Sendable {
     }
 
     /// The async form of `withSpan`.
-    public func withSpan<T>(_ name: String, operation: () async throws -> T) async rethrows -> T {
-        let span = Self.childSpan()
+    public func withSpan<T>(_ name: String, traceparent: String? = nil,
+                            operation: () async throws -> T) async rethrows -> T {
+        let span = Self.childSpan(continuing: traceparent)
         let started = DispatchTime.now().uptimeNanoseconds
         do {
             let result = try await Self.$currentSpan.withValue(span) { try await operation() }
@@ -775,10 +788,16 @@ public final class Cairn: @unchecked Sendable {
         }
     }
 
-    /// A span context under the current span (or a new trace).
-    static func childSpan() -> SpanContext {
+    /// A span context under the caller's span named by a valid `traceparent`, else under
+    /// the current span, else in a new trace.
+    static func childSpan(continuing traceparent: String? = nil) -> SpanContext {
+        if let header = traceparent, let caller = TraceParent(header: header) {
+            return SpanContext(traceID: caller.traceID, spanID: .random(), parentSpanID: caller.parentID,
+                               sampled: caller.sampled)
+        }
         if let parent = currentSpan {
-            return SpanContext(traceID: parent.traceID, spanID: .random(), parentSpanID: parent.spanID)
+            return SpanContext(traceID: parent.traceID, spanID: .random(), parentSpanID: parent.spanID,
+                               sampled: parent.sampled)
         }
         return SpanContext(traceID: .random(), spanID: .random())
     }
@@ -792,10 +811,11 @@ public final class Cairn: @unchecked Sendable {
     }
 
     /// The `traceparent` header to send on an outbound request from the current span
-    /// (a new sampled trace outside any span).
+    /// (a new sampled trace outside any span), with the `sampled` flag of the trace as
+    /// this service received it.
     public static func traceparent() -> String {
         let span = currentSpan ?? SpanContext(traceID: .random(), spanID: .random())
-        return TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: true).header
+        return TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: span.sampled).header
     }
 
     // MARK: Flush and shutdown

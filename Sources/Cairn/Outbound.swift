@@ -10,7 +10,7 @@ extension Cairn {
         public let span: SpanContext
         /// The W3C `traceparent` header value for the request.
         public var traceparent: String {
-            TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: true).header
+            TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: span.sampled).header
         }
         let started: UInt64
     }

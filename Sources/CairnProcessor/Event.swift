@@ -42,14 +42,19 @@ public struct SpanContext: Sendable, Hashable {
     public var traceID: TraceID
     /// The span (for `span` events, the span itself).
     public var spanID: SpanID
-    /// The enclosing span, if any.
+    /// The enclosing span, if any (for a trace continued from a `traceparent`, the
+    /// caller's span).
     public var parentSpanID: SpanID?
+    /// The W3C `sampled` flag passed on in outgoing `traceparent` headers: the one
+    /// received when the trace was continued from another service, else `true`.
+    public var sampled: Bool
 
     /// A span context.
-    public init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil) {
+    public init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil, sampled: Bool = true) {
         self.traceID = traceID
         self.spanID = spanID
         self.parentSpanID = parentSpanID
+        self.sampled = sampled
     }
 }
 

@@ -208,6 +208,32 @@ enum Live {
         #expect(parsed.traceID.description == trace && parsed.parentID.description == charge["span_id"] as? String)
     }
 
+    /// A request that came with a `traceparent` continues the caller's trace: its events
+    /// carry the caller's trace id, the span's parent is the caller's span, the caller's
+    /// `sampled` flag is passed on; a malformed header starts a new trace.
+    @Test func spansContinueAnIncomingTrace() throws {
+        let cairn = try #require(Live.cairn)
+        let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+        var outgoing = "", fresh = ""
+        cairn.withSpan("continued_request", traceparent: "  " + incoming + "\t") {
+            cairn.track("inside_continued")
+            outgoing = Cairn.traceparent()
+        }
+        cairn.withSpan("fresh_request", traceparent: "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01") {
+            fresh = Cairn.traceparent()
+        }
+        let event = try #require(Live.events("inside_continued", count: 1).first)
+        let span = try #require(Live.events("continued_request", count: 1).first)
+        #expect(event["trace_id"] as? String == "4bf92f3577b34da6a3ce929d0e0e4736")
+        #expect(span["parent_span_id"] as? String == "00f067aa0ba902b7")
+        let out = try #require(TraceParent(header: outgoing))
+        #expect(out.traceID.description == "4bf92f3577b34da6a3ce929d0e0e4736" && !out.sampled)
+        #expect(out.parentID.description == span["span_id"] as? String)
+        let other = try #require(TraceParent(header: fresh))
+        #expect(other.traceID.description != "4bf92f3577b34da6a3ce929d0e0e4736" && other.sampled,
+                "uppercase hex is not a valid traceparent: a new trace")
+    }
+
     /// An outbound call: its span event has the masked URL, status and outcome, and the
     /// traceparent handed to the request names that span; failures are kept as errors.
     @Test func outboundCallsAreRecordedAsSpans() throws {
