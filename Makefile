@@ -32,7 +32,7 @@ FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
-.PHONY: all deps build demo test test-swift sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
+.PHONY: all deps build demo test test-swift cwarn consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
 all: build
 
@@ -53,7 +53,15 @@ build: deps
 
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.
-test: build fuzz-smoke sanitize bench-quick test-swift
+test: build cwarn consumer fuzz-smoke sanitize bench-quick test-swift
+
+# The C sources build warning-free, with and without optimisation (the package manifest
+# carries no compiler flags, so that Cairn can be a versioned dependency).
+C_INCLUDES := -ICSources/CCairn/include -ICSources/CCairn -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP
+cwarn: deps
+	@for opt in -O0 -O2; do for f in $(CORE_SOURCES) $(HTTP_SOURCES); do \
+	  $(CLANG) -std=gnu11 $$opt -Wall -Wextra -Werror -fsyntax-only $(C_INCLUDES) $$f || exit 1; \
+	done; done; echo "C sources: no warnings at -O0 and -O2 ($(words $(CORE_SOURCES) $(HTTP_SOURCES)) files)"
 
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest
