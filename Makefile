@@ -1,7 +1,8 @@
 # Cairn: build, test, fuzz and benchmark.
 #
 #   make deps    install the Debian and Python packages the build and tests need
-#   make test    deps, build, fuzz smoke, sanitizer runs, then every test
+#   make test    deps, build, C warnings, the README consumer, fuzz smoke, sanitizer runs,
+#                then every test
 #   make bench   run the benchmarks (release build); fails when over budget
 #   make fuzz    fuzz the C core's parsers for longer (FUZZ_LONG_SECONDS, default 600)
 #   make demo    a service crashes, restarts and reports it, against a local collector
@@ -54,6 +55,11 @@ build: deps
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.
 test: build cwarn consumer fuzz-smoke sanitize bench-quick test-swift
+
+# A package that depends on a tagged Cairn as a user's does builds and runs the README's
+# first snippet, copied verbatim, with `import Cairn` alone (Tests/Consumer/build.sh).
+consumer: deps
+	Tests/Consumer/build.sh
 
 # The C sources build warning-free, with and without optimisation (the package manifest
 # carries no compiler flags, so that Cairn can be a versioned dependency).
