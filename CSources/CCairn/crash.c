@@ -69,7 +69,8 @@ static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SI
 /* Prepared at install. */
 static int installed;
 static uint32_t install_flags;
-static char report_path[4096];
+static char report_paths[2][4096];
+static int report_current; /* which of report_paths is live; atomic */
 static struct sigaction previous[SIGNAL_COUNT];
 static unsigned char modules_section[MODULES_BYTES];
 static size_t modules_len;
@@ -227,17 +228,26 @@ int cairn_crash_prepare_thread(void)
 
 static void crash_handler(int sig, siginfo_t *info, void *uctx);
 
+/* `<dir>/<name>`, or `<dir>/crash-<pid>.report` without a name, into `out`. */
+static int format_report_path(char *out, const char *dir, const char *name)
+{
+    int n;
+    if (name) {
+        if (!*name || strchr(name, '/')) return CAIRN_EINVAL;
+        n = snprintf(out, sizeof report_paths[0], "%s/%s", dir, name);
+    } else {
+        n = snprintf(out, sizeof report_paths[0], "%s/crash-%d.report", dir, (int)getpid());
+    }
+    if (n < 0 || (size_t)n >= sizeof report_paths[0]) return CAIRN_EINVAL;
+    return 0;
+}
+
 int cairn_crash_install(const cairn_crash_options_t *opts)
 {
     if (!opts || !opts->report_dir || installed) return CAIRN_EINVAL;
-    int n;
-    if (opts->report_name) {
-        if (!*opts->report_name || strchr(opts->report_name, '/')) return CAIRN_EINVAL;
-        n = snprintf(report_path, sizeof report_path, "%s/%s", opts->report_dir, opts->report_name);
-    } else {
-        n = snprintf(report_path, sizeof report_path, "%s/crash-%d.report", opts->report_dir, (int)getpid());
-    }
-    if (n < 0 || (size_t)n >= sizeof report_path) return CAIRN_EINVAL;
+    int rc = format_report_path(report_paths[0], opts->report_dir, opts->report_name);
+    if (rc != 0) return rc;
+    __atomic_store_n(&report_current, 0, __ATOMIC_RELEASE);
     install_flags = opts->flags;
     context_capacity = opts->context_capacity ? opts->context_capacity : 16 * 1024;
     for (int i = 0; i < 2; i++) {
@@ -247,7 +257,7 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
     collect_modules();
     if (!(install_flags & CAIRN_CRASH_DEFER_WARM_UP)) warm_up_unwinder();
     if (swift_getFatalErrorMessageBuffer) swift_fatal_message = swift_getFatalErrorMessageBuffer();
-    int rc = cairn_crash_prepare_thread();
+    rc = cairn_crash_prepare_thread();
     if (rc != 0) return rc;
     for (size_t i = 0; i < SIGNAL_COUNT; i++) {
         if (crash_signals[i] == SIGQUIT && !(install_flags & CAIRN_CRASH_SIGQUIT)) continue;
@@ -259,6 +269,17 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
         if (sigaction(crash_signals[i], &sa, &previous[i]) != 0) return errno;
     }
     installed = 1;
+    return 0;
+}
+
+int cairn_crash_set_report(const char *report_dir, const char *report_name)
+{
+    if (!installed || !report_dir) return CAIRN_EINVAL;
+    int live = __atomic_load_n(&report_current, __ATOMIC_ACQUIRE);
+    int next = live == 0 ? 1 : 0;
+    int rc = format_report_path(report_paths[next], report_dir, report_name);
+    if (rc != 0) return rc;
+    __atomic_store_n(&report_current, next, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -439,7 +460,8 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx)
     __atomic_store_n(&entries, 1, __ATOMIC_RELEASE);
     first_signal = sig;
 
-    report_fd = open(report_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    report_fd = open(report_paths[__atomic_load_n(&report_current, __ATOMIC_ACQUIRE)],
+                     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     unsigned char head[16];
     memcpy(head, report_magic, 8);
     cairn__put32(head + 8, CAIRN_CRASH_FORMAT_VERSION);

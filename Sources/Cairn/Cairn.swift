@@ -82,7 +82,8 @@ public final class Cairn: @unchecked Sendable {
     /// The started SDK, or nil before `start` (and after `shutdown`).
     public static var shared: Cairn? { sharedInstance.withLock { $0 } }
     private static let sharedInstance = Locked<Cairn?>(nil)
-    // Once per process: a compare-and-exchange on the thread that calls `start`.
+    // One instance at a time: set by a compare-and-exchange on the thread that calls
+    // `start`, cleared when that instance's `shutdown` is over.
     private static let startedOnce = Atomic<Bool>(false)
 
     /// The options it started with.
@@ -189,9 +190,16 @@ public final class Cairn: @unchecked Sendable {
     /// replaying what is stored, reporting previous runs and uploading happen on a
     /// background thread.
     ///
+    /// One instance runs at a time (there is one crash handler per process): once
+    /// ``shutdown(timeout:)`` has returned, `start` may be called again, and begins a new
+    /// run (a new session) in the data directory it is given. A test suite can so start
+    /// a fresh SDK per test, each in a directory of its own. The same directory again
+    /// needs the earlier instance released first (its event ring stays open, and locked,
+    /// while it lives).
+    ///
     /// - Throws: `CairnStartError`: which option is invalid and why; `.alreadyStarted`
-    ///   for a second start (there is one crash handler per process); `.disabled`;
-    ///   `.storage` when the data directory cannot be used.
+    ///   while another instance runs; `.disabled`; `.storage` when the data directory
+    ///   cannot be used.
     @discardableResult
     public static func start(_ options: Options) throws(CairnStartError) -> Cairn {
         if options.disabled { throw .disabled }
@@ -878,6 +886,8 @@ public final class Cairn: @unchecked Sendable {
         try? crash.endSession()
         Self.sharedInstance.withLock { if $0 === self { $0 = nil } }
         state.withLock { $0.shutdownResult = flushed }
+        // Over: a new start may begin the next run in this process.
+        Self.startedOnce.store(false, ordering: .releasing)
         return flushed
     }
 

@@ -20,7 +20,8 @@ struct EnvironmentProblem: Sendable {
 public enum CairnStartError: Error, Equatable, Sendable, CustomStringConvertible {
     /// An option is invalid.
     case invalidOption(name: String, reason: String)
-    /// `Cairn.start` was already called in this process (one SDK, one crash handler).
+    /// Another instance runs in this process (one SDK, one crash handler, at a time):
+    /// shut it down first.
     case alreadyStarted
     /// The SDK is disabled (`Options.disabled`, `CAIRN_DISABLED=1`).
     case disabled
@@ -31,7 +32,7 @@ public enum CairnStartError: Error, Equatable, Sendable, CustomStringConvertible
     public var description: String {
         switch self {
         case .invalidOption(let name, let reason): return "Cairn option \(name): \(reason)"
-        case .alreadyStarted: return "Cairn is already started in this process"
+        case .alreadyStarted: return "Cairn is already started in this process (shut it down first)"
         case .disabled: return "Cairn is disabled by its options"
         case .storage(let what): return "Cairn storage: \(what)"
         }

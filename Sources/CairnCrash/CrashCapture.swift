@@ -3,7 +3,6 @@ import CairnProcessor
 import CairnStore
 import FoundationEssentials
 import Glibc
-import Synchronization
 
 /// Why crash capture could not start or record the end of its run.
 public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -142,10 +141,16 @@ public final class CrashCapture: @unchecked Sendable {
         var live: [String] = []
         var processed = false
         var ended = false
+        /// The run is over (``endSession()`` was called, whatever came of it): nothing
+        /// of this capture reaches the handler any more, which may serve a later run.
+        var over = false
         var setUp = false
     }
 
-    private static let started = Atomic<Bool>(false)
+    /// The process's one crash handler: installed by the first start; a run is live
+    /// from its start until ``endSession()``, and a later start, once no run is live,
+    /// points the handler at its own report (`cairn_crash_set_report`).
+    private static let handler = Locked<(installed: Bool, live: Bool)>((false, false))
 
     /// This run's session id (UUIDv7).
     public let sessionID: String
@@ -173,21 +178,30 @@ public final class CrashCapture: @unchecked Sendable {
     /// runs on the caller's thread (with ``Options/deferSetup``, less: see there);
     /// `processPreviousRuns` does the rest later.
     ///
-    /// - Throws: `.invalidOption`, `.alreadyStarted` (once per process), `.io`,
-    ///   `.install`.
+    /// One run at a time: a start while another run is live (not yet ended by
+    /// ``endSession()``) throws `.alreadyStarted`. After it, a start begins a new run
+    /// with its own session id, record and report path, in the directory it is given;
+    /// the handler stays installed (``Options/captureSIGQUIT`` is the first start's).
+    ///
+    /// - Throws: `.invalidOption`, `.alreadyStarted`, `.io`, `.install`.
     public static func start(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
         try options.validate()
-        guard started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
-        else { throw .alreadyStarted }
+        guard let installed = handler.withLock({ h -> Bool? in
+            if h.live { return nil }
+            h.live = true
+            return h.installed
+        }) else { throw .alreadyStarted }
         do {
-            return try startOnce(options)
+            let capture = try startOnce(options, retarget: installed)
+            handler.withLock { $0.installed = true }
+            return capture
         } catch {
-            started.store(false, ordering: .releasing)
+            handler.withLock { $0.live = false }
             throw error
         }
     }
 
-    private static func startOnce(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
+    private static func startOnce(_ options: Options, retarget: Bool) throws(CrashCaptureError) -> CrashCapture {
         let dir = options.directory
         let made = SmallFile.makeDirectories(dir)
         if made != 0 { throw .io("create \(dir)", made) }
@@ -207,6 +221,7 @@ public final class CrashCapture: @unchecked Sendable {
         if options.captureSIGQUIT { flags |= CAIRN_CRASH_SIGQUIT }
         let rc = dir.withCString { d in
             "crash-\(sessionID).report".withCString { name in
+                if retarget { return cairn_crash_set_report(d, name) }
                 var o = cairn_crash_options_t(report_dir: d, flags: flags,
                                               context_capacity: UInt32(options.contextCapacity), report_name: name)
                 return cairn_crash_install(&o)
@@ -266,7 +281,7 @@ public final class CrashCapture: @unchecked Sendable {
     public func addBreadcrumb(_ message: String, category: String? = nil) {
         let crumb = Breadcrumb(millis: nowMillis(), category: category, message: Self.cut(message, 512))
         state.withLock { s in
-            guard options.maxBreadcrumbs > 0 else { return }
+            guard options.maxBreadcrumbs > 0, !s.over else { return }
             s.breadcrumbs.append(crumb)
             if s.breadcrumbs.count > options.maxBreadcrumbs { s.breadcrumbs.removeFirst(s.breadcrumbs.count - options.maxBreadcrumbs) }
             publishContext(s.breadcrumbs)
@@ -274,9 +289,16 @@ public final class CrashCapture: @unchecked Sendable {
     }
 
     /// Records a clean shutdown of this run (appended to its run record and synced);
-    /// the next start reports it as `clean`. Calling it again does nothing.
+    /// the next start reports it as `clean`. Calling it again does nothing. It also
+    /// ends the run in this process, even when recording fails: breadcrumbs added
+    /// after it are not published, and a new ``start(_:)`` may begin the next run.
     public func endSession() throws(CrashCaptureError) {
         try state.withLock { (s: inout State) throws(CrashCaptureError) in
+            if !s.over {
+                // The run is over whatever comes of recording it: a new one may start.
+                s.over = true
+                Self.handler.withLock { $0.live = false }
+            }
             guard !s.ended else { return }
             guard let runFile = record(&s) else { throw s.runFileError ?? .io("run record", EIO) }
             let end: JSONValue = .object([("end", .string("clean")), ("ended_at_ms", .uint(nowMillis()))])

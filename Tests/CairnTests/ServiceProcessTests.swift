@@ -66,6 +66,54 @@ import Testing
         }
     }
 
+    /// One process starts the SDK, shuts it down and starts it again, three times, each
+    /// run in a data directory of its own (as a test suite that starts a fresh SDK per
+    /// test does): each run has its own session and its events; a start while a run is
+    /// live is refused; the crash handler stays installed and writes the third run's
+    /// crash into the third run's directory. The next start in each directory reports
+    /// how its run ended: clean, clean, crashed.
+    @Test func startShutDownAndStartAgainInOneProcess() throws {
+        let dir = DataDir()
+        let r = try Self.child(["restart", "3"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7",
+                                                       "CAIRN_DATA_DIR": dir.path])
+        #expect(![0, 1, 3, 4].contains(r.status), "run 3 died of its signal: \(r.status) \(r.err)")
+        var sessions: [Int: String] = [:]
+        for line in r.out where line.hasPrefix("session ") {
+            let parts = line.split(separator: " ")
+            if parts.count == 3, let run = Int(parts[1]) { sessions[run] = String(parts[2]) }
+        }
+        #expect(sessions.count == 3 && Set(sessions.values).count == 3, "\(r.out)")
+        #expect(r.out.contains("second start: \(CairnStartError.alreadyStarted)"), "\(r.out)")
+        let events = Self.objects(r.out).filter { $0["name"] as? String == "run_event" }
+        for run in 1...3 {
+            let mine = events.filter { ($0["properties"] as? [String: Any])?["run"] as? Int == run }
+            #expect(mine.count == 3, "run \(run)")
+            #expect(mine.allSatisfy { $0["session_id"] as? String == sessions[run] }, "run \(run)'s session")
+        }
+        let reports = { (run: Int) in
+            ((try? FileManager.default.contentsOfDirectory(atPath: dir.path + "/run-\(run)/crash")) ?? [])
+                .filter { $0.hasSuffix(".report") }
+        }
+        #expect(reports(1).isEmpty && reports(2).isEmpty)
+        #expect(reports(3) == ["crash-\(sessions[3] ?? "").report"], "the handler wrote where run 3 pointed it")
+
+        let collector = try CollectorProcess()
+        for run in 1...3 {
+            let next = try Self.child(["run", "0"], env: [
+                "CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path + "/run-\(run)",
+                "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "50"])
+            #expect(next.status == 0, "\(next.err)")
+        }
+        let received = try LifecycleTests.received(collector)
+        func ended(_ run: Int) -> String? {
+            let end = received.first { $0["name"] as? String == "session_end" && $0["session_id"] as? String == sessions[run] }
+            return (end?["properties"] as? [String: Any])?["reason"] as? String
+        }
+        #expect(ended(1) == "clean" && ended(2) == "clean" && ended(3) == "crashed")
+        let crashes = received.filter { $0["type"] as? String == "crash" }
+        #expect(crashes.count == 1 && crashes.first?["session_id"] as? String == sessions[3])
+    }
+
     /// The first start records the install; `app_install` tracked without a time uses
     /// that time, in that process and in a later one; the fixed install properties go
     /// once, in their own `user_setOnce` request whose start log shows them.

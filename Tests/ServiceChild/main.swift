@@ -6,6 +6,11 @@
 //   install       start, track "app_install" without a time, flush, shut down
 //   sample <n>    print sampling decisions (0/1) for user-0 ... user-(n-1) at rate 0.3
 //   start         print the milliseconds `Cairn.start` took on this thread, shut down
+//   restart       three runs in this one process, each in its own data directory
+//                 ($CAIRN_DATA_DIR/run-1, run-2, run-3): start, track n "run_event" {"run": k},
+//                 print "session <k> <session id>"; runs 1 and 2 shut down (and run 2
+//                 first tries a second start while it runs: prints "second start:
+//                 <error>"); run 3 writes through a bad pointer
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
@@ -51,6 +56,41 @@ if mode == "sample" {
             ? "1" : "0"
     }
     print(bits.joined())
+    exit(0)
+}
+
+if mode == "restart" {
+    var options = Cairn.Options.fromEnvironment()
+    options.destinations = [StdoutDestination()]
+    let base = options.dataDirectory
+    for run in 1...3 {
+        options.dataDirectory = base + "/run-\(run)"
+        let cairn: Cairn
+        do {
+            cairn = try Cairn.start(options)
+        } catch {
+            print("run \(run): start: \(error)")
+            exit(1)
+        }
+        print("session \(run) \(cairn.sessionID)")
+        for i in 0..<n { cairn.track("run_event", properties: ["run": .int(Int64(run)), "i": .int(Int64(i))]) }
+        if run == 2 {
+            do {
+                _ = try Cairn.start(options)
+                print("second start: started")
+            } catch {
+                print("second start: \(error)")
+            }
+        }
+        if run == 3 {
+            _ = cairn.flush(timeout: .seconds(10))
+            fflush(nil)  // every stream: what print wrote is out before the crash
+            let bad = UnsafeMutablePointer<Int>(bitPattern: 8)
+            bad?.pointee = run
+            exit(4)
+        }
+        guard cairn.shutdown(timeout: .seconds(10)) else { exit(3) }
+    }
     exit(0)
 }
 

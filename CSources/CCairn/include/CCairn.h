@@ -828,6 +828,22 @@ typedef struct cairn_crash_options {
 int cairn_crash_install(const cairn_crash_options_t *opts);
 
 /**
+ * Points later crash reports at `<report_dir>/<report_name>` (`crash-<pid>.report` when
+ * `report_name` is NULL), the handler staying installed: for a process that starts a
+ * new run after ending one (an SDK started again after a shutdown, as in a test suite).
+ * The path is built in a second buffer and swapped in atomically, so a crash during
+ * the call writes to the previous path or the new one, whole.
+ *
+ * @return 0; CAIRN_EINVAL before cairn_crash_install(), for a NULL directory, a name
+ *         with `/` or a path too long (the previous path then stays).
+ *
+ * Ownership: the strings are copied.
+ * Thread-safety: calls must not overlap (one writer); crashes may happen at any time.
+ * Async-signal-safe: no.
+ */
+int cairn_crash_set_report(const char *report_dir, const char *report_name);
+
+/**
  * Runs libunwind's one-time set-up (per-thread caches, its first unwind) so that the
  * first crash does not: cairn_crash_install() does it unless given
  * CAIRN_CRASH_DEFER_WARM_UP. Unwinding works without it (libunwind's local unwinding
