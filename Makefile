@@ -49,8 +49,9 @@ deps:
 	@$(PYTHON) -c "import $(shell echo $(PIP_MODULES) | tr ' ' ',')" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore $(PIP_MODULES)
 
+# A target that imports another target of the package must declare it a dependency.
 build: deps
-	$(SWIFT) build --build-tests
+	$(SWIFT) build --build-tests --explicit-target-dependency-import-check error
 
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.

@@ -7,6 +7,15 @@ import PackageDescription
 // No compiler flags here: a package whose targets carry unsafe flags cannot be used as a
 // versioned dependency. `make cwarn` (part of `make test`) builds the C sources with
 // -Wall -Wextra -Werror instead.
+// The library modules: Swift 6, and imports that show what leaks. An import is internal
+// unless marked `public import` (so a public API that exposes another module's type says
+// so), and a member is found only through a module this file imports.
+let strictSwift: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
 let package = Package(
     name: "Cairn",
     products: [
@@ -38,7 +47,7 @@ let package = Package(
 
         // Swift wrappers of the C core.
         .target(name: "CairnStore", dependencies: ["CCairn", "CLMDB"], path: "Sources/CairnStore",
-                swiftSettings: [.swiftLanguageMode(.v6)]),
+                swiftSettings: strictSwift),
 
         // A child process for the crash tests: installs the handler and crashes.
         .executableTarget(name: "cairn-crash-child", dependencies: ["CCairn"], path: "Tests/CrashChild"),
@@ -47,12 +56,12 @@ let package = Package(
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
         .target(name: "CairnUploader", dependencies: ["CairnStore", "CCairnHTTP"],
                 path: "Sources/CairnUploader",
-                swiftSettings: [.swiftLanguageMode(.v6)]),
+                swiftSettings: strictSwift),
 
         // The event processor: values in, bytes out (schema, common properties,
         // sanitising, privacy, sampling, filtering, JSON). No files, no threads.
         .target(name: "CairnProcessor", path: "Sources/CairnProcessor",
-                swiftSettings: [.swiftLanguageMode(.v6)]),
+                swiftSettings: strictSwift),
         .testTarget(name: "CairnProcessorTests", dependencies: ["CairnProcessor"],
                     path: "Tests/CairnProcessorTests"),
 
@@ -60,7 +69,7 @@ let package = Package(
         // next start's symbolicated crash events.
         .target(name: "CairnCrash", dependencies: ["CCairn", "CairnStore", "CairnProcessor", "CZstd"],
                 path: "Sources/CairnCrash",
-                swiftSettings: [.swiftLanguageMode(.v6)]),
+                swiftSettings: strictSwift),
         // A Swift service that starts crash capture and then crashes or ends as told.
         .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
         .testTarget(name: "CairnCrashTests",
@@ -71,10 +80,10 @@ let package = Package(
 
         // The public API: start, track, identity, user properties, spans, destinations.
         .target(name: "Cairn", dependencies: ["CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore"],
-                path: "Sources/Cairn", swiftSettings: [.swiftLanguageMode(.v6)]),
+                path: "Sources/Cairn", swiftSettings: strictSwift),
         // For integrators' tests: an in-memory destination that records events.
         .target(name: "CairnTestKit", dependencies: ["Cairn"], path: "Sources/CairnTestKit",
-                swiftSettings: [.swiftLanguageMode(.v6)]),
+                swiftSettings: strictSwift),
         // A service using the public API, for the end-to-end and cross-process tests.
         .executableTarget(name: "cairn-service-child", dependencies: ["Cairn"], path: "Tests/ServiceChild"),
         .testTarget(name: "CairnTests",

@@ -2,7 +2,7 @@ import CairnCrash
 import CairnProcessor
 import CairnStore
 import CairnUploader
-import FoundationEssentials
+public import FoundationEssentials
 import Dispatch
 import Glibc
 import Synchronization
@@ -91,11 +91,11 @@ public final class Cairn: @unchecked Sendable {
     /// This process run's session id (UUIDv7).
     public let sessionID: String
     /// The processor every event goes through.
-    public let processor: Processor
+    package let processor: Processor
     /// When this data directory was first used (Unix ms) and in which time zone: read
     /// (at the first start, written) by the background thread at start; an access before
     /// that reads it at once.
-    public var install: InstallRecord {
+    package var install: InstallRecord {
         installSlot.withLock { slot in
             if let record = slot.record { return record }
             let record = isEnabled ? InstallRecord.load(directory: options.dataDirectory, release: options.release)

@@ -1,7 +1,7 @@
 import CairnProcessor
 import CairnStore
 import CairnUploader
-import FoundationEssentials
+public import FoundationEssentials
 import Glibc
 
 /// An environment variable whose value did not parse: `validate` reports it.

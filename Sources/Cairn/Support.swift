@@ -100,21 +100,21 @@ final class BackgroundWork: @unchecked Sendable {
 
 /// The install record of a data directory (docs/FORMATS.md, "Install record"): when it
 /// was first used and in which time zone, kept in `install.json`.
-public final class InstallRecord: Sendable {
+package final class InstallRecord: Sendable {
     /// Unix milliseconds of the first start.
-    public let timeMillis: UInt64
+    package let timeMillis: UInt64
     /// The UTC offset then, minutes east.
-    public let zoneOffsetMinutes: Int
+    package let zoneOffsetMinutes: Int
     /// The IANA time zone then, when known.
-    public let timeZone: String?
+    package let timeZone: String?
     /// The release of the first start.
-    public let firstRelease: String?
+    package let firstRelease: String?
     /// Whether this start created the record.
-    public let isFirstStart: Bool
+    package let isFirstStart: Bool
     private let sent: Locked<Bool>
 
     /// Whether the fixed user properties were already sent.
-    public var propertiesSent: Bool { sent.withLock { $0 } }
+    package var propertiesSent: Bool { sent.withLock { $0 } }
 
     init(timeMillis: UInt64, zoneOffsetMinutes: Int, timeZone: String?, firstRelease: String?, isFirstStart: Bool,
          propertiesSent: Bool) {

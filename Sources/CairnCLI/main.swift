@@ -100,7 +100,7 @@ case "status":
 case "report":
     guard args.count == 2 else { fail(usage, status: 2) }
     guard let data = FileManager.default.contents(atPath: args[1]) else { fail("cannot read \(args[1])") }
-    out(String(decoding: crashEventJSON(reportBytes: Array(data)), as: UTF8.self))
+    out(String(decoding: CrashReport.eventJSON(reportBytes: Array(data)), as: UTF8.self))
 default:
     fail(usage, status: 2)
 }

@@ -167,10 +167,12 @@ enum CrashEvent {
     }
 }
 
-/// The `crash` event (docs/FORMATS.md, "Crash and session-end events") of a raw crash
-/// report, symbolicated from the files on this machine: for tools such as
-/// `cairn report`. A report that cannot be read gives an event marked partial.
-public func crashEventJSON(reportBytes: [UInt8]) -> [UInt8] {
-    CrashEvent.crash(report: CrashReport(bytes: reportBytes), rawBytes: reportBytes, start: nil,
-                     symbolizer: Symbolizer(), fallbackMillis: nowMillis()).json.bytes
+extension CrashReport {
+    /// The `crash` event (docs/FORMATS.md, "Crash and session-end events") of a raw
+    /// crash report, symbolicated from the files on this machine: for tools such as
+    /// `cairn report`. A report that cannot be read gives an event marked partial.
+    public static func eventJSON(reportBytes: [UInt8]) -> [UInt8] {
+        CrashEvent.crash(report: CrashReport(bytes: reportBytes), rawBytes: reportBytes, start: nil,
+                         symbolizer: Symbolizer(), fallbackMillis: nowMillis()).json.bytes
+    }
 }

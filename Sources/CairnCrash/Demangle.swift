@@ -23,29 +23,31 @@ private struct Demanglers: Sendable {
         cxx: dlsym(nil, "__cxa_demangle").map { unsafeBitCast($0, to: CxxDemangle.self) })
 }
 
-/// Demangles a Swift (`$s…`, `$S…`, `_T0…`, `$e…`) or C++ (`_Z…`) symbol; returns the
-/// input unchanged if it is neither or demangling fails.
-///
-/// ```swift
-/// demangle("$sSi")           // "Swift.Int"
-/// demangle("_ZN3foo3barEi")  // "foo::bar(int)"
-/// demangle("main")           // "main"
-/// ```
-public func demangle(_ symbol: String) -> String {
-    let demanglers = Demanglers.shared
-    var result: UnsafeMutablePointer<CChar>?
-    if ["$s", "$S", "_T0", "$e"].contains(where: symbol.hasPrefix), let swiftDemangle = demanglers.swift {
-        result = symbol.withCString { swiftDemangle($0, strlen($0), nil, nil, 0) }
-    } else if symbol.hasPrefix("_Z"), let cxxDemangle = demanglers.cxx {
-        var status: Int32 = -1
-        result = symbol.withCString { cxxDemangle($0, nil, nil, &status) }
-        if status != 0 {
-            free(result)
-            result = nil
+extension Symbolizer {
+    /// Demangles a Swift (`$s…`, `$S…`, `_T0…`, `$e…`) or C++ (`_Z…`) symbol; returns the
+    /// input unchanged if it is neither or demangling fails.
+    ///
+    /// ```swift
+    /// Symbolizer.demangle("$sSi")           // "Swift.Int"
+    /// Symbolizer.demangle("_ZN3foo3barEi")  // "foo::bar(int)"
+    /// Symbolizer.demangle("main")           // "main"
+    /// ```
+    public static func demangle(_ symbol: String) -> String {
+        let demanglers = Demanglers.shared
+        var result: UnsafeMutablePointer<CChar>?
+        if ["$s", "$S", "_T0", "$e"].contains(where: symbol.hasPrefix), let swiftDemangle = demanglers.swift {
+            result = symbol.withCString { swiftDemangle($0, strlen($0), nil, nil, 0) }
+        } else if symbol.hasPrefix("_Z"), let cxxDemangle = demanglers.cxx {
+            var status: Int32 = -1
+            result = symbol.withCString { cxxDemangle($0, nil, nil, &status) }
+            if status != 0 {
+                free(result)
+                result = nil
+            }
         }
+        guard let result else { return symbol }
+        defer { free(result) }
+        let demangled = String(cString: result)
+        return demangled.isEmpty ? symbol : demangled
     }
-    guard let result else { return symbol }
-    defer { free(result) }
-    let demangled = String(cString: result)
-    return demangled.isEmpty ? symbol : demangled
 }

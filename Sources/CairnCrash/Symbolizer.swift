@@ -161,7 +161,7 @@ public final class Symbolizer {
             // Symbol tables of versioned libraries (and their debug files) may name
             // `__libc_start_main@@GLIBC_2.34`: the version is not part of the function.
             let name = versioned.firstIndex(of: "@").map { String(versioned[..<$0]) } ?? versioned
-            let demangled = demangle(name)
+            let demangled = Self.demangle(name)
             frame.symbol = demangled
             frame.mangledSymbol = demangled == name ? nil : name
             frame.symbolOffset = vaddr &- start

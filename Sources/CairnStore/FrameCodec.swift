@@ -1,4 +1,4 @@
-import CCairn
+public import CCairn
 
 /// The metadata of one batch frame, read from its skippable zstd frame.
 ///

@@ -1,4 +1,4 @@
-import Glibc
+public import Glibc
 
 /// A value guarded by a pthread mutex: the lock Cairn's modules share. Copies share the
 /// value and the lock (it behaves as a reference).

@@ -1,4 +1,4 @@
-import CCairn
+public import CCairn
 import Synchronization
 
 /// A file-backed ring buffer of records: the hot path of Cairn's event pipeline.

@@ -1,5 +1,5 @@
-import Cairn
-import Foundation
+public import Cairn
+public import Foundation
 import Glibc
 
 /// A destination that keeps every event in memory, for integrators' own tests:

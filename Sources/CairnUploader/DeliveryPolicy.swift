@@ -1,5 +1,5 @@
-import CairnStore
-import FoundationEssentials
+public import CairnStore
+public import FoundationEssentials
 
 /// What the uploader does with a batch after an attempt.
 public enum DeliveryAction: Sendable, Equatable {
@@ -74,15 +74,6 @@ public struct Backoff: Sendable, Equatable {
     }
 }
 
-/// Parses a `Retry-After` value: delay-seconds or an HTTP date, relative to `now`.
-/// Returns `nil` when the value is neither.
-public func parseRetryAfter(_ value: String, now: Date = Date()) -> Duration? {
-    let trimmed = value.trimmingWhiteSpace
-    if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
-    guard let epoch = httpDateSeconds(trimmed) else { return nil }
-    let interval = max(0, Double(epoch) - now.timeIntervalSince1970)
-    return .milliseconds(Int64(interval * 1000))
-}
 
 /// Seconds since 1970 of an HTTP date (RFC 9110, 5.6.7) in any of its three forms:
 /// `Sun, 06 Nov 1994 08:49:37 GMT` (the one to send), `Sunday, 06-Nov-94 08:49:37 GMT`
@@ -192,5 +183,17 @@ public struct CircuitBreaker: Sendable, Equatable {
             openings += 1
             state = .open(until: now + probeAfter)
         }
+    }
+}
+
+extension StatusPolicy {
+    /// Parses a `Retry-After` value: delay-seconds or an HTTP date, relative to `now`.
+    /// Returns `nil` when the value is neither.
+    public static func parseRetryAfter(_ value: String, now: Date = Date()) -> Duration? {
+        let trimmed = value.trimmingWhiteSpace
+        if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
+        guard let epoch = httpDateSeconds(trimmed) else { return nil }
+        let interval = max(0, Double(epoch) - now.timeIntervalSince1970)
+        return .milliseconds(Int64(interval * 1000))
     }
 }

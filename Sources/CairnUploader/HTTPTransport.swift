@@ -1,5 +1,5 @@
 import CCairnHTTP
-import CairnStore
+public import CairnStore
 import Glibc
 
 /// The default ``Transport``: Cairn's own HTTP/1.1 client (the C target `CCairnHTTP`).
@@ -264,11 +264,11 @@ private final class Connection: @unchecked Sendable {
     func send(_ request: UploadRequest, attempt: Int, timeout: Duration,
               connectTimeout: Duration) -> TransportResult {
         // Every string's bytes in one buffer, so the C request can point into it.
-        let retryCount = retryCountHeaderName.lowercased()
+        let retryCount = UploadRequest.retryCountHeaderName.lowercased()
         var fields: [(name: String, value: String)] = request.headers
             .filter { $0.name.lowercased() != retryCount }
             .map { ($0.name, $0.value) }
-        fields.append((retryCountHeaderName, String(attempt)))
+        fields.append((UploadRequest.retryCountHeaderName, String(attempt)))
         var storage: [UInt8] = []
         func place(_ text: String) -> Range<Int> {
             let start = storage.count

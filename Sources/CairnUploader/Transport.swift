@@ -1,4 +1,4 @@
-import CairnStore
+public import CairnStore
 
 /// Sends one attempt of an ``UploadRequest`` and reports what happened.
 ///
@@ -26,8 +26,10 @@ public protocol Transport: Sendable {
     func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult
 }
 
-/// The name of the header that carries the attempt number (0 for the first try).
-public let retryCountHeaderName = "Cairn-Retry-Count"
+extension UploadRequest {
+    /// The name of the header that carries the attempt number (0 for the first try).
+    public static let retryCountHeaderName = "Cairn-Retry-Count"
+}
 
 /// An HTTP response, whatever its status.
 public struct TransportResponse: Sendable, Equatable {

@@ -1,5 +1,5 @@
-import CairnStore
-import FoundationEssentials
+public import CairnStore
+public import FoundationEssentials
 
 /// Receives the uploader's logs, unchanged, so a service can show them in its own
 /// tools. Called on the uploader's thread: return quickly.

@@ -1,6 +1,6 @@
-import CairnStore
+public import CairnStore
 import CCairn
-import FoundationEssentials
+public import FoundationEssentials
 import Glibc
 
 /// Options of the ``Uploader``.
@@ -964,7 +964,7 @@ public final class Uploader: @unchecked Sendable {
         case .response(let response):
             action = options.policy.action(for: response.status)
             if action == .pauseAndRetry {
-                pause = response.header("Retry-After").flatMap { parseRetryAfter($0) } ?? options.backoff.base
+                pause = response.header("Retry-After").flatMap { StatusPolicy.parseRetryAfter($0) } ?? options.backoff.base
             }
         case .failure(let failure):
             action = failure.kind == .invalidRequest ? .drop(reason: "invalid_request") : .retry

@@ -487,12 +487,12 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     }
 
     @Test func demanglesSwiftAndCxxNames() throws {
-        #expect(demangle("$sSi") == "Swift.Int")
-        #expect(demangle("_ZN3foo3barEi") == "foo::bar(int)")
-        #expect(demangle("main") == "main")
-        #expect(demangle("crash_here") == "crash_here")
+        #expect(Symbolizer.demangle("$sSi") == "Swift.Int")
+        #expect(Symbolizer.demangle("_ZN3foo3barEi") == "foo::bar(int)")
+        #expect(Symbolizer.demangle("main") == "main")
+        #expect(Symbolizer.demangle("crash_here") == "crash_here")
         for garbage in ["$s", "$sZZZ!!", "_Z", "_Zgarbage(", "_T0", ""] {
-            #expect(demangle(garbage) == garbage)
+            #expect(Symbolizer.demangle(garbage) == garbage)
         }
 
         // A real name from this binary, checked against the toolchain's swift-demangle.
@@ -500,7 +500,7 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
                                            modules: Fixture.currentModules())
         let mangled = try #require(frame.mangledSymbol)
         let expected = try Fixture.run(["/opt/swift/usr/bin/swift-demangle", mangled])
-        #expect(expected.hasSuffix("\(demangle(mangled))\n"))
-        #expect(demangle(mangled) != mangled && frame.symbol == demangle(mangled))
+        #expect(expected.hasSuffix("\(Symbolizer.demangle(mangled))\n"))
+        #expect(Symbolizer.demangle(mangled) != mangled && frame.symbol == Symbolizer.demangle(mangled))
     }
 }

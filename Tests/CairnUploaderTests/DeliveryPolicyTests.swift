@@ -27,21 +27,21 @@ import Testing
     }
 
     @Test func retryAfterSecondsAndHTTPDate() {
-        #expect(parseRetryAfter("120") == .seconds(120))
-        #expect(parseRetryAfter(" 0 ") == .zero)
+        #expect(StatusPolicy.parseRetryAfter("120") == .seconds(120))
+        #expect(StatusPolicy.parseRetryAfter(" 0 ") == .zero)
         let now = Date(timeIntervalSince1970: 1_764_690_000)
         let later = "Tue, 02 Dec 2025 15:40:30 GMT" // 30 s after `now`
-        #expect(parseRetryAfter(later, now: now) == .seconds(30))
-        #expect(parseRetryAfter("Tue, 02 Dec 2025 15:39:00 GMT", now: now) == .zero, "a past date means now")
-        #expect(parseRetryAfter("soon") == nil)
-        #expect(parseRetryAfter("-5") == nil)
+        #expect(StatusPolicy.parseRetryAfter(later, now: now) == .seconds(30))
+        #expect(StatusPolicy.parseRetryAfter("Tue, 02 Dec 2025 15:39:00 GMT", now: now) == .zero, "a past date means now")
+        #expect(StatusPolicy.parseRetryAfter("soon") == nil)
+        #expect(StatusPolicy.parseRetryAfter("-5") == nil)
         // The two obsolete forms a recipient must also accept.
-        #expect(parseRetryAfter("Tuesday, 02-Dec-25 15:40:30 GMT", now: now) == .seconds(30))
-        #expect(parseRetryAfter("Tue Dec  2 15:40:30 2025", now: now) == .seconds(30))
+        #expect(StatusPolicy.parseRetryAfter("Tuesday, 02-Dec-25 15:40:30 GMT", now: now) == .seconds(30))
+        #expect(StatusPolicy.parseRetryAfter("Tue Dec  2 15:40:30 2025", now: now) == .seconds(30))
         // Garbage in the shape of a date.
         for bad in ["Tue, 32 Dec 2025 15:40:30 GMT", "Tue, 02 Dek 2025 15:40:30 GMT", "Tue, 02 Dec 2025 25:40:30 GMT",
                     "Tue, 02 Dec 2025 15:40:30 UTC", "Tue, 2 Dec 2025 15:40:30 GMT", "Tue, 02 Dec 2025 15:40 GMT"] {
-            #expect(parseRetryAfter(bad, now: now) == nil, "\(bad)")
+            #expect(StatusPolicy.parseRetryAfter(bad, now: now) == nil, "\(bad)")
         }
     }
 
