@@ -593,9 +593,12 @@ public final class Cairn: @unchecked Sendable {
                      tier: .important, identityGiven: identity != nil))
     }
 
-    /// Leaves a breadcrumb: the last ones travel with a crash report.
+    /// Leaves a breadcrumb: the last ones travel with a crash report. The privacy rules
+    /// mask the message and the category first (an e-mail, a bearer token, …), so what
+    /// the crash report keeps on disk, and later sends, is already masked.
     public func breadcrumb(_ message: String, category: String? = nil) {
-        crash?.addBreadcrumb(message, category: category)
+        guard let crash else { return }
+        crash.addBreadcrumb(processor.maskText(message), category: category.map(processor.maskText))
     }
 
     func currentIdentity(_ override: Identity?) -> Identity {

@@ -251,6 +251,13 @@ public final class Processor: Sendable {
     /// the events it encodes without it (docs/FORMATS.md, "Ring file").
     public var contextFragment: [UInt8] { Array(common.bytes) }
 
+    /// `text` with what the privacy rules find in it masked (e-mails, phone numbers,
+    /// cards, tokens, URL query secrets, as switched on), or as it is when privacy is
+    /// off: for free text that is not an event property, such as a breadcrumb.
+    public func maskText(_ text: String) -> String {
+        options.privacy.enabled ? masker.mask(text) : text
+    }
+
     /// `url` with the values of sensitive query parameters masked (when privacy is on).
     public func maskURL(_ url: String) -> String {
         options.privacy.enabled ? masker.maskURL(url) : url

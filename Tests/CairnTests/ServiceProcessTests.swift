@@ -155,15 +155,21 @@ import Testing
 
     /// A service crashes; its next start sends the `crash` and `session_end` events of
     /// the crashed run, each with that run's release, identity and whole `context`
-    /// (docs/FORMATS.md, "Crash and session-end events").
+    /// (docs/FORMATS.md, "Crash and session-end events"). A breadcrumb holding an e-mail
+    /// and a bearer token arrives masked, and was masked on disk too.
     @Test func aCrashedRunIsReportedWithItsContext() throws {
         let collector = try CollectorProcess()
         let dir = DataDir()
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_RELEASE": "orders@2.0.0",
-                   "CAIRN_BATCH_AGE_MS": "50"]
+                   "CAIRN_BATCH_AGE_MS": "50",
+                   "CAIRN_TEST_BREADCRUMB": "login alice@example.com with Authorization: Bearer abcDEF123456ghiJKL789"]
         let crashed = try Self.child(["crash"], env: env)
         #expect(crashed.status != 0 && crashed.status != 4, "died of the signal: \(crashed.status) \(crashed.err)")
+        let onDisk = try FileManager.default.contentsOfDirectory(atPath: dir.path + "/crash").compactMap {
+            FileManager.default.contents(atPath: dir.path + "/crash/" + $0)
+        }
+        #expect(!onDisk.isEmpty && !onDisk.contains { String(decoding: $0, as: UTF8.self).contains("alice@example.com") })
         env["CAIRN_RELEASE"] = "orders@2.0.1"
         let next = try Self.child(["run", "0"], env: env)
         #expect(next.status == 0, "\(next.err)")
@@ -182,6 +188,11 @@ import Testing
         }
         #expect((end["properties"] as? [String: Any])?["reason"] as? String == "crashed")
         #expect((crash["properties"] as? [String: Any])?["signal"] as? String == "SIGSEGV")
+        let reportContext = (crash["properties"] as? [String: Any])?["context"] as? [String: Any]
+        let crumbs = try #require(reportContext?["breadcrumbs"] as? [[String: Any]], "\(crash)")
+        let message = try #require(crumbs.last?["message"] as? String)
+        #expect(message.hasPrefix("login ") && crumbs.last?["category"] as? String == "auth", "\(message)")
+        #expect(!message.contains("alice@example.com") && !message.contains("abcDEF123456ghiJKL789"), "\(message)")
     }
 
     /// `sdk_health` every interval and once at shutdown: counts since the previous one

@@ -27,7 +27,8 @@
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
 // CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting.
-// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap.
+// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_BREADCRUMB is
+// left as a breadcrumb before crash crashes.
 //
 // The ack file of flood (created or truncated by the child, mapped MAP_SHARED, so that
 // every store is in the page cache at once and survives kill -9): bytes 0..<64 are the
@@ -119,6 +120,7 @@ case "run":
 case "install":
     cairn.track("app_install")
 case "crash":
+    if let crumb = env["CAIRN_TEST_BREADCRUMB"] { cairn.breadcrumb(crumb, category: "auth") }
     _ = cairn.flush(timeout: .seconds(10))
     let bad = UnsafeMutablePointer<Int>(bitPattern: n == 0 ? 8 : 16)
     bad?.pointee = n
