@@ -85,7 +85,7 @@ let package = Package(
         .target(name: "CairnTestKit", dependencies: ["Cairn"], path: "Sources/CairnTestKit",
                 swiftSettings: strictSwift),
         // A service using the public API, for the end-to-end and cross-process tests.
-        .executableTarget(name: "cairn-service-child", dependencies: ["Cairn"], path: "Tests/ServiceChild"),
+        .executableTarget(name: "cairn-service-child", dependencies: ["Cairn", "CairnTestKit"], path: "Tests/ServiceChild"),
         .testTarget(name: "CairnTests",
                     dependencies: ["Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
                                   "cairn-service-child", "cairn", "cairn-crash-child",

@@ -317,12 +317,7 @@ public final class Cairn: @unchecked Sendable {
         let destinations = options.destinations
         var tap: (@Sendable ([[UInt8]]) -> Void)?
         if !destinations.isEmpty {
-            tap = { (records: [[UInt8]]) -> Void in
-                var events: [FinishedEvent] = []
-                events.reserveCapacity(records.count)
-                for r in records { events.append(FinishedEvent(json: r)) }
-                for d in destinations { d.receive(events) }
-            }
+            tap = { (records: [[UInt8]]) -> Void in Self.deliver(records, to: destinations) }
         }
         var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
                                             maxBatchEvents: options.maxBatchEvents,
@@ -489,6 +484,7 @@ public final class Cairn: @unchecked Sendable {
         let result = crash.processPreviousRuns { events in
             let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
             try uploader.sendPrebuilt(body: body, priority: .critical)
+            deliverToDestinations(events)
         }
         if options.debugLogging {
             for run in result.runs {
@@ -511,6 +507,7 @@ public final class Cairn: @unchecked Sendable {
             let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])
             try uploader.sendPrebuilt(body: body, priority: .important)
             install.markPropertiesSent(directory: options.dataDirectory)
+            deliverToDestinations([record])
         } catch {
             drops.add("install_properties", 1)
         }
@@ -537,7 +534,13 @@ public final class Cairn: @unchecked Sendable {
                      identityGiven: identity != nil))
     }
 
-    /// Tracks a typed event.
+    /// Tracks a typed event, with its tier. A ``Tier/critical`` event (a payment, an
+    /// audit record) is not sampled or shed, and is made durable before this returns:
+    /// once the SDK's background start has opened the snapshot store, it is stored
+    /// there at once, in a request of its own with Critical priority (which the store's
+    /// size and age caps evict last), and synced; before that, it is written to the
+    /// event ring and synced. That costs a disk sync on the calling thread (about a
+    /// millisecond): keep the tier for events that must not be lost.
     public func track(_ event: some CairnEvent, time: Date? = nil, identity: Identity? = nil) {
         let millis = time.map { UInt64(max(0, $0.timeIntervalSince1970 * 1000)) } ?? EventClock.nowMillis()
         submit(Event(type: .track, name: event.name, properties: event.properties, timeMillis: millis,
@@ -647,8 +650,45 @@ public final class Cairn: @unchecked Sendable {
         if event.type == .track, let dynamic = options.dynamicProperties?(), !dynamic.isEmpty {
             for (k, v) in dynamic where event.properties[k] == nil { event.properties[k] = v }
         }
-        write(&event, cleaned: false, into: ring)
+        if event.tier != .critical || !storeCritical(&event) {
+            write(&event, cleaned: false, into: ring)
+        }
         if let fingerprint { remember(event, fingerprint) }
+    }
+
+    /// A Critical event goes to the snapshot store at once, in a request of its own with
+    /// the Critical priority, synced before `track` returns: stored, it outlives the
+    /// eviction of Sampled and Important requests when the store is full, and a crash
+    /// right after. Destinations see it now. False (the ring takes it instead, synced
+    /// too) before the background start has opened the store, without one, or when the
+    /// store refuses it.
+    private func storeCritical(_ event: inout Event) -> Bool {
+        guard let uploader = state.withLock({ $0.uploader }), uploader.hasStore else { return false }
+        clean(&event)
+        let record = processor.record(event)
+        do {
+            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])
+            try uploader.sendPrebuilt(body: body, priority: .critical)
+        } catch {
+            if options.debugLogging { writeStandardError("[cairn] critical event \(event.name) not stored: \(error)\n") }
+            return false
+        }
+        deliverToDestinations([record])
+        return true
+    }
+
+    /// Hands finished records (whole events, as the collector receives them) to the
+    /// destinations, on the calling thread: the ring's batches as the uploader frames
+    /// them, and the events that go to the store directly (Critical events, previous
+    /// runs' crash and session_end, the install properties).
+    func deliverToDestinations(_ records: [[UInt8]]) {
+        Self.deliver(records, to: options.destinations)
+    }
+
+    private static func deliver(_ records: [[UInt8]], to destinations: [any Destination]) {
+        guard !destinations.isEmpty, !records.isEmpty else { return }
+        let events = records.map(FinishedEvent.init(json:))
+        for d in destinations { d.receive(events) }
     }
 
     /// Keeps the first event of a window; bounded: past twice the open windows allowed,

@@ -42,9 +42,13 @@ public struct FinishedEvent: Sendable, Equatable {
 }
 
 /// Somewhere finished events go besides the upload URL: a service adds its own sink
-/// without touching call sites. Called on the SDK's background thread with events in
-/// the order they were tracked, after the event left the service's thread; return
-/// quickly (queue slow work). An event recovered after a crash may arrive again.
+/// without touching call sites. Every event the collector gets goes here too: tracked
+/// events, `sdk_health`, the install's `user_setOnce`, and the `crash` and
+/// `session_end` events of previous runs. Called on the SDK's background thread, with
+/// tracked events in the order they were tracked, after they left the service's thread;
+/// a Critical event is handed over on the thread that tracked it, once it is stored
+/// (see `Cairn.track(_:time:identity:)` for typed events). Return quickly (queue slow
+/// work). An event recovered after a crash may arrive again.
 public protocol Destination: Sendable {
     /// Receives finished events.
     func receive(_ events: [FinishedEvent])

@@ -362,6 +362,10 @@ public final class Uploader: @unchecked Sendable {
         return request
     }
 
+    /// Whether a snapshot store was given (``sendPrebuilt(body:contentEncoding:priority:)``
+    /// needs one).
+    public var hasStore: Bool { store != nil }
+
     /// A drop table slot's counter as reported by a request.
     struct DropReport {
         var slot: Int32

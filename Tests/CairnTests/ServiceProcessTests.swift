@@ -1,5 +1,6 @@
 import Cairn
 import CairnProcessor
+import CairnStore
 import CairnTestSupport
 import Foundation
 import Testing
@@ -112,6 +113,64 @@ import Testing
         #expect(ended(1) == "clean" && ended(2) == "clean" && ended(3) == "crashed")
         let crashes = received.filter { $0["type"] as? String == "crash" }
         #expect(crashes.count == 1 && crashes.first?["session_id"] as? String == sessions[3])
+    }
+
+    /// A Critical event that cannot be delivered is stored at once with Critical
+    /// priority: when Sampled requests overflow the store's size cap, they are evicted
+    /// and it stays, and the next start with the collector up delivers it. Destinations
+    /// see it when it is stored.
+    @Test func aCriticalEventOutlivesTheEvictionOfSampledOnes() throws {
+        let dir = DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "CAIRN_UPLOAD_URL": "http://127.0.0.1:9/v1/batch", "CAIRN_BATCH_AGE_MS": "20",
+                   "CAIRN_TEST_STORE_BYTES": "\(1 << 20)", "CAIRN_TEST_STDOUT": "1"]
+        let r = try Self.child(["critical", "6"], env: env)
+        #expect(r.status == 0, "\(r.err)")
+        #expect(Self.objects(r.out).contains { $0["name"] as? String == "payment_captured" }, "destinations saw it")
+
+        let store = try SnapshotStore(directory: dir.path + "/store", options: .init(maxBytes: 1 << 20))
+        let stored = try store.oldest(limit: 10_000)
+        let critical = stored.filter { $0.priority == .critical }
+        #expect(critical.count == 1, "\(stored.map(\.priority))")
+        let first = try #require(critical.first)
+        let decoder = try FrameDecoder(maxContentSize: 64 << 20)
+        func events(_ s: Snapshot) -> [[UInt8]] { (try? decoder.decodeRecords(s.request.body).records) ?? [] }
+        let records = events(first).map { String(decoding: $0, as: UTF8.self) }
+        #expect(records.count == 1 && records.first?.contains("\"payment_captured\"") == true)
+        let bulkStored = stored.filter { $0.priority == .sampled }.map { events($0).count }.reduce(0, +)
+        #expect(bulkStored > 0 && bulkStored < 3000, "Sampled requests were evicted: \(bulkStored) of 3000 stored")
+
+        let collector = try CollectorProcess()
+        var up = env
+        up["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
+        up["CAIRN_SHUTDOWN_TIMEOUT_MS"] = "15000"
+        let next = try Self.child(["run", "0"], env: up)
+        #expect(next.status == 0, "\(next.err)")
+        let received = try LifecycleTests.received(collector)
+        #expect(received.filter { $0["name"] as? String == "payment_captured" }.count == 1)
+        let bulk = received.filter { $0["name"] as? String == "bulk" }.count
+        #expect(bulk > 0 && bulk < 3000, "some bulk events were evicted: \(bulk) of 3000 arrived")
+    }
+
+    /// A destination sees every event the collector gets: after a real crash, the next
+    /// start's RecordingDestination receives the crashed run's `crash` and
+    /// `session_end`, and (its install record being new) the install's `user_setOnce`.
+    @Test func aRecordingDestinationSeesCrashSessionEndAndInstall() throws {
+        let dir = DataDir()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path]
+        let crashed = try Self.child(["crash"], env: env)
+        #expect(crashed.status != 0 && crashed.status != 4, "\(crashed.status) \(crashed.err)")
+        // As on a machine where the data directory's install record was lost: the next
+        // start sends the install properties again.
+        try FileManager.default.removeItem(atPath: dir.path + "/install.json")
+        env["CAIRN_TEST_RECORDER"] = "1"
+        let next = try Self.child(["run", "1"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let recorded = Set(next.out.filter { $0.hasPrefix("recorded ") })
+        for line in ["recorded crash crash", "recorded session session_end", "recorded user_setOnce user_properties",
+                     "recorded track child_event"] {
+            #expect(recorded.contains(line), "\(line) in \(recorded)")
+        }
     }
 
     /// The first start records the install; `app_install` tracked without a time uses

@@ -14,6 +14,9 @@
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
+//   critical <n>  flush (ready), track one Critical "payment_captured", then n rounds of
+//                 500 Sampled "bulk" events of 2 KB of random hex each, flushing after
+//                 each round; shut down
 //   serve <n>     track n events, flush for CAIRN_TEST_FLUSH_MS (if set), track
 //                 CAIRN_TEST_MORE more (if set; "i" counting on), print "ready", then wait
 //                 to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
@@ -27,7 +30,9 @@
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
 // CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting.
-// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_BREADCRUMB is
+// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_RECORDER=1 adds a
+// RecordingDestination, whose events are printed after the final shutdown, one line
+// each: "recorded <type> <name>". CAIRN_TEST_BREADCRUMB is
 // left as a breadcrumb before crash crashes.
 //
 // The ack file of flood (created or truncated by the child, mapped MAP_SHARED, so that
@@ -37,6 +42,7 @@
 // has seen return.
 import Cairn
 import CairnProcessor
+import CairnTestKit
 import Foundation
 
 // A service starts with no signal blocked (systemd, a shell, Kubernetes); a child of the
@@ -100,6 +106,8 @@ if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.des
 let env = ProcessInfo.processInfo.environment
 if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as nohup'd jobs are
 if let bytes = env["CAIRN_TEST_STORE_BYTES"].flatMap({ Int($0) }) { options.storeMaxBytes = bytes }
+let recorder = RecordingDestination()
+if env["CAIRN_TEST_RECORDER"] == "1" { options.destinations.append(recorder) }
 let cairn: Cairn
 let startedAt = DispatchTime.now().uptimeNanoseconds
 if env["CAIRN_TEST_SAFE_START"] == "1" {
@@ -125,6 +133,22 @@ case "crash":
     let bad = UnsafeMutablePointer<Int>(bitPattern: n == 0 ? 8 : 16)
     bad?.pointee = n
     exit(4)
+case "critical":
+    struct Payment: CairnEvent {
+        var name: String { "payment_captured" }
+        var tier: Tier { .critical }
+        var properties: [String: CairnValue] { ["amount": 4200, "currency": "EUR"] }
+    }
+    _ = cairn.flush(timeout: .seconds(10))
+    cairn.track(Payment())
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<n {
+        for i in 0..<500 {
+            let padding = (0..<128).map { _ in String(generator.next() as UInt64, radix: 16) }.joined()
+            cairn.track("bulk", properties: ["round": .int(Int64(round)), "i": .int(Int64(i)), "padding": .string(padding)])
+        }
+        _ = cairn.flush(timeout: .seconds(10))
+    }
 case "burst":
     struct Tiered: CairnEvent {
         var name: String
@@ -182,4 +206,7 @@ if let ms = env["CAIRN_TEST_PAUSE_MS"].flatMap({ UInt32($0) }) {
     usleep(ms * 1000)  // idle before shutting down (periodic sdk_health)
 }
 let ok = cairn.shutdown(timeout: .seconds(20))
+for event in recorder.events {
+    print("recorded \(event.object?["type"] as? String ?? "?") \(event.name ?? "?")")
+}
 exit(ok ? 0 : 3)
