@@ -348,6 +348,11 @@ public final class Cairn: @unchecked Sendable {
             return
         }
         uploader.start()
+        // The ended runs' own events, recovered from the ring, are made safe (delivered,
+        // or stored, which replays oldest first) before their crash and session_end are
+        // stored: a collector sees a run's events before its end. Bounded: past the
+        // limit, the previous runs are reported anyway.
+        if ring.stats().recovered > 0 { _ = uploader.flush(timeout: Self.recoveredEventsFirstLimit) }
         reportPreviousRuns(uploader)
         sendInstallProperties(uploader)
         state.withLock { $0.ready = true }
@@ -478,6 +483,10 @@ public final class Cairn: @unchecked Sendable {
         ]
         return names.filter { r.contains($0.0) }.map(\.1)
     }
+
+    /// How long the background start waits for recovered events to be safe before it
+    /// reports the previous runs.
+    static let recoveredEventsFirstLimit: Duration = .seconds(5)
 
     private func reportPreviousRuns(_ uploader: Uploader) {
         guard let crash else { return }

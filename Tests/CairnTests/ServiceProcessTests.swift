@@ -173,6 +173,32 @@ import Testing
         }
     }
 
+    /// A run killed with events still in its ring: the next start sends those events
+    /// before the killed run's `session_end`, so a collector never sees a session end
+    /// and then more of its events.
+    @Test func anEndedRunsEventsArriveBeforeItsSessionEnd() throws {
+        let dir = DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "CAIRN_UPLOAD_URL": "http://127.0.0.1:9/v1/batch", "CAIRN_BATCH_AGE_MS": "600000"]
+        let killed = try LifecycleTests.Running(["serve", "20"], env: env)
+        #expect(killed.waitUntilReady())
+        killed.signal(SIGKILL)
+        _ = killed.wait()
+
+        let collector = try CollectorProcess()
+        var up = env
+        up["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
+        // Batches wait a long time to fill: the recovered events must not wait behind it.
+        up["CAIRN_BATCH_AGE_MS"] = "3000"
+        let next = try Self.child(["run", "0"], env: up)
+        #expect(next.status == 0, "\(next.err)")
+        let received = try LifecycleTests.received(collector)
+        let end = try #require(received.firstIndex { $0["name"] as? String == "session_end" }, "\(received.count)")
+        let events = received.indices.filter { received[$0]["name"] as? String == "child_event" }
+        #expect(events.count == 20)
+        #expect(events.allSatisfy { $0 < end }, "events at \(events), session_end at \(end)")
+    }
+
     /// The first start records the install; `app_install` tracked without a time uses
     /// that time, in that process and in a later one; the fixed install properties go
     /// once, in their own `user_setOnce` request whose start log shows them.
