@@ -381,6 +381,7 @@ public final class Cairn: @unchecked Sendable {
         var at: UInt64
         var ring: Ring.Stats?
         var drops: [String: Int] = [:]
+        var changes: [String: Int] = [:]
         var upload = UploaderStats()
         var first = true
     }
@@ -415,8 +416,10 @@ public final class Cairn: @unchecked Sendable {
     private func trackHealth(since before: HealthBaseline, final: Bool, ring: Ring) -> HealthBaseline {
         let (uploader, startNanos) = state.withLock { ($0.uploader, $0.startNanos) }
         let r = ring.stats()
-        let now = HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: r, drops: drops.snapshot(),
-                                 upload: uploader?.stats ?? UploaderStats(), first: false)
+        let upload = uploader?.stats ?? UploaderStats()
+        let now = HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: r,
+                                 drops: dropTotals(ring: r, upload: upload), changes: drops.changes(),
+                                 upload: upload, first: false)
         let ur = before.ring ?? r
         func delta<N: BinaryInteger>(_ a: N, _ b: N) -> CairnValue { .int(Int64(clamping: a >= b ? a - b : 0)) }
         func deltas(_ a: [String: Int], _ b: [String: Int]) -> CairnValue {
@@ -433,9 +436,8 @@ public final class Cairn: @unchecked Sendable {
             "events_written": delta(r.appended, ur.appended),
             "ring_fill": share(r.used),
             "ring_high_water": share(r.highWater),
-            "ring_full_drops": delta(r.droppedFull, ur.droppedFull),
-            "ring_too_big_drops": delta(r.droppedTooBig, ur.droppedTooBig),
             "dropped": deltas(now.drops, before.drops),
+            "changed": deltas(now.changes, before.changes),
             "delivered_batches": delta(u.deliveredBatches, ub.deliveredBatches),
             "delivered_events": delta(u.deliveredEvents, ub.deliveredEvents),
             "failed_attempts": delta(u.failedAttempts, ub.failedAttempts),
@@ -444,7 +446,6 @@ public final class Cairn: @unchecked Sendable {
             "breaker_openings": delta(u.breakerOpenings, ub.breakerOpenings),
             "pauses": delta(u.pauses, ub.pauses),
             "store_failures": delta(u.storeFailures, ub.storeFailures),
-            "upload_dropped": deltas(u.dropped, ub.dropped),
         ]
         if before.first {
             p["start_ms"] = .double((Double(startNanos) / 1e3).rounded() / 1e3)
@@ -787,7 +788,7 @@ public final class Cairn: @unchecked Sendable {
     private func clean(_ event: inout Event) {
         var counts = RuleCounts()
         processor.clean(&event, counts: &counts)
-        if !counts.isEmpty { drops.add(counts) }
+        if !counts.isEmpty { drops.addChanges(counts) }
     }
 
     /// Each closed window with repeats becomes one event: the first event again, with
@@ -951,15 +952,32 @@ public final class Cairn: @unchecked Sendable {
         return true
     }
 
-    /// Drops by reason since start, in events, in this process: what the processor
-    /// refused (sampled, filtered, deduplicated, overload), what the rules changed,
-    /// and what the uploader dropped (a final 4xx, store evictions, damage found at
-    /// start). The same drops are also kept in the ring file until a request has
-    /// reported them to the collector (`Cairn-Dropped`), so a process killed before
-    /// that still has them reported by the next one.
+    /// Events dropped since start in this process, by reason: what the processor
+    /// refused (`sampled`, `filtered`, `deduplicated`, `overload_<tier>`, ...), what the
+    /// ring refused (`ring_full`, `ring_too_big`) and what the uploader dropped (a final
+    /// 4xx, store evictions, damage found at start). The reasons are those of the
+    /// `Cairn-Dropped` header and of `sdk_health`'s `dropped` (docs/FORMATS.md, "Upload
+    /// request"): the same drops are kept in the ring file until a request has reported
+    /// them, so a process killed before that still has them reported by the next one.
+    /// What the privacy and sanitising rules changed is not a drop: see ``changeCounts``.
     public var dropCounts: [String: Int] {
+        dropTotals(ring: ring?.stats(), upload: state.withLock { $0.uploader }?.stats)
+    }
+
+    /// What the privacy and sanitising rules changed since start in this process, by
+    /// rule (`privacy_masked`, `privacy_redacted`, `string_truncated`, `key_dropped`, ...):
+    /// the events were kept, changed. Also in `sdk_health`'s `changed`; not reported in
+    /// `Cairn-Dropped`.
+    public var changeCounts: [String: Int] { drops.changes() }
+
+    /// The drops of ``dropCounts`` from the ring's and the uploader's counts given.
+    private func dropTotals(ring r: Ring.Stats?, upload u: UploaderStats?) -> [String: Int] {
         var all = drops.snapshot()
-        for (reason, n) in state.withLock({ $0.uploader })?.stats.dropped ?? [:] { all[reason, default: 0] += n }
+        if let r {
+            if r.droppedFull > 0 { all["ring_full", default: 0] += Int(clamping: r.droppedFull) }
+            if r.droppedTooBig > 0 { all["ring_too_big", default: 0] += Int(clamping: r.droppedTooBig) }
+        }
+        for (reason, n) in u?.dropped ?? [:] { all[reason, default: 0] += n }
         return all
     }
 }

@@ -302,6 +302,8 @@ import Testing
         func sum(_ key: String) -> Int { props.reduce(0) { $0 + ($1[key] as? Int ?? 0) } }
         let sampled = props.reduce(0) { $0 + (($1["dropped"] as? [String: Any])?["sampled"] as? Int ?? 0) }
         #expect(sampled == 40, "every child_event was sampled out at rate 0")
+        #expect(props.allSatisfy { $0["dropped"] is [String: Any] && $0["changed"] is [String: Any] })
+        #expect(props.allSatisfy { $0["upload_dropped"] == nil && $0["ring_full_drops"] == nil }, "one `dropped`")
         #expect(sum("events_written") >= health.count - 1, "each health event but the last is written before the next")
         #expect(props.first?["start_ms"] as? Double ?? 0 > 0 && props.dropFirst().allSatisfy { $0["start_ms"] == nil })
         #expect(props.last?["final"] as? Bool == true && props.dropLast().allSatisfy { $0["final"] == nil })
