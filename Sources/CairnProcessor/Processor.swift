@@ -224,7 +224,7 @@ public final class Processor: Sendable {
 
     /// A processor writing `common` into every event, with times in `clock`'s zone.
     public init(options: ProcessorOptions = .init(), common: CommonProperties = .init(),
-                sdkVersion: String = "0.1.0", clock: EventClock = EventClock()) {
+                sdkVersion: String = "0.2.0", clock: EventClock = EventClock()) {
         self.options = options
         sanitizer = Sanitizer(limits: options.limits)
         masker = PrivacyMasker(options: options.privacy)

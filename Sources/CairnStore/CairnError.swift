@@ -54,4 +54,4 @@ package func cairnCheck(_ function: String, _ body: () -> Int32) throws(CairnErr
 }
 
 /// The SDK's version, sent as `sdk.version` in events and in the uploader's User-Agent.
-public let cairnVersion = "0.1.0"
+public let cairnVersion = "0.2.0"

@@ -62,7 +62,7 @@ import Testing
         #expect(Set(attempts.compactMap(\.idempotency_key)).count == 1, "the same idempotency key")
         #expect(attempts.map { $0.retry_count ?? "" } == ["0", "1", "2"])
         #expect(attempts.last?.records == (0..<10).map { String(decoding: Self.event($0), as: UTF8.self) })
-        #expect(attempts[0].headerValues("User-Agent") == ["cairn-swift/0.1.0"])
+        #expect(attempts[0].headerValues("User-Agent") == ["cairn-swift/\(cairnVersion)"])
         #expect(attempts[0].headerValues("Content-Encoding") == ["zstd"])
         #expect(uploader.stats.deliveredBatches == 1 && uploader.stats.deliveredEvents == 10)
         #expect(ring.stats().used == 0)
