@@ -9,7 +9,7 @@ import Testing
 @Suite struct CrashEventTests {
     /// A complete report of a SIGSEGV in `crash_here`, written by the real handler.
     static let report: [UInt8] = {
-        let dir = PreviousRunTests.Dirs()
+        guard let dir = try? PreviousRunTests.Dirs() else { return [] }
         try? FileManager.default.createDirectory(atPath: dir.crash, withIntermediateDirectories: true)
         let ended = try? PreviousRunTests.run([productsDirectory + "/cairn-crash-child", dir.crash, "segv"])
         guard ended?.signaled == true, let name = dir.files().first(where: { $0.hasSuffix(".report") }) else { return [] }

@@ -62,7 +62,7 @@ import Testing
 
     @Test(arguments: cases)
     func crashBecomesASymbolicatedEvent(_ c: Case) throws {
-        let dirs = PreviousRunTests.Dirs()
+        let dirs = try PreviousRunTests.Dirs()
         try FileManager.default.createDirectory(atPath: dirs.crash, withIntermediateDirectories: true)
         let ended = try PreviousRunTests.run([productsDirectory + "/" + c.child, dirs.crash, c.mode],
                                              signal: c.sendSignal, prefix: c.prefix)

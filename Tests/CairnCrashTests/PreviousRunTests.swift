@@ -10,12 +10,14 @@ import Testing
 @Suite(.serialized) struct PreviousRunTests {
     /// A scratch directory holding the crash directory and the next start's store.
     final class Dirs {
-        let root = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-run-test-\(getpid())-\(UUID().uuidString.prefix(8))"
+        private let directory: TemporaryDirectory
+        var root: String { directory.path }
         var crash: String { root + "/crash" }
         var data: String { root + "/data" }
-        init() { try? FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true) }
-        deinit { try? FileManager.default.removeItem(atPath: root) }
+        init() throws {
+            directory = try TemporaryDirectory("cairn-run-test")
+            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        }
         func files() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: crash)) ?? []).sorted() }
     }
 
@@ -106,7 +108,7 @@ import Testing
     // MARK: Session end reasons
 
     @Test func cleanShutdownIsReportedClean() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.service(dirs, "clean")
         #expect(first.status == 0 && !first.session.isEmpty)
         let next = try Self.nextStart(dirs)
@@ -124,7 +126,7 @@ import Testing
     /// record (creating a file costs more than renaming one on the starting thread). The
     /// spare is never taken for a run, and one that is not empty is left alone.
     @Test func theNextRunRecordIsTheSpareTheLastRunLeft() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         func inode(_ path: String) -> UInt64? {
             var st = stat()
             return stat(path, &st) == 0 ? UInt64(st.st_ino) : nil
@@ -149,7 +151,7 @@ import Testing
     }
 
     @Test func sigkillIsReportedAbnormal() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.service(dirs, "wait", signal: SIGKILL)
         #expect(first.signaled && first.status == SIGKILL)
         let run = try #require(try Self.nextStart(dirs).runs.first)
@@ -162,7 +164,7 @@ import Testing
     /// line), then `session_end` with reason `crashed`, both at the Critical priority,
     /// and deletes the report.
     @Test func crashIsSymbolicatedStoredAndItsReportDeleted() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.service(dirs, "segv")
         #expect(first.signaled && first.status == SIGSEGV, "same death as without Cairn")
         #expect(dirs.files().contains("crash-\(first.session).report"))
@@ -196,7 +198,7 @@ import Testing
     /// frames are symbolicated. (Started by an absolute path, the handler takes the path
     /// from the kernel's auxiliary vector; otherwise it reads `/proc/self/exe`.)
     @Test func crashOfAProgramStartedByARelativePathIsSymbolicated() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.run(["/bin/sh", "-c", "cd \"$0\" && exec ./cairn-run-child \"$1\" segv", productsDirectory,
                                   dirs.crash])
         #expect(first.signaled && first.status == SIGSEGV)
@@ -212,7 +214,7 @@ import Testing
     /// `fatalError` in Swift: SIGILL (x86-64) or SIGTRAP (arm64), and the event's reason
     /// is the runtime's own message.
     @Test func swiftFatalErrorCarriesItsMessage() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.service(dirs, "fatal")
         #if arch(x86_64)
         let trap = SIGILL
@@ -231,7 +233,7 @@ import Testing
     /// A report with no run record (a C program using `cairn_crash_install` directly)
     /// still becomes a `crash` event, with no session to end.
     @Test func orphanReportBecomesACrashEvent() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         try FileManager.default.createDirectory(atPath: dirs.crash, withIntermediateDirectories: true)
         let c = try Self.run([productsDirectory + "/cairn-crash-child", dirs.crash, "fpe"])
         #expect(c.signaled && c.status == SIGFPE)
@@ -248,7 +250,7 @@ import Testing
     /// written: the report alone (its context blob names the run) gives the whole run,
     /// `crash` with the run's attributes, then `session_end`.
     @Test func crashBeforeTheRunRecordIsWrittenIsReportedWhole() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.service(dirs, "segv", environment: ["CAIRN_TEST_DEFER_SETUP": "never"])
         #expect(first.signaled && first.status == SIGSEGV)
         #expect(dirs.files().filter { $0.hasPrefix("run-") }.isEmpty, "no record was written")
@@ -272,7 +274,7 @@ import Testing
     /// Storing fails: the run's files stay; the next start stores the same events (same
     /// event ids, so the collector keeps one copy) and only then deletes them.
     @Test func failedStoreKeepsTheReportForTheNextStart() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let first = try Self.service(dirs, "segv")
         let failed = try Self.nextStart(dirs, failing: true)
         let run1 = try #require(failed.runs.first)
@@ -292,7 +294,7 @@ import Testing
     /// another thread, and a start never takes its own run for a previous one.
     @Test(arguments: [false, true])
     func liveRunsAreLeftAlone(deferred: Bool) throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let environment = deferred ? ["CAIRN_TEST_DEFER_SETUP": "1"] : [:]
         let p = Process()
         p.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-run-child")
@@ -319,7 +321,7 @@ import Testing
 
     /// More runs waiting than `maxPendingRuns`: the oldest are deleted and counted.
     @Test func pendingRunsAreBounded() throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         var sessions: [String] = []
         for _ in 0..<4 { sessions.append(try Self.service(dirs, "wait", signal: SIGKILL).session) }
         let next = try Self.nextStart(dirs, environment: ["CAIRN_TEST_MAX_PENDING_RUNS": "2"])
@@ -365,7 +367,7 @@ import Testing
     @Test(.enabled(if: canMakeMemoryCgroup, "needs a writable memory cgroup (root, cgroup v1 or v2)"),
           arguments: [false, true])
     func oomKillIsRecognised(deferred: Bool) throws {
-        let dirs = Dirs()
+        let dirs = try Dirs()
         let cg = try #require(Self.makeMemoryCgroup())
         defer { rmdir(cg.dir) }
         let child = productsDirectory + "/cairn-run-child"

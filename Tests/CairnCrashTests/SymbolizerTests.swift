@@ -54,14 +54,6 @@ private enum Fixture {
         var status: Int32
     }
 
-    /// A fresh directory under the temporary directory; the caller removes it.
-    static func temporaryDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory
-            .appendingPathComponent("cairn-symbolizer-\(getpid())-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
-    }
-
     /// Function symbols of `file` from `nm`: name, address and size.
     static func functions(in file: String, dynamic: Bool = false) throws -> [(name: String, address: UInt64, size: UInt64)] {
         let output = try run(["nm", "-S", "--defined-only"] + (dynamic ? ["-D"] : []) + [file])
@@ -280,8 +272,8 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     @Test(arguments: [["-gdwarf-2"], ["-gdwarf-3"], ["-gdwarf-4"], ["-gdwarf-5"],
                       ["-gdwarf-4", "-gdwarf64"], ["-gdwarf-5", "-gdwarf64"]])
     func readsEachDWARFVersion(flags: [String]) throws {
-        let directory = try Fixture.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directoryScratch = try TemporaryDirectory("cairn-symbolizer")
+        let directory = URL(fileURLWithPath: directoryScratch.path)
         let source = directory.appendingPathComponent("versions.c")
         try Data("""
             static int twice(int x) {
@@ -344,8 +336,8 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
         let edge = symbolizer.symbolize(address: 0x3000, index: 1, modules: [elsewhere])
         #expect(edge.module == child && edge.moduleOffset == 0x2000)
 
-        let notELF = try Fixture.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: notELF) }
+        let notELFScratch = try TemporaryDirectory("cairn-symbolizer")
+        let notELF = URL(fileURLWithPath: notELFScratch.path)
         let text = notELF.appendingPathComponent("text").path
         try Data("not an ELF file".utf8).write(to: URL(fileURLWithPath: text))
         let unreadable = symbolizer.symbolize(address: 10, index: 0, modules: [Fixture.wholeFile(text)])
@@ -353,8 +345,8 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     }
 
     @Test func strippedFilesFallBackToDynsymOrNothing() throws {
-        let directory = try Fixture.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directoryScratch = try TemporaryDirectory("cairn-symbolizer")
+        let directory = URL(fileURLWithPath: directoryScratch.path)
         let child = Fixture.crashChild
         let stripped = directory.appendingPathComponent("stripped").path
         _ = try Fixture.run(["objcopy", "--strip-all", child, stripped])
@@ -384,8 +376,8 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     }
 
     @Test func findsSeparateDebugFilesByBuildID() throws {
-        let directory = try Fixture.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directoryScratch = try TemporaryDirectory("cairn-symbolizer")
+        let directory = URL(fileURLWithPath: directoryScratch.path)
         let child = Fixture.crashChild
         let id = try Fixture.buildID(of: child).map { String(format: "%02x", $0) }.joined()
         let debugFolder = directory.appendingPathComponent("debug/.build-id/\(id.prefix(2))")
@@ -404,8 +396,8 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     }
 
     @Test func readsZstdCompressedDebugSections() throws {
-        let directory = try Fixture.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directoryScratch = try TemporaryDirectory("cairn-symbolizer")
+        let directory = URL(fileURLWithPath: directoryScratch.path)
         let child = Fixture.crashChild
         let zstd = directory.appendingPathComponent("zstd").path
         _ = try Fixture.run(["objcopy", "--compress-debug-sections=zstd", child, zstd])
@@ -433,8 +425,8 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     }
 
     @Test func survivesTruncatedAndCorruptedFiles() throws {
-        let directory = try Fixture.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let directoryScratch = try TemporaryDirectory("cairn-symbolizer")
+        let directory = URL(fileURLWithPath: directoryScratch.path)
         let child = Fixture.crashChild
         let original = try [UInt8](Data(contentsOf: URL(fileURLWithPath: child)))
         let probes = try Fixture.functions(in: child).prefix(8).map { $0.address + 1 }

@@ -27,6 +27,8 @@ enum Live {
         o.sampling = SamplingOptions(eventRates: ["never_kept": 0])
         o.filter = EventFilterOptions(denyNames: ["denied_*"])
         o.dynamicProperties = { ["build_flavour": "test", "plan": "dynamic"] }
+        // The SDK runs until the test process ends; its data directory goes then.
+        atexit { try? FileManager.default.removeItem(atPath: Live.dataDirectory) }
         return try? Cairn.start(o)
     }()
 

@@ -95,7 +95,7 @@ import Testing
     }
 
     @Test(arguments: cases) func serviceSurvivesDamage(_ damage: Damage) throws {
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         let gone = try CollectorProcess()
         let deadURL = gone.baseURL + "/v1/batch"
         gone.stop()

@@ -79,8 +79,8 @@ import Testing
         print("kill loop: seed \(seed) (CAIRN_TEST_SEED repeats the scripts and kill delays)")
         var g = SplitMix(seed: seed)
         let collector = try CollectorProcess()
-        let dir = ServiceProcessTests.DataDir()
-        let scratch = ServiceProcessTests.DataDir()
+        let dir = try ServiceProcessTests.DataDir()
+        let scratch = try ServiceProcessTests.DataDir()
         try FileManager.default.createDirectory(atPath: scratch.path, withIntermediateDirectories: true)
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "20",

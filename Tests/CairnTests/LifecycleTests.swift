@@ -62,7 +62,7 @@ import Testing
     /// SIGTERM, and the next start reports the run as ended `clean`.
     @Test func sigtermEndsTheSessionCleanAndDeliversEverything() throws {
         let collector = try CollectorProcess()
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_HANDLE_TERMINATION": "1",
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "60000"]
         let child = try Running(["serve", "300"], env: env)
@@ -83,7 +83,7 @@ import Testing
     /// Without the option, SIGTERM ends the process as it always did (the run is then
     /// `abnormal`, as the SDK cannot tell it from any other sudden end).
     @Test func withoutTheOptionSigtermIsLeftToTheService() throws {
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         let child = try Running(["serve", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path])
         #expect(child.waitUntilReady())
         child.signal(SIGTERM)
@@ -96,7 +96,7 @@ import Testing
     /// run, killed later, is reported `abnormal`, not `clean`).
     @Test func anIgnoredSigtermStaysIgnored() throws {
         let collector = try CollectorProcess()
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_HANDLE_TERMINATION": "1",
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"]
         let child = try Running(["serve", "1"], env: env.merging(["CAIRN_TEST_IGNORE_SIGTERM": "1"]) { $1 })
@@ -115,7 +115,7 @@ import Testing
     /// Events tracked while no upload URL was set wait in the store; the first start
     /// with a URL sends them all.
     @Test func eventsStoredWithoutAURLAreSentOnceOneIsSet() throws {
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "50"]
         let embedded = try Child.child(["run", "120"], env: env)
         #expect(embedded.status == 0, "\(embedded.err)")
@@ -130,7 +130,7 @@ import Testing
     /// Requests stored while the URL pointed nowhere, with a key since rotated, go to
     /// the corrected URL with the new key, with their bytes and idempotency keys.
     @Test func storedRequestsFollowACorrectedURLAndARotatedKey() throws {
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         // A port nothing listens on: a collector started and stopped.
         let gone = try CollectorProcess()
         let deadURL = gone.baseURL + "/v1/batch"
@@ -154,7 +154,7 @@ import Testing
     /// quoting the value as typed.
     @Test func sloppyEnvironmentValuesWorkOrFailAtStart() throws {
         let collector = try CollectorProcess()
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         let base = ["CAIRN_APP_ID": " orders\n", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": " 50 "]
         let ok = try Child.child(["run", "5"], env: base.merging([
             "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch\n", "CAIRN_API_KEY": "k-1\r\n", "CAIRN_DEBUG": "FALSE",
@@ -187,21 +187,21 @@ import Testing
     /// The failure-safe start: a bad option or `CAIRN_DISABLED=1` gives a disabled SDK
     /// whose calls do nothing; the service runs on and exits normally.
     @Test func startOrDisabledNeverStopsTheService() throws {
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         let bad = try Child.child(["run", "10"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                       "CAIRN_SAMPLE_RATE": "lots", "CAIRN_TEST_SAFE_START": "1"])
         #expect(bad.status == 0 && bad.err.contains("not started") && bad.err.contains("sampling.rate"), "\(bad.err)")
         let off = try Child.child(["run", "10"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                       "CAIRN_DISABLED": "1", "CAIRN_TEST_SAFE_START": "1"])
         #expect(off.status == 0 && off.err.isEmpty, "\(off.err)")
-        #expect(!FileManager.default.fileExists(atPath: dir.path), "a disabled SDK writes nothing")
+        #expect((try FileManager.default.contentsOfDirectory(atPath: dir.path)).isEmpty, "a disabled SDK writes nothing")
     }
 
     /// A start on a full disk fails with an error (or, failure-safe, a disabled SDK) and
     /// leaves nothing behind that a later start would report as a run that ended
     /// abnormally. (Mounts a small tmpfs: needs root, as on CI.)
     @Test func aStartOnAFullDiskLeavesNoRunBehind() throws {
-        let mount = Child.DataDir()
+        let mount = try Child.DataDir()
         try FileManager.default.createDirectory(atPath: mount.path, withIntermediateDirectories: true)
         try #require(runQuietly(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mount.path]) == 0,
                      "mounting a tmpfs needs root")
@@ -227,7 +227,7 @@ import Testing
     @Test func shutdownEndsByItsDeadlineWhenTheCollectorStalls() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["stall": 60])
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "50",
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_SHUTDOWN_TIMEOUT_MS": "2000"]
         let r = try Child.child(["shutdown", "30"], env: env)
@@ -251,7 +251,7 @@ import Testing
     @Test func killedWhileMakingABatchSafeNeverUsesTwoKeys() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 503, "retry_after": "0"])
-        let dir = Child.DataDir()
+        let dir = try Child.DataDir()
         // Batches of 3 are cut by count, so the padding `track` leaves comes before a
         // batch's first record.
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_BATCH_AGE_MS": "20",

@@ -253,7 +253,7 @@ import Testing
     /// its own with its own.
     @Test func killedRunsEventsKeepTheirPid() throws {
         let collector = try CollectorProcess()
-        let dir = ServiceProcessTests.DataDir()
+        let dir = try ServiceProcessTests.DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"]
         let killed = try LifecycleTests.Running(["serve", "4"], env: env.merging([
@@ -294,7 +294,7 @@ import Testing
     /// arrive, once each, with the next process's context, marked.
     @Test func killedRunsEventsWithoutTheStoreAreMarked() throws {
         let collector = try CollectorProcess()
-        let dir = ServiceProcessTests.DataDir()
+        let dir = try ServiceProcessTests.DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"]
         let killed = try LifecycleTests.Running(["serve", "2"], env: env.merging([

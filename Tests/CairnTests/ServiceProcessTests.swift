@@ -10,9 +10,9 @@ import Testing
 /// time survives into later processes, and without an upload URL events stay on disk.
 @Suite(.serialized) struct ServiceProcessTests {
     final class DataDir {
-        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-svc-\(getpid())-\(UUID().uuidString.prefix(8))"
-        deinit { try? FileManager.default.removeItem(atPath: path) }
+        private let directory: TemporaryDirectory
+        var path: String { directory.path }
+        init() throws { directory = try TemporaryDirectory("cairn-svc") }
     }
 
     /// Runs a built product with `args`; the environment is this process's without
@@ -53,7 +53,7 @@ import Testing
     /// outside a span and without a per-call identity, each event is decided on its own,
     /// by the hash of its `event_id` (which the collector can check).
     @Test func aHostAtHalfRateKeepsAboutHalfOfItsEvents() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         let r = try Self.child(["run", "2000"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                       "CAIRN_SAMPLE_RATE": "0.5", "CAIRN_TEST_STDOUT": "1"])
         #expect(r.status == 0, "\(r.err)")
@@ -74,7 +74,7 @@ import Testing
     /// crash into the third run's directory. The next start in each directory reports
     /// how its run ended: clean, clean, crashed.
     @Test func startShutDownAndStartAgainInOneProcess() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         let r = try Self.child(["restart", "3"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7",
                                                        "CAIRN_DATA_DIR": dir.path])
         #expect(![0, 1, 3, 4].contains(r.status), "run 3 died of its signal: \(r.status) \(r.err)")
@@ -120,7 +120,7 @@ import Testing
     /// and it stays, and the next start with the collector up delivers it. Destinations
     /// see it when it is stored.
     @Test func aCriticalEventOutlivesTheEvictionOfSampledOnes() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": "http://127.0.0.1:9/v1/batch", "CAIRN_BATCH_AGE_MS": "20",
                    "CAIRN_TEST_STORE_BYTES": "\(1 << 20)", "CAIRN_TEST_STDOUT": "1"]
@@ -156,7 +156,7 @@ import Testing
     /// start's RecordingDestination receives the crashed run's `crash` and
     /// `session_end`, and (its install record being new) the install's `user_setOnce`.
     @Test func aRecordingDestinationSeesCrashSessionEndAndInstall() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path]
         let crashed = try Self.child(["crash"], env: env)
         #expect(crashed.status != 0 && crashed.status != 4, "\(crashed.status) \(crashed.err)")
@@ -177,7 +177,7 @@ import Testing
     /// before the killed run's `session_end`, so a collector never sees a session end
     /// and then more of its events.
     @Test func anEndedRunsEventsArriveBeforeItsSessionEnd() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": "http://127.0.0.1:9/v1/batch", "CAIRN_BATCH_AGE_MS": "600000"]
         let killed = try LifecycleTests.Running(["serve", "20"], env: env)
@@ -204,7 +204,7 @@ import Testing
     /// once, in their own `user_setOnce` request whose start log shows them.
     @Test func installTimeSurvivesIntoLaterProcesses() throws {
         let collector = try CollectorProcess()
-        let dir = DataDir()
+        let dir = try DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_TEST_STDOUT": "1", "CAIRN_DEBUG": "1",
                    "CAIRN_RELEASE": "orders@1.0.0", "CAIRN_BATCH_AGE_MS": "50"]
@@ -244,7 +244,7 @@ import Testing
     /// and a bearer token arrives masked, and was masked on disk too.
     @Test func aCrashedRunIsReportedWithItsContext() throws {
         let collector = try CollectorProcess()
-        let dir = DataDir()
+        let dir = try DataDir()
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_RELEASE": "orders@2.0.0",
                    "CAIRN_BATCH_AGE_MS": "50",
@@ -285,7 +285,7 @@ import Testing
     /// time in the first, `final` in the last.
     @Test func sdkHealthAccountsForWhatTheSDKDid() throws {
         let collector = try CollectorProcess()
-        let dir = DataDir()
+        let dir = try DataDir()
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "20",
                    "CAIRN_HEALTH_INTERVAL_MS": "100", "CAIRN_SAMPLE_RATE": "0", "CAIRN_TEST_PAUSE_MS": "650"]
@@ -317,7 +317,7 @@ import Testing
     /// No upload URL: nothing is sent, events wait in the snapshot store (read back
     /// with Python's lmdb and zstandard).
     @Test func withoutAnUploadURLEventsStayOnDisk() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         let r = try Self.child(["run", "25"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                    "CAIRN_BATCH_AGE_MS": "50"])
         #expect(r.status == 0, "\(r.err)")
@@ -342,7 +342,7 @@ import Testing
     @Test func overloadShedsTheLowestTierFirst() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["stall": 30])
-        let dir = DataDir()
+        let dir = try DataDir()
         let r = try Self.child(["burst", "8000"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                        "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"])
         #expect(r.status == 0, "\(r.err)")
@@ -359,7 +359,7 @@ import Testing
     /// The `cairn` command reads an embedded SDK's store, says what waits on disk, and
     /// turns a crash report into a symbolicated event.
     @Test func cliReadsStoredEventsStatusAndReports() throws {
-        let dir = DataDir()
+        let dir = try DataDir()
         let r = try Self.child(["run", "12"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                    "CAIRN_BATCH_AGE_MS": "50"])
         #expect(r.status == 0, "\(r.err)")

@@ -1,4 +1,5 @@
 import CairnStore
+import CairnTestSupport
 @testable import CairnUploader
 import Foundation
 import Testing
@@ -41,8 +42,8 @@ import Testing
     }
 
     func run(padded: Bool) throws -> (a: [String], b: [String], bDropped: [String?]) {
-        let base = NSTemporaryDirectory() + "/cairn-mark-\(getpid())-\(UUID().uuidString.prefix(6))"
-        defer { try? FileManager.default.removeItem(atPath: base) }
+        let scratch = try TemporaryDirectory("cairn-mark")
+        let base = scratch.path
         let a = base + "/a", b = base + "/b"
         try FileManager.default.createDirectory(atPath: a, withIntermediateDirectories: true)
         let ring = try Ring(path: a + "/events.ring")
@@ -103,8 +104,8 @@ import Testing
     /// A process killed between storing a batch (mark state 1) and releasing its ring
     /// records: the next start should release them, not send them again.
     @Test func storedMarkReleasesRecords() throws {
-        let base = NSTemporaryDirectory() + "/cairn-mark-\(getpid())-\(UUID().uuidString.prefix(6))"
-        defer { try? FileManager.default.removeItem(atPath: base) }
+        let scratch = try TemporaryDirectory("cairn-mark")
+        let base = scratch.path
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         do {
             let ring = try Ring(path: base + "/events.ring")
@@ -138,8 +139,8 @@ import Testing
 /// real collector cannot be made to stall one request on cue.
 @Suite(.serialized) struct FrameAheadTests {
     @Test func oneBatchPerSlotIsFramedAheadWhileTheSlotsAreOut() throws {
-        let base = NSTemporaryDirectory() + "/cairn-ahead-\(getpid())-\(UUID().uuidString.prefix(6))"
-        defer { try? FileManager.default.removeItem(atPath: base) }
+        let scratch = try TemporaryDirectory("cairn-ahead")
+        let base = scratch.path
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         let ring = try Ring(path: base + "/events.ring")
         for i in 0..<12 { try ring.append(Array(#"{"event_id":"a-\#(i)"}"#.utf8)) }

@@ -10,18 +10,8 @@ import Testing
 @Suite(.serialized) struct BatchingTests {
     static func event(_ i: Int) -> [UInt8] { Array(#"{"event_id":"b-\#(i)","n":\#(i)}"#.utf8) }
 
-    /// Polls `condition` every 20 ms for up to `seconds`.
-    static func eventually(_ seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if try condition() { return true }
-            usleep(20_000)
-        }
-        return try condition()
-    }
-
     @Test func theFillAlarmGoesOffOnceWhereItWasSet() throws {
-        let box = UploaderTests.Sandbox()
+        let box = try UploaderTests.Sandbox()
         let ring = try box.ring()
         let rings = Locked(0)
         ring.onFillAlarm { rings.withLock { $0 += 1 } }
@@ -45,7 +35,7 @@ import Testing
 
     @Test func aFullBatchGoesWithoutWaitingForItsAge() throws {
         let collector = try CollectorProcess()
-        let box = UploaderTests.Sandbox()
+        let box = try UploaderTests.Sandbox()
         let ring = try box.ring()
         // A batch age no test would wait for: only a full batch can go.
         let options = UploaderOptions(url: collector.baseURL + "/v1/batch", maxBatchEvents: 5,
@@ -55,7 +45,7 @@ import Testing
         uploader.start()
         usleep(100_000)  // the worker is asleep on an empty ring
         for i in 0..<5 { try ring.append(Self.event(i)) }
-        #expect(try Self.eventually(30) { try collector.events().count == 5 }, "a full batch is sent at once")
+        #expect(try eventually(30) { try collector.events().count == 5 }, "a full batch is sent at once")
         // Three more do not make a batch: they wait for their age (or a flush).
         for i in 5..<8 { try ring.append(Self.event(i)) }
         usleep(300_000)
@@ -68,7 +58,7 @@ import Testing
     @Test func batchesGrowWhileRecordsWaitBehindThem() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 200, "stall": 0.1])  // a collector far away
-        let box = UploaderTests.Sandbox()
+        let box = try UploaderTests.Sandbox()
         let ring = try box.ring()
         let options = UploaderOptions(url: collector.baseURL + "/v1/batch", maxBatchEvents: 10,
                                       maxBatchAge: .milliseconds(20))
@@ -76,7 +66,7 @@ import Testing
                                 options: options)
         for i in 0..<1500 { try ring.append(Self.event(i)) }
         uploader.start()
-        #expect(Self.eventually(60) { uploader.stats.deliveredEvents == 1500 })
+        #expect(eventually(60) { uploader.stats.deliveredEvents == 1500 })
         let sizes = try collector.requests().compactMap { $0.batch?.record_count }
         // Several requests go out at once: the collector may record them in any order.
         #expect(sizes.contains(10), "the first batch has the options' size: \(sizes)")

@@ -9,10 +9,8 @@ import Testing
 /// go to the store until the disk is full.
 @Suite struct DiskFullTests {
     @Test func trackingGoesOnDropsAreCountedAndStoringResumes() throws {
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-full-\(getpid())-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: base) }
+        let scratch = try TemporaryDirectory("cairn-full")
+        let base = scratch.path
         try #require(runQuietly(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", base]) == 0,
                      "mounting a tmpfs needs root")
         defer { _ = runQuietly(["umount", "-l", base]) }

@@ -19,10 +19,8 @@ import Testing
 
     @Test func sigkillFiftyTimesWithAFlakyCollectorLosesNothing() throws {
         let collector = try CollectorProcess()
-        let dir = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-kill-\(getpid())-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let scratch = try TemporaryDirectory("cairn-kill")
+        let dir = scratch.path
         let child = productsDirectory + "/cairn-upload-child"
         let url = collector.baseURL + "/v1/batch"
         var rng = SystemRandomNumberGenerator()

@@ -10,10 +10,9 @@ import Testing
 @Suite(.serialized) struct UploaderTests {
     /// A data directory with a ring and a store, removed afterwards.
     final class Sandbox {
-        let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-            + "/cairn-up-\(getpid())-\(UUID().uuidString.prefix(8))"
-        init() { try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
+        private let directory: TemporaryDirectory
+        var path: String { directory.path }
+        init() throws { directory = try TemporaryDirectory("cairn-up") }
         func ring() throws -> Ring { try Ring(path: path + "/events.ring") }
         func store(maxBytes: Int = 32 << 20) throws -> SnapshotStore {
             try SnapshotStore(directory: path + "/store", options: .init(maxBytes: maxBytes))
@@ -44,7 +43,7 @@ import Testing
     @Test func failsTwiceThenDeliversTheSameBytesWithTheSameKey() throws {
         let collector = try CollectorProcess()
         try collector.script([["status": 500], ["status": 503, "retry_after": "0"], ["status": 200]])
-        let box = Sandbox()
+        let box = try Sandbox()
         let ring = try box.ring()
         let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector))
@@ -53,7 +52,7 @@ import Testing
         // The 503 stores the batch (the collector is failing: stored is safe, and the
         // flush may end there); the stored request is then replayed as the third attempt.
         #expect(uploader.flush(timeout: .seconds(20)))
-        #expect(BatchingTests.eventually(20) { uploader.stats.deliveredBatches == 1 })
+        #expect(eventually(20) { uploader.stats.deliveredBatches == 1 })
         uploader.shutdown(timeout: .seconds(5))
 
         let attempts = try collector.requests()
@@ -74,7 +73,7 @@ import Testing
     @Test func storedWhileDownReplayedByTheNextProcess() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 500])
-        let box = Sandbox()
+        let box = try Sandbox()
         do {
             let ring = try box.ring()
             let store = try box.store()
@@ -115,7 +114,7 @@ import Testing
     @Test func retryAfterPausesEveryUpload() throws {
         let collector = try CollectorProcess()
         try collector.script([["status": 429, "retry_after": "2"]])
-        let box = Sandbox()
+        let box = try Sandbox()
         let ring = try box.ring()
         let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector))
@@ -140,7 +139,7 @@ import Testing
     @Test func rejectedBatchIsDroppedCountedAndReported() throws {
         let collector = try CollectorProcess()
         try collector.script([["status": 400, "body": "bad batch"]])
-        let box = Sandbox()
+        let box = try Sandbox()
         let ring = try box.ring()
         let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector))
@@ -161,7 +160,7 @@ import Testing
     @Test func breakerOpensThenRecoversAndReplaysEverything() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 500])
-        let box = Sandbox()
+        let box = try Sandbox()
         let ring = try box.ring()
         let store = try box.store()
         let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
@@ -194,7 +193,7 @@ import Testing
         let collector = try CollectorProcess()
         try collector.script([["status": 500, "body": "try later"], ["status": 200, "body": "ok"]])
         let logs = Logs()
-        let box = Sandbox()
+        let box = try Sandbox()
         let ring = try box.ring()
         let uploader = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
                                 options: Self.options(collector, observer: logs))
@@ -218,7 +217,7 @@ import Testing
 
     @Test func buildOnlyAndSendPrebuilt() throws {
         let collector = try CollectorProcess()
-        let box = Sandbox()
+        let box = try Sandbox()
         let ring = try box.ring()
         let store = try box.store()
         let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: Self.options(collector))
@@ -249,7 +248,7 @@ import Testing
 @Suite(.serialized) struct UploaderHookTests {
     @Test func storeOnlyKeepsBatchesWithoutSending() throws {
         let collector = try CollectorProcess()
-        let box = UploaderTests.Sandbox()
+        let box = try UploaderTests.Sandbox()
         let ring = try box.ring()
         let store = try box.store()
         var options = UploaderTests.options(collector)
@@ -268,7 +267,7 @@ import Testing
 
     @Test func tapSeesEveryRecordAndTableDropsAreReportedOnce() throws {
         let collector = try CollectorProcess()
-        let box = UploaderTests.Sandbox()
+        let box = try UploaderTests.Sandbox()
         let ring = try box.ring()
         let seen = Locked<[[UInt8]]>([])
         var options = UploaderTests.options(collector)
