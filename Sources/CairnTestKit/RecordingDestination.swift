@@ -1,5 +1,5 @@
 public import Cairn
-public import Foundation
+import Foundation
 import Glibc
 
 /// A destination that keeps every event in memory, for integrators' own tests:

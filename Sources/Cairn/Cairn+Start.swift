@@ -1,0 +1,195 @@
+// Starting: options checked, the crash handler, the ring, then the background start
+// (store, uploader, previous runs, install properties).
+import CairnCrash
+import CairnProcessor
+import CairnStore
+import CairnUploader
+import FoundationEssentials
+import Dispatch
+import Glibc
+import Synchronization
+
+extension Cairn {
+    /// Starts the SDK (and sets `Cairn.shared`). On the caller's thread it does only what
+    /// must come before the first crash or event: checks the options, installs the crash
+    /// handler, builds the processor with the common properties that need no file read,
+    /// opens the event ring. This run's record, the rest of the common properties, the
+    /// install record, claiming the previous runs, opening the snapshot store,
+    /// replaying what is stored, reporting previous runs and uploading happen on a
+    /// background thread.
+    ///
+    /// One instance runs at a time (there is one crash handler per process): once
+    /// ``shutdown(timeout:)`` has returned, `start` may be called again, and begins a new
+    /// run (a new session) in the data directory it is given. A test suite can so start
+    /// a fresh SDK per test, each in a directory of its own. The same directory again
+    /// needs the earlier instance released first (its event ring stays open, and locked,
+    /// while it lives).
+    ///
+    /// - Throws: `CairnStartError`: which option is invalid and why; `.alreadyStarted`
+    ///   while another instance runs; `.disabled`; `.storage` when the data directory
+    ///   cannot be used.
+    @discardableResult
+    public static func start(_ options: Options) throws(CairnStartError) -> Cairn {
+        if options.disabled { throw .disabled }
+        try options.validate()
+        let options = options.normalized()
+        guard startedOnce.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { throw .alreadyStarted }
+        let began = DispatchTime.now().uptimeNanoseconds
+        do {
+            let cairn = try startOnce(options)
+            sharedInstance.withLock { $0 = cairn }
+            let took = DispatchTime.now().uptimeNanoseconds &- began
+            cairn.state.withLock { $0.startNanos = took }
+            return cairn
+        } catch {
+            startedOnce.store(false, ordering: .releasing)
+            throw error
+        }
+    }
+
+    /// Starts the SDK as `start` does, but never throws: when it cannot start (an
+    /// invalid option, a data directory it cannot use, `CAIRN_DISABLED=1`, a second
+    /// start) it writes the reason to stderr once and returns a disabled SDK whose
+    /// calls do nothing and cost next to nothing. The pattern for services that must
+    /// never stop because of their telemetry:
+    ///
+    /// ```swift
+    /// let cairn = Cairn.startOrDisabled(.fromEnvironment())
+    /// if let error = cairn.startError { myLogger.warning("telemetry off: \(error)") }
+    /// ```
+    ///
+    /// A disabled SDK is not ``shared``. With `disabled` set (by choice), the note is
+    /// written only with debug logging on.
+    public static func startOrDisabled(_ options: Options) -> Cairn {
+        do {
+            return try start(options)
+        } catch {
+            if error != .disabled || options.debugLogging {
+                writeStandardError("[cairn] not started: \(error); tracking calls do nothing\n")
+            }
+            return disabled(options, error)
+        }
+    }
+
+    /// A disabled SDK: no files, no threads, no handlers.
+    private static func disabled(_ options: Options, _ error: CairnStartError) -> Cairn {
+        let processor = Processor(options: ProcessorOptions(limits: options.limits, privacy: options.privacy,
+                                                            sampling: options.sampling, filter: options.filter),
+                                  common: CommonProperties(), sdkVersion: cairnVersion)
+        return Cairn(options: options, crash: nil, ring: nil, processor: processor, startError: error)
+    }
+
+    private static func startOnce(_ options: Options) throws(CairnStartError) -> Cairn {
+        let dir = options.dataDirectory
+        let made = SmallFile.makeDirectories(dir)
+        if made != 0 { throw .storage("cannot create \(dir): \(String(cString: strerror(made)))") }
+        var attributes = ["distinct_id": options.distinctID, "app_id": options.appID]
+        if let environment = options.environment { attributes["environment"] = environment }
+        let crash: CrashCapture
+        do {
+            crash = try CrashCapture.start(.init(directory: dir + "/crash", release: options.release,
+                                                 attributes: attributes, captureSIGQUIT: options.captureSIGQUIT,
+                                                 deferSetup: true))
+        } catch .alreadyStarted {
+            throw .alreadyStarted
+        } catch {
+            throw .storage("crash capture: \(error)")
+        }
+        let processor = Processor(options: ProcessorOptions(limits: options.limits, privacy: options.privacy,
+                                                            sampling: options.sampling, filter: options.filter),
+                                  common: options.common(.collectWithoutFiles()), sdkVersion: cairnVersion)
+        let ring: Ring
+        do {
+            ring = try Ring(path: dir + "/events.ring", options: .init(capacity: options.ringCapacity))
+        } catch {
+            throw .storage("event ring: \(error)")
+        }
+        let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor)
+        // Before any event: this run's bare events take the context in force.
+        cairn.appendContext(to: ring)
+        cairn.background.start { [cairn] in cairn.startInBackground(crash: crash, ring: ring) }
+        if !options.terminationSignals.isEmpty {
+            TerminationHandler.install(signals: options.terminationSignals) { [cairn] in
+                cairn.shutdown(timeout: cairn.options.shutdownTimeout)
+            }
+        }
+        return cairn
+    }
+
+    /// The background half of `start`: store, uploader, previous runs, install
+    /// properties; then upkeep (deduplication summaries) until shutdown.
+    private func startInBackground(crash: CrashCapture, ring: Ring) {
+        crash.finishSetup()  // first: the run record, and the OOM-kill baseline as early as it can
+        if let error = crash.runRecordError {
+            // Crashes are still reported; how the run ended otherwise is not.
+            drops.add("run_record_unavailable", 1)
+            if options.debugLogging { writeStandardError("[cairn] run record: \(error)\n") }
+        }
+        let common = options.common(.collect())
+        processor.updateCommon(common)
+        // Events tracked meanwhile may land on either side of the new context record:
+        // both are this run's, and the new one holds everything the first did.
+        appendContext(to: ring)
+        crash.recordContext(common.encodedContext())
+        _ = install
+        let dir = options.dataDirectory
+        var store: SnapshotStore?
+        do {
+            store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
+        } catch {
+            // Events still flow: undelivered batches wait in the ring instead.
+            drops.add("store_unavailable", 1)
+            if options.debugLogging { writeStandardError("[cairn] snapshot store: \(error)\n") }
+        }
+        let destinations = options.destinations
+        var tap: (@Sendable ([[UInt8]]) -> Void)?
+        if !destinations.isEmpty {
+            tap = { (records: [[UInt8]]) -> Void in Self.deliver(records, to: destinations) }
+        }
+        var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
+                                            maxBatchEvents: options.maxBatchEvents,
+                                            maxBatchBytes: options.maxBatchBytes, maxBatchAge: options.maxBatchAge)
+        uploadOptions.debugLogging = options.debugLogging
+        uploadOptions.observer = options.uploadObserver
+        uploadOptions.storeOnly = options.uploadURL == nil
+        uploadOptions.followDestination = options.storedRequestsFollowDestination
+        uploadOptions.tap = tap
+        uploadOptions.currentContext = { [processor] in processor.contextFragment }
+        // One idle connection kept for each request the uploader may have out: fewer, and
+        // every burst past them pays a new connection (and a TLS handshake) per request.
+        let transport = options.transport
+            ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile,
+                             tlsLibrary: options.tlsLibrary)
+        let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
+        // A shutdown that gave up waiting for this start must not find an uploader
+        // started behind its back.
+        let started = state.withLock { s -> Bool in
+            s.store = store
+            guard !s.startAbandoned else { return false }
+            s.uploader = uploader
+            return true
+        }
+        guard started else {
+            state.withLock { $0.ready = true }
+            background.signal()
+            return
+        }
+        uploader.start()
+        // The ended runs' own events, recovered from the ring, are made safe (delivered,
+        // or stored, which replays oldest first) before their crash and session_end are
+        // stored: a collector sees a run's events before its end. Bounded: past the
+        // limit, the previous runs are reported anyway.
+        if ring.stats().recovered > 0 { _ = uploader.flush(timeout: Self.recoveredEventsFirstLimit) }
+        reportPreviousRuns(uploader)
+        sendInstallProperties(uploader)
+        state.withLock { $0.ready = true }
+        background.signal()
+        while !background.waitForStop(timeout: nextWake()) {
+            if contextPending.load(ordering: .acquiring) { appendContext(to: ring) }
+            emitDedupSummaries()
+            if let due = healthDueIn(), due <= .zero { emitHealth(final: false) }
+        }
+        emitDedupSummaries()
+    }
+}
