@@ -45,8 +45,12 @@ let package = Package(
         // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
         .target(name: "CCairn", dependencies: ["CZstd", "CUnwind"], path: "CSources/CCairn"),
 
+        // What every Swift layer needs: locks, threads, small files, the SDK version.
+        .target(name: "CairnBase", dependencies: ["CCairn"], path: "Sources/CairnBase",
+                swiftSettings: strictSwift),
+
         // Swift wrappers of the C core.
-        .target(name: "CairnStore", dependencies: ["CCairn", "CLMDB"], path: "Sources/CairnStore",
+        .target(name: "CairnStore", dependencies: ["CairnBase", "CCairn", "CLMDB"], path: "Sources/CairnStore",
                 swiftSettings: strictSwift),
 
         // A child process for the crash tests: installs the handler and crashes.
@@ -54,7 +58,7 @@ let package = Package(
         .executableTarget(name: "cairn-swift-crash-child", dependencies: ["CCairn"], path: "Tests/SwiftCrashChild"),
 
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
-        .target(name: "CairnUploader", dependencies: ["CairnStore", "CCairnHTTP"],
+        .target(name: "CairnUploader", dependencies: ["CairnBase", "CairnStore", "CCairnHTTP"],
                 path: "Sources/CairnUploader",
                 swiftSettings: strictSwift),
 
@@ -67,19 +71,19 @@ let package = Package(
 
         // Crash capture around the C handler: run records, session end reasons, and the
         // next start's symbolicated crash events.
-        .target(name: "CairnCrash", dependencies: ["CCairn", "CairnStore", "CairnProcessor", "CZstd"],
+        .target(name: "CairnCrash", dependencies: ["CairnBase", "CCairn", "CairnStore", "CairnProcessor", "CZstd"],
                 path: "Sources/CairnCrash",
                 swiftSettings: strictSwift),
         // A Swift service that starts crash capture and then crashes or ends as told.
         .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
         .testTarget(name: "CairnCrashTests",
-                    dependencies: ["CairnCrash", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
+                    dependencies: ["CairnBase", "CairnCrash", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
                                   "cairn-swift-crash-child",
                                   "cairn-run-child"],
                     path: "Tests/CairnCrashTests"),
 
         // The public API: start, track, identity, user properties, spans, destinations.
-        .target(name: "Cairn", dependencies: ["CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore"],
+        .target(name: "Cairn", dependencies: ["CairnBase", "CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore"],
                 path: "Sources/Cairn", swiftSettings: strictSwift),
         // For integrators' tests: an in-memory destination that records events.
         .target(name: "CairnTestKit", dependencies: ["Cairn"], path: "Sources/CairnTestKit",
@@ -87,7 +91,7 @@ let package = Package(
         // A service using the public API, for the end-to-end and cross-process tests.
         .executableTarget(name: "cairn-service-child", dependencies: ["Cairn", "CairnTestKit"], path: "Tests/ServiceChild"),
         .testTarget(name: "CairnTests",
-                    dependencies: ["Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
+                    dependencies: ["CairnBase", "Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
                                   "cairn-service-child", "cairn", "cairn-crash-child",
                                   "CairnBenchmarks", "cairn-bench-host", "cairn-bench-baseline",
                                   "cairn-bench-host-essentials", "cairn-bench-baseline-essentials"],
@@ -103,7 +107,7 @@ let package = Package(
                     path: "Tests/CCairnTests"),
         // A child process for the store's fault tests: opens a store read-write, as a service does.
         .executableTarget(name: "cairn-store-child", dependencies: ["CairnStore"], path: "Tests/StoreChild"),
-        .testTarget(name: "CairnStoreTests", dependencies: ["CairnStore", "CZstd", "CLMDB", "CairnTestSupport",
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnBase", "CairnStore", "CZstd", "CLMDB", "CairnTestSupport",
                                                             "cairn-store-child", "cairn"],
                     path: "Tests/CairnStoreTests"),
         // A child process for the uploader's kill tests: tracks and uploads until killed.
@@ -116,7 +120,7 @@ let package = Package(
         // process, and a control client that does not use the transport under test.
         .target(name: "CairnTestSupport", path: "Tests/Support"),
         .testTarget(name: "CairnUploaderTests",
-                    dependencies: ["CairnUploader", "CCairnHTTP", "CairnStore", "CairnTestSupport", "cairn-upload-child",
+                    dependencies: ["CairnBase", "CairnUploader", "CCairnHTTP", "CairnStore", "CairnTestSupport", "cairn-upload-child",
                                   "cairn-http-child"],
                     path: "Tests/CairnUploaderTests"),
 
@@ -143,7 +147,7 @@ let package = Package(
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
-                          dependencies: ["CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
+                          dependencies: ["CairnBase", "CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
                                          "CairnProcessor"],
                           path: "Benchmarks/CairnBenchmarks"),
     ],

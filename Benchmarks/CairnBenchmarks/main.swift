@@ -7,6 +7,7 @@
 //
 // Prints a table (or, with --json, one JSON object) and exits 1 when a figure is over
 // its budget.
+import CairnBase
 import Cairn
 import CairnCrash
 import CairnProcessor

@@ -1,4 +1,5 @@
 // `sdk_health`: what the SDK did, counted and tracked as an event.
+import CairnBase
 import CairnCrash
 import CairnProcessor
 import CairnStore

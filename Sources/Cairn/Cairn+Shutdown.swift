@@ -1,4 +1,5 @@
 // Flush, shutdown, and what was dropped or changed.
+import CairnBase
 import CairnCrash
 import CairnProcessor
 import CairnStore

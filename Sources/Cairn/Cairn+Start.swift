@@ -1,5 +1,6 @@
 // Starting: options checked, the crash handler, the ring, then the background start
 // (store, uploader, previous runs, install properties).
+import CairnBase
 import CairnCrash
 import CairnProcessor
 import CairnStore

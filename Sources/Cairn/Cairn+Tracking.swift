@@ -1,5 +1,6 @@
 // Tracking: the public calls, and the hot path from admission to the ring (or, for
 // Critical events, the store).
+import CairnBase
 import CairnCrash
 import CairnProcessor
 import CairnStore

@@ -1,3 +1,4 @@
+import CairnBase
 import CairnCrash
 import CairnProcessor
 import CairnStore

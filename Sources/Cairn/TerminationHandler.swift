@@ -1,3 +1,4 @@
+import CairnBase
 import CCairn
 import CairnStore
 import Glibc

@@ -52,6 +52,3 @@ package func cairnCheck(_ function: String, _ body: () -> Int32) throws(CairnErr
     let rc = body()
     if rc != 0 { throw CairnError(rc, function: function) }
 }
-
-/// The SDK's version, sent as `sdk.version` in events and in the uploader's User-Agent.
-public let cairnVersion = "0.2.0"

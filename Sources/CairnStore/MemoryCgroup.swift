@@ -1,3 +1,4 @@
+import CairnBase
 /// Where this process's memory cgroup keeps its files, from `/proc/self/cgroup`: the
 /// cgroup v2 directory and the v1 memory-controller directory, each also as the
 /// mount's root (inside a cgroup namespace or a container, the mount is the cgroup).

@@ -1,3 +1,4 @@
+import CairnBase
 import CLMDB
 import FoundationEssentials
 import Glibc

@@ -1,4 +1,4 @@
-public import CairnStore
+import CairnStore
 public import FoundationEssentials
 
 /// What the uploader does with a batch after an attempt.

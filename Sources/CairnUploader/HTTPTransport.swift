@@ -1,3 +1,4 @@
+import CairnBase
 import CCairnHTTP
 public import CairnStore
 import Glibc

@@ -1,6 +1,7 @@
+public import CairnBase
 public import CairnStore
 import CCairn
-public import FoundationEssentials
+import FoundationEssentials
 import Glibc
 
 /// Options of the ``Uploader``.

@@ -1,3 +1,4 @@
+import CairnBase
 @testable import CairnCrash
 import CairnProcessor
 import CairnStore

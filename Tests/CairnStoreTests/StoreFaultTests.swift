@@ -1,3 +1,4 @@
+import CairnBase
 @testable import CairnStore
 import CairnTestSupport
 import Foundation

@@ -1,6 +1,7 @@
 // HTTPTransport against the real test collector over TCP on 127.0.0.1. Each test runs
 // its own collector, so tests can run in parallel. Timeouts are generous and nothing
 // here measures time: a busy two-core machine must pass as well as an idle one.
+import CairnBase
 import CairnTestSupport
 import CairnStore
 import Foundation

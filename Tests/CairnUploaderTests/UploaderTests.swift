@@ -1,3 +1,4 @@
+import CairnBase
 import CairnTestSupport
 import CairnStore
 import CairnUploader

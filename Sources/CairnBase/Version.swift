@@ -1,0 +1,3 @@
+/// The SDK's version, sent as `sdk.version` in events and in the uploader's User-Agent
+/// (`cairn-swift/<version>`).
+public let cairnVersion = "0.2.0"
