@@ -64,9 +64,9 @@ let package = Package(
 
         // The event processor: values in, bytes out (schema, common properties,
         // sanitising, privacy, sampling, filtering, JSON). No files, no threads.
-        .target(name: "CairnProcessor", path: "Sources/CairnProcessor",
+        .target(name: "CairnProcessor", dependencies: ["CairnBase"], path: "Sources/CairnProcessor",
                 swiftSettings: strictSwift),
-        .testTarget(name: "CairnProcessorTests", dependencies: ["CairnProcessor"],
+        .testTarget(name: "CairnProcessorTests", dependencies: ["CairnBase", "CairnProcessor"],
                     path: "Tests/CairnProcessorTests"),
 
         // Crash capture around the C handler: run records, session end reasons, and the

@@ -158,7 +158,7 @@ extension Cairn {
             install.markPropertiesSent(directory: options.dataDirectory)
             deliverToDestinations([record])
         } catch {
-            drops.add("install_properties", 1)
+            drops.add(.installProperties, 1)
         }
     }
 }

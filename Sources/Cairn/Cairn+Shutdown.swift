@@ -89,8 +89,9 @@ extension Cairn {
     /// request"): the same drops are kept in the ring file until a request has reported
     /// them, so a process killed before that still has them reported by the next one.
     /// What the privacy and sanitising rules changed is not a drop: see ``changeCounts``.
-    public var dropCounts: [String: Int] {
-        dropTotals(ring: ring?.stats(), upload: state.withLock { $0.uploader }?.stats)
+    public var dropCounts: [DropReason: Int] {
+        let totals = dropTotals(ring: ring?.stats(), upload: state.withLock { $0.uploader }?.stats)
+        return Dictionary(totals.map { (DropReason(name: $0.key), $0.value) }, uniquingKeysWith: +)
     }
 
     /// What the privacy and sanitising rules changed since start in this process, by
@@ -99,14 +100,15 @@ extension Cairn {
     /// `Cairn-Dropped`.
     public var changeCounts: [String: Int] { drops.changes() }
 
-    /// The drops of ``dropCounts`` from the ring's and the uploader's counts given.
+    /// The drops of ``dropCounts``, by reason name, from the ring's and the uploader's
+    /// counts given.
     func dropTotals(ring r: Ring.Stats?, upload u: UploaderStats?) -> [String: Int] {
         var all = drops.snapshot()
         if let r {
             if r.droppedFull > 0 { all["ring_full", default: 0] += Int(clamping: r.droppedFull) }
             if r.droppedTooBig > 0 { all["ring_too_big", default: 0] += Int(clamping: r.droppedTooBig) }
         }
-        for (reason, n) in u?.dropped ?? [:] { all[reason, default: 0] += n }
+        for (reason, n) in u?.dropped ?? [:] { all[reason.name, default: 0] += n }
         return all
     }
 }

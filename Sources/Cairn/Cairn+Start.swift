@@ -124,7 +124,7 @@ extension Cairn {
         crash.finishSetup()  // first: the run record, and the OOM-kill baseline as early as it can
         if let error = crash.runRecordError {
             // Crashes are still reported; how the run ended otherwise is not.
-            drops.add("run_record_unavailable", 1)
+            drops.add(.runRecordUnavailable, 1)
             if options.debugLogging { writeStandardError("[cairn] run record: \(error)\n") }
         }
         let common = options.common(.collect())
@@ -140,7 +140,7 @@ extension Cairn {
             store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
         } catch {
             // Events still flow: undelivered batches wait in the ring instead.
-            drops.add("store_unavailable", 1)
+            drops.add(.storeUnavailable, 1)
             if options.debugLogging { writeStandardError("[cairn] snapshot store: \(error)\n") }
         }
         let destinations = options.destinations

@@ -47,7 +47,7 @@ extension Cairn {
     /// Changes the default distinct id of later events.
     public func identify(distinctID: String) {
         guard !distinctID.isEmpty else {
-            drops.add("invalid_identity", 1)
+            drops.add(.invalidIdentity, 1)
             return
         }
         state.withLock { $0.identity.distinctID = distinctID }
@@ -82,7 +82,7 @@ extension Cairn {
                 if case .double(let d) = v, d.isFinite { return true }
                 return false
             }
-            if props.count < properties.count { drops.add("user_add_not_a_number", properties.count - props.count) }
+            if props.count < properties.count { drops.add(.userAddNotANumber, properties.count - props.count) }
         case .set, .setOnce:
             break
         }
@@ -121,13 +121,13 @@ extension Cairn {
         guard let ring else { return }  // disabled
         var event = event
         if let reason = processor.admit(&event) {
-            drops.add(reason.rawValue, 1)
+            drops.add(reason, 1)
             return
         }
         if let threshold = Self.shedThreshold(event.tier) {
             let stats = ring.stats()
             if Double(stats.used) > Double(stats.capacity) * threshold {
-                drops.add("overload_\(event.tier.rawValue)", 1)
+                drops.add(.overload(tier: event.tier.rawValue), 1)
                 return
             }
         }
@@ -136,7 +136,7 @@ extension Cairn {
             let message: String? = if case .string(let m)? = event.properties["message"] { m } else { nil }
             let print = Deduplicator.fingerprint(name: event.name, message: message, extra: [])
             if dedup.offer(fingerprint: print, nowNanos: DispatchTime.now().uptimeNanoseconds) == .folded {
-                drops.add("deduplicated", 1)
+                drops.add(.deduplicated, 1)
                 return
             }
             fingerprint = print

@@ -24,8 +24,11 @@ final class DropCounters: Sendable {
     /// Counters that also count into `ring`'s drop table (nil: in memory only).
     init(ring: Ring?) { self.ring = ring }
 
-    func add(_ reason: String, _ n: Int) {
+    /// Counts `n` drops for `reason` (kept by its name, so that making the counters
+    /// needs no generic type of its own at start).
+    func add(_ reason: DropReason, _ n: Int) {
         guard n > 0 else { return }
+        let reason = reason.name
         let slot = counts.withLock { c -> Int32? in
             if let entry = c.byReason[reason] {
                 c.byReason[reason] = (entry.count + n, entry.slot)
@@ -50,7 +53,7 @@ final class DropCounters: Sendable {
         }
     }
 
-    /// This process's drops counted here, by reason.
+    /// This process's drops counted here, by reason name.
     func snapshot() -> [String: Int] { counts.withLock { $0.byReason.mapValues(\.count) } }
 
     /// This process's changes, by rule.

@@ -3,6 +3,10 @@
 // no other import; the modules themselves (CairnProcessor, CairnUploader, CairnStore,
 // CairnCrash) stay available to those who use them directly.
 
+// Why events were dropped (`Cairn.dropCounts`), and the SDK's version.
+@_exported import enum CairnBase.DropReason
+@_exported import let CairnBase.cairnVersion
+
 // Events, identities and traces.
 @_exported import enum CairnProcessor.CairnValue
 @_exported import struct CairnProcessor.Identity

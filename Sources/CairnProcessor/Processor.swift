@@ -1,3 +1,4 @@
+public import CairnBase
 import Synchronization
 
 /// The common properties of a Linux service, collected once at start and written into
@@ -186,18 +187,6 @@ public struct ProcessorOptions: Sendable, Equatable {
         self.filter = filter
         self.pathProperty = pathProperty
     }
-}
-
-/// Why the processor did not keep an event.
-public enum DropReason: String, Sendable, CaseIterable {
-    /// An allow or deny list refused it.
-    case filtered
-    /// Sampling left it out.
-    case sampled
-    /// Its name is empty.
-    case invalidName = "invalid_name"
-    /// Its `distinct_id` is empty.
-    case invalidIdentity = "invalid_identity"
 }
 
 /// The event processor: values in, bytes out. Decides whether an event is kept (name

@@ -1,4 +1,4 @@
-import CairnBase
+public import CairnBase
 import CLMDB
 import FoundationEssentials
 import Glibc
@@ -200,8 +200,8 @@ public final class SnapshotStore: @unchecked Sendable {
     public struct Eviction: Sendable {
         /// Events in the evicted request (its batch's record count).
         public var events: Int
-        /// `store_age` or `store_size`.
-        public var reason: String
+        /// ``DropReason/storeAge`` or ``DropReason/storeSize``.
+        public var reason: DropReason
         /// Its `Cairn-Dropped` counts, by reason.
         public var reportedDrops: [String: Int]
     }
@@ -327,7 +327,7 @@ public final class SnapshotStore: @unchecked Sendable {
                 victims = try self.evictForSpace(txn, incoming: size, incomingPriority: priority)
                 if !victims.isEmpty {
                     self.evictionObserver?(victims.map {
-                        Eviction(events: $0.events, reason: "store_size", reportedDrops: $0.drops)
+                        Eviction(events: $0.events, reason: .storeSize, reportedDrops: $0.drops)
                     })
                 }
                 try Self.put(txn, self.snapshots, key: id.bytes, value: value)
@@ -417,7 +417,7 @@ public final class SnapshotStore: @unchecked Sendable {
             for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
             if !evicted.isEmpty {
                 self.evictionObserver?(evicted.map {
-                    Eviction(events: $0.events, reason: "store_age", reportedDrops: $0.drops)
+                    Eviction(events: $0.events, reason: .storeAge, reportedDrops: $0.drops)
                 })
             }
         }, committed: {

@@ -1,4 +1,5 @@
 import CairnStore
+public import CairnBase
 public import FoundationEssentials
 
 /// What the uploader does with a batch after an attempt.
@@ -10,7 +11,7 @@ public enum DeliveryAction: Sendable, Equatable {
     /// Try again later, and pause every upload first (rate limiting, overload).
     case pauseAndRetry
     /// The collector refused the batch for good: drop it, counted as `reason`.
-    case drop(reason: String)
+    case drop(reason: DropReason)
 }
 
 /// The table from HTTP status codes to actions: data, not scattered `if`s, so that
@@ -49,7 +50,7 @@ public struct StatusPolicy: Sendable, Equatable {
 
     /// The action for `status`.
     public func action(for status: Int) -> DeliveryAction {
-        rules.first { $0.range.contains(status) }?.action ?? .drop(reason: "rejected_\(status)")
+        rules.first { $0.range.contains(status) }?.action ?? .drop(reason: .rejected(status: status))
     }
 }
 

@@ -107,8 +107,9 @@ public struct UploaderStats: Sendable, Equatable {
     public var storedBatches = 0
     /// Stored snapshots delivered by replay (also counted in ``deliveredBatches``).
     public var replayedBatches = 0
-    /// Events (or stored requests) dropped, by reason (`rejected_400`, `store_full`, ...).
-    public var dropped: [String: Int] = [:]
+    /// Events (or stored requests) dropped, by reason (`.rejected(status: 400)`,
+    /// `.storeSize`, ...).
+    public var dropped: [DropReason: Int] = [:]
     /// Times the circuit breaker opened.
     public var breakerOpenings = 0
     /// Times a `Retry-After` or 429/503 paused the uploader.
@@ -251,7 +252,7 @@ public final class Uploader: @unchecked Sendable {
             for e in evictions {
                 state.withLock { $0.stats.dropped[e.reason, default: 0] += e.events }
                 Self.countInTable(ring, e.reason, e.events)
-                for (reason, n) in e.reportedDrops { Self.countInTable(ring, reason, n) }
+                for (reason, n) in e.reportedDrops { Self.countInTable(ring, DropReason(name: reason), n) }
             }
         }
     }
@@ -489,10 +490,10 @@ public final class Uploader: @unchecked Sendable {
         // Damage found when the ring and the store were opened is counted once, in the
         // drop table, so that it is reported even if this process is killed soon.
         let r = ring.stats()
-        count(drop: "ring_corrupt", Int(r.skippedCorrupt))
-        if r.origin == .setAside { count(drop: "ring_set_aside", 1) }
+        count(drop: .ringCorrupt, Int(r.skippedCorrupt))
+        if r.origin == .setAside { count(drop: .ringSetAside, 1) }
         // Requests the salvage could not prove intact (one when their number is unknown).
-        if let d = store?.stats.damage { count(drop: "store_corrupt", d.lost ?? 1) }
+        if let d = store?.stats.damage { count(drop: .storeCorrupt, d.lost ?? 1) }
         _ = try? store?.evictExpired()
         contexts.restore(from: store, ring: ring)
         resumeMarkedBatches()
@@ -684,7 +685,7 @@ public final class Uploader: @unchecked Sendable {
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
-            count(drop: "unframeable", framing.events)
+            count(drop: .unframeable, framing.events)
             nextToken += 1
             flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
                                   due: clock.now, done: true))
@@ -951,7 +952,7 @@ public final class Uploader: @unchecked Sendable {
             try? store.delete(snapshot.id)
             count(drop: reason, SnapshotStore.events(in: snapshot.request.body))
             // The drops it reported were never taken: count them again for the next batch.
-            for (r, n) in snapshot.request.reportedDrops { count(drop: r, n, inStats: false) }
+            for (r, n) in snapshot.request.reportedDrops { count(drop: DropReason(name: r), n, inStats: false) }
         case .retry, .pauseAndRetry:
             replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.
@@ -972,7 +973,7 @@ public final class Uploader: @unchecked Sendable {
                 pause = response.header("Retry-After").flatMap { StatusPolicy.parseRetryAfter($0) } ?? options.backoff.base
             }
         case .failure(let failure):
-            action = failure.kind == .invalidRequest ? .drop(reason: "invalid_request") : .retry
+            action = failure.kind == .invalidRequest ? .drop(reason: .invalidRequest) : .retry
         }
         if let log = outcome.job.log {
             let finished = UploadResultLog(start: log, result: outcome.result, duration: outcome.duration,
@@ -1009,15 +1010,15 @@ public final class Uploader: @unchecked Sendable {
 
     /// Counts `n` drops: in this uploader's stats, and in the ring's drop table, which
     /// outlives the process until a request has reported them.
-    private func count(drop reason: String, _ n: Int, inStats: Bool = true) {
+    private func count(drop reason: DropReason, _ n: Int, inStats: Bool = true) {
         guard n > 0 else { return }
         if inStats { state.withLock { $0.stats.dropped[reason, default: 0] += n } }
         Self.countInTable(ring, reason, n)
     }
 
-    private static func countInTable(_ ring: Ring, _ reason: String, _ n: Int) {
+    private static func countInTable(_ ring: Ring, _ reason: DropReason, _ n: Int) {
         guard n > 0 else { return }
-        ring.countDrops(slot: ring.dropSlot(reason) ?? Ring.otherDropSlot, UInt64(n))
+        ring.countDrops(slot: ring.dropSlot(reason.name) ?? Ring.otherDropSlot, UInt64(n))
     }
 
     /// Publishes whether the worker is idle, as seen by a look at the ring that began

@@ -1,3 +1,4 @@
+import CairnBase
 import CairnProcessor
 import Foundation
 import Testing
@@ -33,7 +34,7 @@ import Testing
         #expect(p.admit(Self.event("e", distinctID: "", type: type)) == .invalidIdentity)
         #expect(p.admit(Self.event("e", distinctID: "", type: type, tier: .critical)) == .invalidIdentity)
         #expect(p.admit(Self.event("e", type: type)) == nil)
-        #expect(DropReason.invalidName.rawValue == "invalid_name" && DropReason.invalidIdentity.rawValue == "invalid_identity")
+        #expect(DropReason.invalidName.name == "invalid_name" && DropReason.invalidIdentity.name == "invalid_identity")
     }
 
     @Test(arguments: hostile.indices)

@@ -1,4 +1,5 @@
 @testable import CairnUploader
+import CairnBase
 import Foundation
 import Testing
 
@@ -9,9 +10,9 @@ import Testing
         #expect(p.action(for: 200) == .delivered && p.action(for: 204) == .delivered)
         #expect(p.action(for: 500) == .retry && p.action(for: 502) == .retry && p.action(for: 408) == .retry)
         #expect(p.action(for: 429) == .pauseAndRetry && p.action(for: 503) == .pauseAndRetry)
-        #expect(p.action(for: 400) == .drop(reason: "rejected_400"))
-        #expect(p.action(for: 413) == .drop(reason: "rejected_413"))
-        #expect(p.action(for: 301) == .drop(reason: "rejected_301"))
+        #expect(p.action(for: 400) == .drop(reason: .rejected(status: 400)))
+        #expect(p.action(for: 413) == .drop(reason: .rejected(status: 413)))
+        #expect(p.action(for: 301) == .drop(reason: .rejected(status: 301)))
         // The table is data: a collector that wants 409 treated as delivered says so.
         let custom = StatusPolicy(rules: [.init(409...409, .delivered)] + StatusPolicy.standard.rules)
         #expect(custom.action(for: 409) == .delivered)

@@ -147,7 +147,7 @@ import Testing
         for i in 0..<7 { try ring.append(Self.event(i)) }
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(10)))
-        #expect(uploader.stats.dropped["rejected_400"] == 7)
+        #expect(uploader.stats.dropped[.rejected(status: 400)] == 7)
         #expect(ring.stats().used == 0)
         // The next batch tells the collector what was lost, and why.
         try ring.append(Self.event(100))
