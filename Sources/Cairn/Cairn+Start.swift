@@ -193,4 +193,42 @@ extension Cairn {
         }
         emitDedupSummaries()
     }
+
+    /// How long the background start waits for recovered events to be safe before it
+    /// reports the previous runs.
+    static let recoveredEventsFirstLimit: Duration = .seconds(5)
+
+    func reportPreviousRuns(_ uploader: Uploader) {
+        guard let crash else { return }
+        let result = crash.processPreviousRuns { events in
+            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
+            try uploader.sendPrebuilt(body: body, priority: .critical)
+            deliverToDestinations(events)
+        }
+        if options.debugLogging {
+            for run in result.runs {
+                let note = "[cairn] previous run \(run.sessionID ?? "?") ended: \(run.reason.rawValue)"
+                    + (run.stored ? "" : " (not stored: \(run.error ?? "?"))")
+                writeStandardError((note + "\n"))
+            }
+        }
+    }
+
+    /// The fixed user properties of the install, sent once per data directory with
+    /// `user_setOnce`, in a request of their own.
+    func sendInstallProperties(_ uploader: Uploader) {
+        guard !install.propertiesSent else { return }
+        let event = Event(type: .userSetOnce, name: "user_properties", properties: install.userProperties(clock: processor.clock),
+                          timeMillis: install.timeMillis, identity: currentIdentity(nil), sessionID: sessionID,
+                          tier: .important)
+        let record = processor.record(event)
+        do {
+            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])
+            try uploader.sendPrebuilt(body: body, priority: .important)
+            install.markPropertiesSent(directory: options.dataDirectory)
+            deliverToDestinations([record])
+        } catch {
+            drops.add(.installProperties, 1)
+        }
+    }
 }
