@@ -9,7 +9,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work="$root/.build/consumer"
-version=$(sed -n 's/^public let cairnVersion = "\(.*\)"$/\1/p' "$root/Sources/CairnStore/"*.swift | head -n 1)
+version=$(sed -n 's/^public let cairnVersion = "\(.*\)"$/\1/p' "$root/Sources/"*/*.swift | head -n 1)
 [ -n "$version" ] || { echo "consumer: the SDK version was not found" >&2; exit 1; }
 # Everything anew each time, caches included: SwiftPM would otherwise reuse the checkout
 # of an earlier clone that had the same URL and tag.
