@@ -200,7 +200,7 @@ extension Cairn {
 
     func reportPreviousRuns(_ uploader: Uploader) {
         guard let crash else { return }
-        let result = crash.processPreviousRuns { events in
+        let result = crash.processPreviousRuns(mask: processor.maskText) { events in
             let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
             try uploader.sendPrebuilt(body: body, priority: .critical)
             deliverToDestinations(events)

@@ -317,7 +317,12 @@ public final class CrashCapture: @unchecked Sendable {
     /// events too. Runs once per process; later calls return an empty result.
     /// Parsing, symbolication and storing happen on the calling thread: call it off the
     /// service's hot paths.
-    public func processPreviousRuns(store: ([[UInt8]]) throws -> Void) -> PreviousRunsResult {
+    ///
+    /// `mask` is applied to the runtime's fatal-error message of a crash (which may quote
+    /// the service's data: `fatalError("no account for \(email)")`) before it goes into
+    /// the event; the SDK passes its privacy rules.
+    public func processPreviousRuns(mask: (String) -> String = { $0 },
+                                    store: ([[UInt8]]) throws -> Void) -> PreviousRunsResult {
         finishSetup()
         let (claimed, live) = state.withLock { s -> ([LockedFile], [String]) in
             defer {
@@ -365,7 +370,8 @@ public final class CrashCapture: @unchecked Sendable {
             var endedAt: UInt64?
             if let path = unit.report {
                 let bytes = Self.read(path)
-                let report = CrashReport(bytes: bytes)
+                var report = CrashReport(bytes: bytes)
+                report.message = report.message.map(mask)
                 // A run that crashed before its record was written: its context blob
                 // names it (only an orphan's own start is taken from there).
                 if unit.orphan { start = RunStart(context: report) }

@@ -115,6 +115,24 @@ import Testing
         #expect(crashes.count == 1 && crashes.first?["session_id"] as? String == sessions[3])
     }
 
+    /// A service that traps with a message quoting an e-mail address: the next start's
+    /// `crash` event carries the message, masked by the privacy rules.
+    @Test func aFatalErrorMessageIsMasked() throws {
+        let collector = try CollectorProcess()
+        let dir = try DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "50"]
+        let trapped = try Self.child(["fatal"], env: env)
+        #expect(trapped.status != 0, "\(trapped.err)")
+        let next = try Self.child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let crash = try #require(try LifecycleTests.received(collector).first { $0["type"] as? String == "crash" })
+        let props = try #require(crash["properties"] as? [String: Any])
+        let message = try #require(props["message"] as? String, "\(props)")
+        #expect(message.contains("no account for") && !message.contains("alice@example.com"), "\(message)")
+        #expect((props["reason"] as? String)?.contains("alice@example.com") == false)
+    }
+
     /// A Critical event that cannot be delivered is stored at once with Critical
     /// priority: when Sampled requests overflow the store's size cap, they are evicted
     /// and it stays, and the next start with the collector up delivers it. Destinations

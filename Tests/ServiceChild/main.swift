@@ -14,6 +14,7 @@
 //   burst <n>     track n Debug-tier events, then n Important-tier ones, as fast as it
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
+//   fatal         flush, then fatalError("no account for alice@example.com")
 //   critical <n>  flush (ready), track one Critical "payment_captured", then n rounds of
 //                 500 Sampled "bulk" events of 2 KB of random hex each, flushing after
 //                 each round; shut down
@@ -133,6 +134,9 @@ case "crash":
     let bad = UnsafeMutablePointer<Int>(bitPattern: n == 0 ? 8 : 16)
     bad?.pointee = n
     exit(4)
+case "fatal":
+    _ = cairn.flush(timeout: .seconds(10))
+    fatalError("no account for alice@example.com")
 case "critical":
     struct Payment: CairnEvent {
         var name: String { "payment_captured" }
