@@ -31,7 +31,7 @@ enum CrashEvent {
 
     /// A stable event id: time-ordered (UUIDv7) with its random bits from `key`.
     static func stableID(millis: UInt64, key: [UInt8]) -> String {
-        uuidV7(millis: millis, random: (fnv1a(key), fnv1a(key, seed: 0x9e37_79b9_7f4a_7c15)))
+        uuidV7(millis: millis, random: (FNV1a.hash(key), FNV1a.hash(key, seed: 0x9e37_79b9_7f4a_7c15)))
     }
 
     /// The `crash` event for `report` (already read), with frames symbolicated.
@@ -48,7 +48,7 @@ enum CrashEvent {
             p.append(("signal_number", .int(Int64(report.signal))))
             if let code = SignalNames.code(report.signal, report.code) { p.append(("code", .string(code))) }
             p.append(("code_number", .int(Int64(report.code))))
-            p.append(("fault_address", .string(hexAddress(report.faultAddress))))
+            p.append(("fault_address", .string(Hex.address(report.faultAddress))))
         }
         if let message = report.message { p.append(("message", .string(message))) }
         p.append(("partial", .bool(partial)))
@@ -68,13 +68,13 @@ enum CrashEvent {
         }
         if !report.modules.isEmpty {
             p.append(("modules", .array(report.modules.map { m in
-                .object([("path", .string(m.path)), ("load_address", .string(hexAddress(m.loadAddress))),
-                         ("build_id", .string(hexString(m.buildID)))])
+                .object([("path", .string(m.path)), ("load_address", .string(Hex.address(m.loadAddress))),
+                         ("build_id", .string(Hex.string(m.buildID)))])
             })))
         }
         let names = SignalNames.registers(arch: report.arch)
         if !report.registers.isEmpty && report.registers.count == names.count {
-            p.append(("registers", .object(zip(names, report.registers).map { ($0, .string(hexAddress($1))) })))
+            p.append(("registers", .object(zip(names, report.registers).map { ($0, .string(Hex.address($1))) })))
         }
         if !report.context.isEmpty {
             if let value = jsonValue(report.context) {
@@ -124,15 +124,15 @@ enum CrashEvent {
         let code = SignalNames.code(r.signal, r.code)
         if r.code <= 0 { return "\(name) sent by \(r.code == -6 || r.code == -1 ? "the process itself" : "another process")" + (code.map { " (\($0))" } ?? "") }
         switch r.signal {
-        case SIGSEGV, SIGBUS: return "\(name) (\(code ?? String(r.code))): bad access at \(hexAddress(r.faultAddress))"
-        default: return "\(name) (\(code ?? String(r.code))) at \(hexAddress(r.faultAddress))"
+        case SIGSEGV, SIGBUS: return "\(name) (\(code ?? String(r.code))): bad access at \(Hex.address(r.faultAddress))"
+        default: return "\(name) (\(code ?? String(r.code))) at \(Hex.address(r.faultAddress))"
         }
     }
 
     static func frame(_ f: SymbolizedFrame, index: Int) -> JSONValue {
-        var m: [(String, JSONValue)] = [("index", .int(Int64(index))), ("address", .string(hexAddress(f.address)))]
+        var m: [(String, JSONValue)] = [("index", .int(Int64(index))), ("address", .string(Hex.address(f.address)))]
         if let module = f.module { m.append(("module", .string(module))) }
-        if let offset = f.moduleOffset { m.append(("offset", .string(hexAddress(offset)))) }
+        if let offset = f.moduleOffset { m.append(("offset", .string(Hex.address(offset)))) }
         if let symbol = f.symbol { m.append(("symbol", .string(symbol))) }
         if let mangled = f.mangledSymbol { m.append(("mangled", .string(mangled))) }
         if let offset = f.symbolOffset { m.append(("symbol_offset", .uint(offset))) }

@@ -173,34 +173,11 @@ extension JSONValue {
     }
 }
 
-/// Lowercase hexadecimal of `bytes`.
-func hexString(_ bytes: some Sequence<UInt8>) -> String {
-    var s = ""
-    for b in bytes {
-        s += String(b >> 4, radix: 16)
-        s += String(b & 0xF, radix: 16)
-    }
-    return s
-}
-
-/// `0x`-prefixed lowercase hexadecimal of an address.
-func hexAddress(_ value: UInt64) -> String { "0x" + String(value, radix: 16) }
-
 /// A UUIDv7 (RFC 9562) as lowercase text: the processor's event ids, with their random
 /// bits from `random` when given (ids derived from a report), else from the system.
 func uuidV7(millis: UInt64, random: (UInt64, UInt64)? = nil) -> String {
     EventIDGenerator.text(random.map { EventIDGenerator.id(millis: millis, random: $0) }
         ?? EventIDGenerator().next(millis: millis))
-}
-
-/// FNV-1a, 64 bits: a stable hash (the same in every process) for derived ids.
-func fnv1a(_ bytes: some Sequence<UInt8>, seed: UInt64 = 0xcbf2_9ce4_8422_2325) -> UInt64 {
-    var h = seed
-    for b in bytes {
-        h ^= UInt64(b)
-        h = h &* 0x100_0000_01b3
-    }
-    return h
 }
 
 /// Formats times in the host's zone, as every other event does.

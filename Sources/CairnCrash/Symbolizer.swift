@@ -1,4 +1,6 @@
 // Symbolication of a crash report's addresses, on the next start, from the files on disk.
+import CairnBase
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -137,7 +139,7 @@ public final class Symbolizer {
         }
         frame.module = module.path
         frame.moduleOffset = address &- module.loadAddress
-        if !module.buildID.isEmpty { frame.buildID = hex(module.buildID) }
+        if !module.buildID.isEmpty { frame.buildID = Hex.string(module.buildID) }
 
         let loaded: LoadedFile
         switch file(at: module.path) {
@@ -150,7 +152,7 @@ public final class Symbolizer {
         case .loaded(let file):
             loaded = file
         }
-        if frame.buildID == nil, !loaded.image.buildID.isEmpty { frame.buildID = hex(loaded.image.buildID) }
+        if frame.buildID == nil, !loaded.image.buildID.isEmpty { frame.buildID = Hex.string(loaded.image.buildID) }
         if !module.buildID.isEmpty, module.buildID != loaded.image.buildID {
             frame.note = "build id differs from file on disk"
             return frame
@@ -200,7 +202,7 @@ public final class Symbolizer {
     private func separateDebugImage(for image: ELFImage, path: String) -> ELFImage? {
         var candidates: [String] = []
         if image.buildID.count >= 2 {
-            let id = hex(image.buildID)
+            let id = Hex.string(image.buildID)
             candidates.append("\(debugDirectory)/.build-id/\(id.prefix(2))/\(id.dropFirst(2)).debug")
         }
         if let link = image.debugLink, !link.contains("/") {
@@ -215,14 +217,4 @@ public final class Symbolizer {
         return nil
     }
 
-    private func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0xf)])
-        }
-        return String(decoding: text, as: UTF8.self)
-    }
 }

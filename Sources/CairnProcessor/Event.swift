@@ -1,3 +1,4 @@
+import CairnBase
 import Synchronization
 
 /// The kinds of event (docs/FORMATS.md, "Event").
@@ -153,10 +154,7 @@ public final class EventIDGenerator: Sendable {
     public static func write(_ id: (UInt64, UInt64), into w: inout JSONWriter) {
         var buf: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &buf) { b in
-            @inline(__always) func digit(_ v: UInt64) -> UInt8 {
-                let n = UInt8(truncatingIfNeeded: v & 0xF)
-                return n < 10 ? n &+ 0x30 : n &+ 0x57
-            }
+            @inline(__always) func digit(_ v: UInt64) -> UInt8 { Hex.digit(UInt8(truncatingIfNeeded: v & 0xF)) }
             b[0] = 0x22
             var i = 1
             for n in 0..<16 {  // 8-4-4 of the first word, dashes after the 8th and 12th digit

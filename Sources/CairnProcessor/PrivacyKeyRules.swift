@@ -1,6 +1,8 @@
 // Sensitive keys: the patterns that decide which keys are redacted, and the table of
 // per-key rules.
 
+import CairnBase
+
 struct KeyPatterns: Sendable {
     /// The column of each byte: 1... for the bytes that occur in some pattern (an ASCII
     /// capital shares its lowercase letter's), 0 for every other byte, `skip` for the
@@ -167,8 +169,8 @@ struct KeyRuleTable: Sendable {
 
     /// FNV-1a over the ASCII-lowercased bytes.
     private static func hash(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for c in bytes { h = (h ^ UInt64(lowercaseASCII(c))) &* 0x100_0000_01b3 }
-        return h
+        var h = FNV1a()
+        for c in bytes { h.feed(lowercaseASCII(c)) }
+        return h.value
     }
 }

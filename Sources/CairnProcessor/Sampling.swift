@@ -3,6 +3,8 @@
 // specified in docs/FORMATS.md, "Sampling, filtering and deduplication", so that every SDK
 // variant keeps exactly the same events.
 
+import CairnBase
+
 /// How much an event matters; decides sampling, storage and what goes first under overload.
 ///
 /// Ordered by importance: `critical < important < sampled < debug`, so sorting puts what
@@ -67,8 +69,8 @@ public enum StableHash {
 
     /// FNV-1a fed incrementally, so callers hash their parts without joining them.
     struct Hasher {
-        static let offsetBasis: UInt64 = 0xcbf2_9ce4_8422_2325
-        static let prime: UInt64 = 0x100_0000_01b3
+        static let offsetBasis = FNV1a.offsetBasis
+        static let prime = FNV1a.prime
         static let separatorByte: UInt8 = 0x1F
 
         /// The FNV-1a state: the bytes fed so far.
@@ -117,7 +119,7 @@ public enum StableHash {
             for n in 0..<count {
                 if n == dashes.0 || n == dashes.1 { h = (h ^ 0x2D) &* Self.prime }
                 let nibble = UInt8(truncatingIfNeeded: (value >> UInt64(4 * (count - 1 - n))) & 0xF)
-                h = (h ^ UInt64(nibble < 10 ? nibble &+ 0x30 : nibble &+ 0x57)) &* Self.prime
+                h = (h ^ UInt64(Hex.digit(nibble))) &* Self.prime
             }
             state = h
         }

@@ -2,6 +2,8 @@
 // (`trace_id`, `span_id`) and the `traceparent` header that carries them between services.
 // Parsing follows the spec's rules for the current version and for future ones.
 
+import CairnBase
+
 /// A 128-bit trace id, written as 32 lowercase hex digits.
 public struct TraceID: Sendable, Hashable, CustomStringConvertible {
     /// The first 8 bytes (the first 16 hex digits), big-endian.
@@ -28,8 +30,8 @@ public struct TraceID: Sendable, Hashable, CustomStringConvertible {
     /// `traceparent`) is `nil`. The all-zero id parses; check ``isValid``.
     public init?(hex: some StringProtocol) {
         let parsed: (UInt64, UInt64)? = withUTF8Bytes(String(hex)) { bytes in
-            guard bytes.count == 32, let high = HexDigits.parse(bytes, from: 0, count: 16),
-                  let low = HexDigits.parse(bytes, from: 16, count: 16) else { return nil }
+            guard bytes.count == 32, let high = Hex.parse(bytes, from: 0, count: 16),
+                  let low = Hex.parse(bytes, from: 16, count: 16) else { return nil }
             return (high, low)
         }
         guard let parsed else { return nil }
@@ -39,8 +41,8 @@ public struct TraceID: Sendable, Hashable, CustomStringConvertible {
     /// 32 lowercase hex digits.
     public var description: String {
         String(unsafeUninitializedCapacity: 32) { buffer in
-            HexDigits.write(high, into: buffer, at: 0)
-            HexDigits.write(low, into: buffer, at: 16)
+            Hex.write(high, into: buffer, at: 0)
+            Hex.write(low, into: buffer, at: 16)
             return 32
         }
     }
@@ -72,7 +74,7 @@ public struct SpanID: Sendable, Hashable, CustomStringConvertible {
     /// ``isValid``.
     public init?(hex: some StringProtocol) {
         let parsed: UInt64? = withUTF8Bytes(String(hex)) { bytes in
-            bytes.count == 16 ? HexDigits.parse(bytes, from: 0, count: 16) : nil
+            bytes.count == 16 ? Hex.parse(bytes, from: 0, count: 16) : nil
         }
         guard let parsed else { return nil }
         value = parsed
@@ -81,7 +83,7 @@ public struct SpanID: Sendable, Hashable, CustomStringConvertible {
     /// 16 lowercase hex digits.
     public var description: String {
         String(unsafeUninitializedCapacity: 16) { buffer in
-            HexDigits.write(value, into: buffer, at: 0)
+            Hex.write(value, into: buffer, at: 0)
             return 16
         }
     }
@@ -124,7 +126,7 @@ public struct TraceParent: Sendable, Hashable {
             while start < end && Self.isOWS(all[start]) { start += 1 }
             while end > start && Self.isOWS(all[end - 1]) { end -= 1 }
             let bytes = UnsafeBufferPointer(rebasing: all[start..<end])
-            guard bytes.count >= 55, let version = HexDigits.parse(bytes, from: 0, count: 2), version != 0xFF
+            guard bytes.count >= 55, let version = Hex.parse(bytes, from: 0, count: 2), version != 0xFF
             else { return nil }
             if version == 0 {
                 guard bytes.count == 55 else { return nil }
@@ -133,10 +135,10 @@ public struct TraceParent: Sendable, Hashable {
             }
             let dash = UInt8(ascii: "-")
             guard bytes[2] == dash, bytes[35] == dash, bytes[52] == dash,
-                  let high = HexDigits.parse(bytes, from: 3, count: 16),
-                  let low = HexDigits.parse(bytes, from: 19, count: 16),
-                  let parent = HexDigits.parse(bytes, from: 36, count: 16),
-                  let flags = HexDigits.parse(bytes, from: 53, count: 2),
+                  let high = Hex.parse(bytes, from: 3, count: 16),
+                  let low = Hex.parse(bytes, from: 19, count: 16),
+                  let parent = Hex.parse(bytes, from: 36, count: 16),
+                  let flags = Hex.parse(bytes, from: 53, count: 2),
                   high != 0 || low != 0, parent != 0
             else { return nil }
             return TraceParent(traceID: TraceID(high: high, low: low), parentID: SpanID(value: parent),
@@ -153,10 +155,10 @@ public struct TraceParent: Sendable, Hashable {
             buffer[0] = zero
             buffer[1] = zero
             buffer[2] = dash
-            HexDigits.write(traceID.high, into: buffer, at: 3)
-            HexDigits.write(traceID.low, into: buffer, at: 19)
+            Hex.write(traceID.high, into: buffer, at: 3)
+            Hex.write(traceID.low, into: buffer, at: 19)
             buffer[35] = dash
-            HexDigits.write(parentID.value, into: buffer, at: 36)
+            Hex.write(parentID.value, into: buffer, at: 36)
             buffer[52] = dash
             buffer[53] = zero
             buffer[54] = sampled ? UInt8(ascii: "1") : zero
@@ -167,34 +169,5 @@ public struct TraceParent: Sendable, Hashable {
     @inline(__always)
     private static func isOWS(_ byte: UInt8) -> Bool {
         byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t")
-    }
-}
-
-/// Lowercase hex, the only form W3C Trace Context allows.
-private enum HexDigits {
-    /// The value of `count` (at most 16) lowercase hex digits at `from`, or `nil` when one
-    /// is not `0-9` or `a-f`.
-    static func parse(_ bytes: UnsafeBufferPointer<UInt8>, from: Int, count: Int) -> UInt64? {
-        guard from + count <= bytes.count else { return nil }
-        var value: UInt64 = 0
-        for i in from..<(from + count) {
-            let byte = bytes[i]
-            let digit: UInt8
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-            default: return nil
-            }
-            value = value << 4 | UInt64(digit)
-        }
-        return value
-    }
-
-    /// Writes `value` as 16 lowercase hex digits at `offset`.
-    static func write(_ value: UInt64, into buffer: UnsafeMutableBufferPointer<UInt8>, at offset: Int) {
-        for i in 0..<16 {
-            let nibble = UInt8(truncatingIfNeeded: value >> UInt64(60 - 4 * i)) & 0xF
-            buffer[offset + i] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
-        }
     }
 }

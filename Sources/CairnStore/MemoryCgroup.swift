@@ -1,9 +1,10 @@
-import CairnBase
 /// Where this process's memory cgroup keeps its files, from `/proc/self/cgroup`: the
 /// cgroup v2 directory and the v1 memory-controller directory, each also as the
 /// mount's root (inside a cgroup namespace or a container, the mount is the cgroup).
 /// Shared by the OOM-kill counter (crash capture) and the memory limit (common
 /// properties).
+import CairnBase
+
 package struct MemoryCgroup: Sendable {
     /// cgroup v2 directories, most specific first.
     package var v2: [String] = []

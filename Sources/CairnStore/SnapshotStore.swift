@@ -74,13 +74,7 @@ public struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertibl
     /// Orders by bytes: by creation time, then sequence.
     public static func < (a: SnapshotID, b: SnapshotID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
     /// Hexadecimal.
-    public var description: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes { out += [digits[Int(b >> 4)], digits[Int(b & 15)]] }
-        return String(decoding: out, as: UTF8.self)
-    }
+    public var description: String { Hex.string(bytes) }
 }
 
 /// A stored request with its delivery state.
