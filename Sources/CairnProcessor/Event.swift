@@ -1,4 +1,4 @@
-import CairnBase
+public import CairnBase
 import Synchronization
 
 /// The kinds of event (docs/FORMATS.md, "Event").
