@@ -57,8 +57,9 @@ build: deps
 # benchmark run prints the figures and fails the run when one is over its budget.
 test: build cwarn consumer fuzz-smoke sanitize bench-quick test-swift
 
-# A package that depends on a tagged Cairn as a user's does builds and runs the README's
-# first snippet, copied verbatim, with `import Cairn` alone (Tests/Consumer/build.sh).
+# A package that depends on a tagged Cairn as a user's does builds every Swift snippet of
+# the README, and runs the quick start, copied verbatim, with `import Cairn` alone
+# (Tests/Consumer/build.sh).
 consumer: deps
 	Tests/Consumer/build.sh
 

@@ -1,0 +1,60 @@
+"""Writes the consumer package of Tests/Consumer/build.sh.
+
+Usage: make_package.py <README.md> <Tests/Consumer> <package dir> <Cairn URL> <version>
+
+Every ```swift block of the README becomes an executable target of a package that
+depends on Cairn at <URL>, exactly <version>. The first block (the quick start) is
+main.swift as written, next to Support.swift; every other block is main.swift as
+written too, preceded by `import Cairn` and `import Glibc` when it has no import of its
+own (it continues the section above it), next to SnippetSupport.swift. Each target
+depends on the Cairn products its imports name.
+"""
+import pathlib
+import re
+import shutil
+import sys
+
+readme, consumer, package, url, version = sys.argv[1:6]
+consumer = pathlib.Path(consumer)
+package = pathlib.Path(package)
+blocks, inside, current = [], False, []
+for line in pathlib.Path(readme).read_text().splitlines():
+    if not inside and line == "```swift":
+        inside, current = True, []
+    elif inside and line == "```":
+        inside = False
+        blocks.append("\n".join(current) + "\n")
+    elif inside:
+        current.append(line)
+if not blocks:
+    sys.exit("consumer: no swift block in README.md")
+
+products = ["Cairn", "CairnStore", "CairnUploader", "CairnCrash", "CairnProcessor", "CairnTestKit"]
+targets = []
+for index, block in enumerate(blocks):
+    name = "ReadmeService" if index == 0 else f"ReadmeSnippet{index + 1}"
+    source = package / "Sources" / name
+    source.mkdir(parents=True, exist_ok=True)
+    imports = re.findall(r"^import (\w+)$", block, re.M)
+    text = block
+    if index > 0 and not imports:
+        text = "import Cairn\nimport Glibc\n\n" + block
+        imports = ["Cairn"]
+    (source / "main.swift").write_text(text)
+    support = "Support.swift" if index == 0 else "SnippetSupport.swift"
+    shutil.copy(consumer / support, source / support)
+    deps = ", ".join(f'.product(name: "{p}", package: "Cairn")' for p in products if p in imports)
+    targets.append(f'        .executableTarget(name: "{name}", dependencies: [{deps}], path: "Sources/{name}"),')
+
+(package / "Package.swift").write_text(f"""// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "ReadmeConsumer",
+    dependencies: [.package(url: "{url}", exact: "{version}")],
+    targets: [
+{chr(10).join(targets)}
+    ]
+)
+""")
+print(f"consumer: {len(blocks)} README snippets")
