@@ -89,7 +89,7 @@ extension Cairn {
         if let environment = options.environment { attributes["environment"] = environment }
         let crash: CrashCapture
         do {
-            crash = try CrashCapture.start(.init(directory: dir + "/crash", release: options.release,
+            crash = try CrashCapture.start(.init(directory: DataDirectory(dir).crash, release: options.release,
                                                  attributes: attributes, captureSIGQUIT: options.captureSIGQUIT,
                                                  deferSetup: true))
         } catch .alreadyStarted {
@@ -102,7 +102,7 @@ extension Cairn {
                                   common: options.common(.collectWithoutFiles()), sdkVersion: cairnVersion)
         let ring: Ring
         do {
-            ring = try Ring(path: dir + "/events.ring", options: .init(capacity: options.ringCapacity))
+            ring = try Ring(path: DataDirectory(dir).ring, options: .init(capacity: options.ringCapacity))
         } catch {
             throw .storage("event ring: \(error)")
         }
@@ -137,7 +137,7 @@ extension Cairn {
         let dir = options.dataDirectory
         var store: SnapshotStore?
         do {
-            store = try SnapshotStore(directory: dir + "/store", options: .init(maxBytes: options.storeMaxBytes))
+            store = try SnapshotStore(directory: DataDirectory(dir).store, options: .init(maxBytes: options.storeMaxBytes))
         } catch {
             // Events still flow: undelivered batches wait in the ring instead.
             drops.add(.storeUnavailable, 1)

@@ -36,7 +36,7 @@ package final class InstallRecord: Sendable {
     /// caller's thread in `start`, so it reads and writes the small file by hand rather
     /// than through Foundation's JSON (whose first use costs milliseconds).
     static func load(directory: String, release: String?) -> InstallRecord {
-        let path = directory + "/install.json"
+        let path = DataDirectory(directory).installRecord
         if let o = FlatJSON.parse(Self.read(path)), case .number(let t)? = o["install_time_ms"], t >= 0 {
             var zone = 0, sent = false
             var tz: String?, first: String?
@@ -77,7 +77,7 @@ package final class InstallRecord: Sendable {
             write(into: &w)
             w.byte(0x0A)
         }
-        let path = directory + "/install.json"
+        let path = DataDirectory(directory).installRecord
         let tmp = path + ".tmp"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return }

@@ -18,6 +18,7 @@
 //   3  no snapshot store in the data directory (no store/ or no store/data.mdb)
 //   4  the store cannot be read (permissions or another I/O error; the errno text is quoted)
 //   5  the store is damaged: what is intact was printed, what is wrong is on stderr
+import CairnBase
 import CairnCrash
 import CairnStore
 import Foundation
@@ -42,7 +43,7 @@ let dataDir = args.count > 1 ? args[1] : (ProcessInfo.processInfo.environment["C
 /// Reads the snapshot store without writing to it; exits 3 or 4 when there is none
 /// or it cannot be read.
 func inspectStore() -> StoreInspection {
-    let path = dataDir + "/store"
+    let path = DataDirectory(dataDir).store
     do {
         return try SnapshotStore.inspect(directory: path)
     } catch where error.code == ENOENT {
@@ -79,13 +80,13 @@ case "events":
     reportDamage(inspection)
 case "status":
     let fm = FileManager.default
-    let crashDir = dataDir + "/crash"
+    let crashDir = DataDirectory(dataDir).crash
     let crashFiles = (try? fm.contentsOfDirectory(atPath: crashDir)) ?? []
     let inspection = inspectStore()
     out("data directory: \(dataDir)")
     out("stored requests: \(inspection.snapshots.count) (\(inspection.bytes) bytes)"
         + (inspection.otherVersions > 0 ? ", and \(inspection.otherVersions) of another format version" : ""))
-    if let ring = try? fm.attributesOfItem(atPath: dataDir + "/events.ring")[.size] as? Int {
+    if let ring = try? fm.attributesOfItem(atPath: DataDirectory(dataDir).ring)[.size] as? Int {
         out("event ring: \(ring) bytes on disk")
     }
     out("run records: \(crashFiles.filter { $0.hasPrefix("run-") }.count) (this run's, live runs', and runs not yet reported)")
