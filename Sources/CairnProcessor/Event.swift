@@ -1,4 +1,4 @@
-public import CairnBase
+import CairnBase
 import Synchronization
 
 /// The kinds of event (docs/FORMATS.md, "Event").

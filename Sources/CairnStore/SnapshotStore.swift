@@ -47,6 +47,22 @@ public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     public static let unsettled: Int32 = -30002
 }
 
+/// How important a stored request is: eviction under the size cap takes the lowest
+/// priority (the highest raw value) first, oldest first within a priority.
+public enum Priority: UInt8, Sendable, Comparable, CaseIterable {
+    /// Crash reports and fatal errors: stored with a durable sync before they are
+    /// acknowledged.
+    case critical = 0
+    /// Events the service marks as important.
+    case important = 1
+    /// Ordinary sampled events.
+    case sampled = 2
+    /// Debug events, dropped first.
+    case debug = 3
+
+    /// Orders by raw value (critical first).
+    public static func < (a: Priority, b: Priority) -> Bool { a.rawValue < b.rawValue }
+}
 
 /// The identifier of a stored snapshot: 16 bytes, big-endian creation time in
 /// milliseconds then a per-process sequence, so byte order is time order.
@@ -68,7 +84,7 @@ public struct Snapshot: Sendable, Equatable {
     /// The request, exactly as built.
     public var request: UploadRequest
     /// Its priority.
-    public var priority: Tier
+    public var priority: Priority
     /// When it was built, in milliseconds since the Unix epoch.
     public var createdAt: UInt64
     /// Attempts made so far (in any process).
@@ -132,7 +148,7 @@ public final class SnapshotStore: @unchecked Sendable {
         /// Snapshots evicted for age, since open.
         public var evictedAge: Int
         /// Snapshots evicted to stay under the size cap, since open, by priority.
-        public var evictedSize: [Tier: Int]
+        public var evictedSize: [Priority: Int]
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
         public var failedPuts: Int
@@ -150,7 +166,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var bytes: Int
         var count: Int
         var evictedAge = 0
-        var evictedSize: [Tier: Int] = [:]
+        var evictedSize: [Priority: Int] = [:]
         var failedPuts = 0
         var sequence: UInt64
     }
@@ -281,7 +297,7 @@ public final class SnapshotStore: @unchecked Sendable {
     ///
     /// - Parameters:
     ///   - durable: Sync to disk before returning. Defaults to `true` for
-    ///     ``Tier/critical`` and `false` otherwise.
+    ///     ``Priority/critical`` and `false` otherwise.
     ///   - attempts: Attempts already made before storing (they count toward the
     ///     retry number sent with later attempts).
     ///   - now: The creation time in milliseconds since the epoch.
@@ -290,7 +306,7 @@ public final class SnapshotStore: @unchecked Sendable {
     /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
     ///   than the size cap); the failure is counted and nothing else changes.
     @discardableResult
-    public func put(_ request: UploadRequest, priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
+    public func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
                     now: UInt64 = SnapshotStore.nowMillis(),
                     metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> SnapshotID {
         let id = nextID(now: now)
@@ -459,7 +475,7 @@ public final class SnapshotStore: @unchecked Sendable {
     private struct Victim {
         let key: [UInt8]
         let size: Int
-        let priority: Tier
+        let priority: Priority
         var events = 0
         var drops: [String: Int] = [:]
     }
@@ -474,13 +490,13 @@ public final class SnapshotStore: @unchecked Sendable {
     /// lowest priority first, oldest first within it, but never a snapshot of higher
     /// priority than the one coming in (that one is refused instead). Returns what it
     /// deleted, to be counted once the transaction commits.
-    private func evictForSpace(_ txn: OpaquePointer, incoming: Int, incomingPriority: Tier) throws(StoreError) -> [Victim] {
+    private func evictForSpace(_ txn: OpaquePointer, incoming: Int, incomingPriority: Priority) throws(StoreError) -> [Victim] {
         let current = state.withLock { $0.bytes }
         var excess = current + incoming - options.maxBytes
         guard excess > 0 else { return [] }
         var candidates: [Victim] = []
         try Self.forEach(txn, snapshots) { key, value in
-            let priority = value.count > 1 ? Tier(code: value[1]) ?? .debug : .debug
+            let priority = value.count > 1 ? Priority(rawValue: value[1]) ?? .debug : .debug
             candidates.append(Victim(key: key, size: key.count + value.count, priority: priority))
             return true
         }
@@ -902,7 +918,7 @@ enum SnapshotCodec {
         var out: [UInt8] = []
         out.reserveCapacity(64 + s.request.url.utf8.count + s.request.body.count)
         out.append(version)
-        out.append(s.priority.code)
+        out.append(s.priority.rawValue)
         out += [0, 0]
         LittleEndian.append(&out, UInt64(s.attempts), bytes: 4)
         LittleEndian.append(&out, s.createdAt, bytes: 8)
@@ -922,7 +938,7 @@ enum SnapshotCodec {
 
     static func decode(id: SnapshotID, _ b: [UInt8]) -> Snapshot? {
         var r = LittleEndian.Reader(bytes: b)
-        guard let v = r.u8(), v == version, let p = r.u8(), let priority = Tier(code: p),
+        guard let v = r.u8(), v == version, let p = r.u8(), let priority = Priority(rawValue: p),
               r.skip(2), let attempts = r.u32(), let created = r.u64(), let next = r.u64(),
               let method = r.string(), let url = r.string(), let key = r.string(),
               let headerCount = r.u32() else { return nil }

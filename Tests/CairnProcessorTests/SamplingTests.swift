@@ -1,4 +1,3 @@
-import CairnBase
 import CairnProcessor
 import Foundation
 import Testing

@@ -47,7 +47,7 @@ do {
     line(["count": stats.count, "damage": damage])
     try store.put(request(0), priority: .sampled)
     for s in try store.oldest(limit: Int.max) {
-        line(["id": s.id.description, "priority": Int(s.priority.code), "attempts": Int(s.attempts),
+        line(["id": s.id.description, "priority": Int(s.priority.rawValue), "attempts": Int(s.attempts),
               "createdAt": s.createdAt, "nextAttemptAt": s.nextAttemptAt, "method": s.request.method,
               "url": s.request.url, "idempotencyKey": s.request.idempotencyKey,
               "headers": s.request.headers.map { [$0.name, $0.value] }, "body": Data(s.request.body).base64EncodedString()])
