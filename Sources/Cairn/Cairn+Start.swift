@@ -83,13 +83,14 @@ extension Cairn {
 
     private static func startOnce(_ options: Options) throws(CairnStartError) -> Cairn {
         let dir = options.dataDirectory
+        let layout = DataDirectory(dir)
         let made = SmallFile.makeDirectories(dir)
         if made != 0 { throw .storage("cannot create \(dir): \(String(cString: strerror(made)))") }
         var attributes = ["distinct_id": options.distinctID, "app_id": options.appID]
         if let environment = options.environment { attributes["environment"] = environment }
         let crash: CrashCapture
         do {
-            crash = try CrashCapture.start(.init(directory: DataDirectory(dir).crash, release: options.release,
+            crash = try CrashCapture.start(.init(directory: layout.crash, release: options.release,
                                                  attributes: attributes, captureSIGQUIT: options.captureSIGQUIT,
                                                  deferSetup: true))
         } catch .alreadyStarted {
@@ -102,7 +103,7 @@ extension Cairn {
                                   common: options.common(.collectWithoutFiles()), sdkVersion: cairnVersion)
         let ring: Ring
         do {
-            ring = try Ring(path: DataDirectory(dir).ring, options: .init(capacity: options.ringCapacity))
+            ring = try Ring(path: layout.ring, options: .init(capacity: options.ringCapacity))
         } catch {
             throw .storage("event ring: \(error)")
         }
@@ -134,10 +135,9 @@ extension Cairn {
         appendContext(to: ring)
         crash.recordContext(common.encodedContext())
         _ = install
-        let dir = options.dataDirectory
         var store: SnapshotStore?
         do {
-            store = try SnapshotStore(directory: DataDirectory(dir).store, options: .init(maxBytes: options.storeMaxBytes))
+            store = try SnapshotStore(directory: DataDirectory(options.dataDirectory).store, options: .init(maxBytes: options.storeMaxBytes))
         } catch {
             // Events still flow: undelivered batches wait in the ring instead.
             drops.add(.storeUnavailable, 1)

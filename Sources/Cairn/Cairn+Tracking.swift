@@ -146,21 +146,22 @@ extension Cairn {
         if event.type == .track, let dynamic = options.dynamicProperties?(), !dynamic.isEmpty {
             for (k, v) in dynamic where event.properties[k] == nil { event.properties[k] = v }
         }
-        if event.tier != .critical || !storeCritical(&event) {
+        if event.tier == .critical, let uploader = state.withLock({ $0.uploader }), uploader.hasStore {
+            clean(&event)
+            if !storeCritical(event, in: uploader) { write(&event, cleaned: true, into: ring) }
+        } else {
             write(&event, cleaned: false, into: ring)
         }
         if let fingerprint { remember(event, fingerprint) }
     }
 
-    /// A Critical event goes to the snapshot store at once, in a request of its own with
-    /// the Critical priority, synced before `track` returns: stored, it outlives the
-    /// eviction of Sampled and Important requests when the store is full, and a crash
-    /// right after. Destinations see it now. False (the ring takes it instead, synced
-    /// too) before the background start has opened the store, without one, or when the
-    /// store refuses it.
-    private func storeCritical(_ event: inout Event) -> Bool {
-        guard let uploader = state.withLock({ $0.uploader }), uploader.hasStore else { return false }
-        clean(&event)
+    /// A Critical event (cleaned) goes to the snapshot store at once, in a request of its
+    /// own with the Critical priority, synced before `track` returns: stored, it outlives
+    /// the eviction of Sampled and Important requests when the store is full, and a crash
+    /// right after. Destinations see it now. False when the store refuses it: the ring
+    /// takes it instead (synced too), as it does before the background start has opened
+    /// the store, or without one.
+    private func storeCritical(_ event: Event, in uploader: Uploader) -> Bool {
         let record = processor.record(event)
         do {
             let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])

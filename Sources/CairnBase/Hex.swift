@@ -6,8 +6,6 @@
 /// Hex.address(0x7f00)        // "0x7f00"
 /// ```
 package enum Hex {
-    @usableFromInline static let digits: [UInt8] = Array("0123456789abcdef".utf8)
-
     /// The lowercase hex digit of `nibble` (0...15).
     @inlinable package static func digit(_ nibble: UInt8) -> UInt8 {
         nibble < 10 ? nibble &+ 0x30 : nibble &+ 0x57
@@ -57,10 +55,11 @@ package enum Hex {
 /// stable hash of the SDK's layers, the same in every process and SDK variant. Fed
 /// byte by byte, so callers hash their parts (or lowercased bytes) without joining them.
 package struct FNV1a {
-    /// The offset basis: the hash of no bytes.
-    package static let offsetBasis: UInt64 = 0xcbf2_9ce4_8422_2325
+    /// The offset basis: the hash of no bytes. (Inlinable constants: hot hashing loops of
+    /// other modules fold them instead of calling a global's accessor.)
+    @inlinable package static var offsetBasis: UInt64 { 0xcbf2_9ce4_8422_2325 }
     /// The prime.
-    package static let prime: UInt64 = 0x100_0000_01b3
+    @inlinable package static var prime: UInt64 { 0x100_0000_01b3 }
 
     /// The hash of the bytes fed so far.
     package private(set) var value: UInt64

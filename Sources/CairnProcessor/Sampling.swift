@@ -69,8 +69,8 @@ public enum StableHash {
 
     /// FNV-1a fed incrementally, so callers hash their parts without joining them.
     struct Hasher {
-        static let offsetBasis = FNV1a.offsetBasis
-        static let prime = FNV1a.prime
+        static var offsetBasis: UInt64 { FNV1a.offsetBasis }
+        static var prime: UInt64 { FNV1a.prime }
         static let separatorByte: UInt8 = 0x1F
 
         /// The FNV-1a state: the bytes fed so far.
