@@ -9,11 +9,8 @@ import Testing
 /// the environment the way services are: sampling agrees across processes, the install
 /// time survives into later processes, and without an upload URL events stay on disk.
 @Suite(.serialized) struct ServiceProcessTests {
-    final class DataDir {
-        private let directory: TemporaryDirectory
-        var path: String { directory.path }
-        init() throws { directory = try TemporaryDirectory("cairn-svc") }
-    }
+    /// A data directory of its own, removed afterwards.
+    typealias DataDir = TemporaryDirectory
 
     /// Runs a built product with `args`; the environment is this process's without
     /// `CAIRN_*`, plus `env`.
@@ -26,6 +23,17 @@ import Testing
 
     static func child(_ args: [String], env: [String: String]) throws -> (status: Int32, out: [String], err: String) {
         try run("cairn-service-child", args, env: env)
+    }
+
+    /// The service started once more (`run 0`) with `env` and `overrides`, sending to
+    /// `collector`; every event the collector has received by then.
+    static func nextStart(_ env: [String: String], to collector: CollectorProcess,
+                          _ overrides: [String: String] = [:]) throws -> [[String: Any]] {
+        var env = env.merging(overrides) { $1 }
+        env["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
+        let next = try child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        return try LifecycleTests.received(collector)
     }
 
     static func objects(_ lines: [String]) -> [[String: Any]] {
@@ -99,13 +107,12 @@ import Testing
         #expect(reports(3) == ["crash-\(sessions[3] ?? "").report"], "the handler wrote where run 3 pointed it")
 
         let collector = try CollectorProcess()
+        var received: [[String: Any]] = []
         for run in 1...3 {
-            let next = try Self.child(["run", "0"], env: [
-                "CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path + "/run-\(run)",
-                "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "50"])
-            #expect(next.status == 0, "\(next.err)")
+            received = try Self.nextStart(["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7",
+                                           "CAIRN_DATA_DIR": dir.path + "/run-\(run)", "CAIRN_BATCH_AGE_MS": "50"],
+                                          to: collector)
         }
-        let received = try LifecycleTests.received(collector)
         func ended(_ run: Int) -> String? {
             let end = received.first { $0["name"] as? String == "session_end" && $0["session_id"] as? String == sessions[run] }
             return (end?["properties"] as? [String: Any])?["reason"] as? String
@@ -124,9 +131,7 @@ import Testing
                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "50"]
         let trapped = try Self.child(["fatal"], env: env)
         #expect(trapped.status != 0, "\(trapped.err)")
-        let next = try Self.child(["run", "0"], env: env)
-        #expect(next.status == 0, "\(next.err)")
-        let crash = try #require(try LifecycleTests.received(collector).first { $0["type"] as? String == "crash" })
+        let crash = try #require(try Self.nextStart(env, to: collector).first { $0["type"] as? String == "crash" })
         let props = try #require(crash["properties"] as? [String: Any])
         let message = try #require(props["message"] as? String, "\(props)")
         #expect(message.contains("no account for") && !message.contains("alice@example.com"), "\(message)")
@@ -158,13 +163,7 @@ import Testing
         let bulkStored = stored.filter { $0.priority == .sampled }.map { events($0).count }.reduce(0, +)
         #expect(bulkStored > 0 && bulkStored < 3000, "Sampled requests were evicted: \(bulkStored) of 3000 stored")
 
-        let collector = try CollectorProcess()
-        var up = env
-        up["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
-        up["CAIRN_SHUTDOWN_TIMEOUT_MS"] = "15000"
-        let next = try Self.child(["run", "0"], env: up)
-        #expect(next.status == 0, "\(next.err)")
-        let received = try LifecycleTests.received(collector)
+        let received = try Self.nextStart(env, to: try CollectorProcess(), ["CAIRN_SHUTDOWN_TIMEOUT_MS": "15000"])
         #expect(received.filter { $0["name"] as? String == "payment_captured" }.count == 1)
         let bulk = received.filter { $0["name"] as? String == "bulk" }.count
         #expect(bulk > 0 && bulk < 3000, "some bulk events were evicted: \(bulk) of 3000 arrived")
@@ -203,14 +202,8 @@ import Testing
         killed.signal(SIGKILL)
         _ = killed.wait()
 
-        let collector = try CollectorProcess()
-        var up = env
-        up["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
         // Batches wait a long time to fill: the recovered events must not wait behind it.
-        up["CAIRN_BATCH_AGE_MS"] = "3000"
-        let next = try Self.child(["run", "0"], env: up)
-        #expect(next.status == 0, "\(next.err)")
-        let received = try LifecycleTests.received(collector)
+        let received = try Self.nextStart(env, to: try CollectorProcess(), ["CAIRN_BATCH_AGE_MS": "3000"])
         let end = try #require(received.firstIndex { $0["name"] as? String == "session_end" }, "\(received.count)")
         let events = received.indices.filter { received[$0]["name"] as? String == "child_event" }
         #expect(events.count == 20)
