@@ -4,6 +4,7 @@ import CairnProcessor
 import CairnStore
 import FoundationEssentials
 import Glibc
+import Synchronization
 
 /// Why crash capture could not start or record the end of its run.
 public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -148,10 +149,14 @@ public final class CrashCapture: @unchecked Sendable {
         var setUp = false
     }
 
-    /// The process's one crash handler: installed by the first start; a run is live
-    /// from its start until ``endSession()``, and a later start, once no run is live,
-    /// points the handler at its own report (`cairn_crash_set_report`).
-    private static let handler = Locked<(installed: Bool, live: Bool)>((false, false))
+    // The process's one crash handler: installed by the first start; a run is live from
+    // its start until ``endSession()``, and a later start, once no run is live, points
+    // the handler at its own report (`cairn_crash_set_report`).
+
+    /// A run is live (taken by a compare-and-exchange, so one start at a time).
+    private static let live = Atomic<Bool>(false)
+    /// The handler is installed (only read and written by the start holding `live`).
+    private static let installed = Atomic<Bool>(false)
 
     /// This run's session id (UUIDv7).
     public let sessionID: String
@@ -187,17 +192,14 @@ public final class CrashCapture: @unchecked Sendable {
     /// - Throws: `.invalidOption`, `.alreadyStarted`, `.io`, `.install`.
     public static func start(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
         try options.validate()
-        guard let installed = handler.withLock({ h -> Bool? in
-            if h.live { return nil }
-            h.live = true
-            return h.installed
-        }) else { throw .alreadyStarted }
+        guard live.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { throw .alreadyStarted }
         do {
-            let capture = try startOnce(options, retarget: installed)
-            handler.withLock { $0.installed = true }
+            let capture = try startOnce(options, retarget: installed.load(ordering: .acquiring))
+            installed.store(true, ordering: .releasing)
             return capture
         } catch {
-            handler.withLock { $0.live = false }
+            live.store(false, ordering: .releasing)
             throw error
         }
     }
@@ -298,7 +300,7 @@ public final class CrashCapture: @unchecked Sendable {
             if !s.over {
                 // The run is over whatever comes of recording it: a new one may start.
                 s.over = true
-                Self.handler.withLock { $0.live = false }
+                Self.live.store(false, ordering: .releasing)
             }
             guard !s.ended else { return }
             guard let runFile = record(&s) else { throw s.runFileError ?? .io("run record", EIO) }
