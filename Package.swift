@@ -66,7 +66,7 @@ let package = Package(
         // sanitising, privacy, sampling, filtering, JSON). No files, no threads.
         .target(name: "CairnProcessor", dependencies: ["CairnBase"], path: "Sources/CairnProcessor",
                 swiftSettings: strictSwift),
-        .testTarget(name: "CairnProcessorTests", dependencies: ["CairnBase", "CairnProcessor"],
+        .testTarget(name: "CairnProcessorTests", dependencies: ["CairnBase", "CairnProcessor", "CairnTestSupport"],
                     path: "Tests/CairnProcessorTests"),
 
         // Crash capture around the C handler: run records, session end reasons, and the
@@ -75,9 +75,9 @@ let package = Package(
                 path: "Sources/CairnCrash",
                 swiftSettings: strictSwift),
         // A Swift service that starts crash capture and then crashes or ends as told.
-        .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
+        .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnProcessor", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
         .testTarget(name: "CairnCrashTests",
-                    dependencies: ["CairnBase", "CairnCrash", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
+                    dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
                                   "cairn-swift-crash-child",
                                   "cairn-run-child"],
                     path: "Tests/CairnCrashTests"),
@@ -125,7 +125,7 @@ let package = Package(
                     path: "Tests/CairnUploaderTests"),
 
         // The `cairn` command: stored events, status, crash reports.
-        .executableTarget(name: "cairn", dependencies: ["CairnBase", "CairnCrash", "CairnStore"], path: "Sources/CairnCLI"),
+        .executableTarget(name: "cairn", dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore"], path: "Sources/CairnCLI"),
 
         // The demo service of `make demo` (Examples/demo.sh).
         .executableTarget(name: "orders-service", dependencies: ["Cairn"], path: "Examples/OrdersService"),

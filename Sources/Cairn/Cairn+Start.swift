@@ -200,10 +200,17 @@ extension Cairn {
 
     func reportPreviousRuns(_ uploader: Uploader) {
         guard let crash else { return }
+        let identity = currentIdentity(nil)
         let result = crash.processPreviousRuns(mask: processor.maskText) { events in
-            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
-            try uploader.sendPrebuilt(body: body, priority: .critical)
-            deliverToDestinations(events)
+            var changed = RuleCounts()
+            let records = events.map { ended in
+                var event = ended.event
+                // An orphan report of a C program names nobody: it happened on this install.
+                if event.identity.distinctID.isEmpty { event.identity = identity }
+                return processor.record(endedRun: event, context: ended.context, counts: &changed)
+            }
+            try storeNow(records, tier: .critical, in: uploader)
+            drops.addChanges(changed)
         }
         if options.debugLogging {
             for run in result.runs {
@@ -221,12 +228,9 @@ extension Cairn {
         let event = Event(type: .userSetOnce, name: "user_properties", properties: install.userProperties(clock: processor.clock),
                           timeMillis: install.timeMillis, identity: currentIdentity(nil), sessionID: sessionID,
                           tier: .important)
-        let record = processor.record(event)
         do {
-            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])
-            try uploader.sendPrebuilt(body: body, priority: .important)
+            try storeNow([processor.record(event)], tier: event.tier, in: uploader)
             install.markPropertiesSent(directory: options.dataDirectory)
-            deliverToDestinations([record])
         } catch {
             drops.add(.installProperties, 1)
         }

@@ -50,19 +50,24 @@ extension Cairn {
             drops.add(.invalidIdentity, 1)
             return
         }
-        state.withLock { $0.identity.distinctID = distinctID }
+        let identity = state.withLock { s -> Identity in
+            s.identity.distinctID = distinctID
+            return s.identity
+        }
+        crash?.setIdentity(distinctID: identity.distinctID, accountID: identity.accountID)
     }
 
     /// Sets the account of later events and user-property requests (nil clears it).
     /// The first time an account id is set in this process, it is also sent once as
     /// the `user_setOnce` property `account_id`.
     public func setAccountID(_ accountID: String?) {
-        let sendOnce = state.withLock { s -> Identity? in
+        let (identity, sendOnce) = state.withLock { s -> (Identity, Bool) in
             s.identity.accountID = accountID
-            guard let accountID, s.accountSent.insert(accountID).inserted else { return nil }
-            return s.identity
+            guard let accountID, s.accountSent.insert(accountID).inserted else { return (s.identity, false) }
+            return (s.identity, true)
         }
-        if let identity = sendOnce, let accountID {
+        crash?.setIdentity(distinctID: identity.distinctID, accountID: identity.accountID)
+        if sendOnce, let accountID {
             submit(Event(type: .userSetOnce, name: "user_properties", properties: ["account_id": .string(accountID)],
                          timeMillis: EventClock.nowMillis(), identity: identity, sessionID: sessionID,
                          tier: .important))
@@ -162,16 +167,34 @@ extension Cairn {
     /// takes it instead (synced too), as it does before the background start has opened
     /// the store, or without one.
     private func storeCritical(_ event: Event, in uploader: Uploader) -> Bool {
-        let record = processor.record(event)
         do {
-            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: [record])
-            try uploader.sendPrebuilt(body: body, priority: .critical)
+            try storeNow([processor.record(event)], tier: .critical, in: uploader)
         } catch {
             if options.debugLogging { writeStandardError("[cairn] critical event \(event.name) not stored: \(error)\n") }
             return false
         }
-        deliverToDestinations([record])
         return true
+    }
+
+    /// The sink for finished records that do not go through the ring: one request of
+    /// their own, stored (synced) with the priority of their tier before it returns,
+    /// then handed to the destinations. Critical events, the previous runs' `crash` and
+    /// `session_end`, the install's `user_setOnce`.
+    func storeNow(_ records: [[UInt8]], tier: Tier, in uploader: Uploader) throws {
+        let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: records)
+        try uploader.sendPrebuilt(body: body, priority: Self.priority(tier))
+        deliverToDestinations(records)
+    }
+
+    /// The store's eviction order for a tier: the same four levels (the store knows
+    /// priorities, not events).
+    static func priority(_ tier: Tier) -> Priority {
+        switch tier {
+        case .critical: return .critical
+        case .important: return .important
+        case .sampled: return .sampled
+        case .debug: return .debug
+        }
     }
 
     /// Hands finished records (whole events, as the collector receives them) to the

@@ -18,23 +18,22 @@ public struct FinishedEvent: Sendable, Equatable {
     /// The record parsed (for tests and tools; not for hot paths): objects as
     /// `[String: Any]`, arrays as `[Any]`, numbers as `Int` when whole and in range
     /// (else `Double`), `String`, `Bool`, and JSON `null` as `nil` boxed in `Any`
-    /// (`Optional<Any>.none`). Read with the toolchain's `JSONDecoder`, so that Cairn
-    /// does not make a service load Foundation.
+    /// (`Optional<Any>.none`). Read with `CairnValue(json:)`, so that Cairn does not make
+    /// a service load Foundation.
     public var object: [String: Any]? {
-        JSONValue.parse(json).map(Self.any) as? [String: Any]
+        CairnValue(json: json).map(Self.any) as? [String: Any]
     }
 
     /// A parsed value as ``object`` describes it.
-    private static func any(_ value: JSONValue) -> Any {
+    private static func any(_ value: CairnValue) -> Any {
         switch value {
         case .null: return Optional<Any>.none as Any
         case .bool(let b): return b
         case .int(let i): return Int(i)
-        case .uint(let u): return Int(exactly: u) ?? Double(u)
         case .double(let d): return d
         case .string(let s): return s
         case .array(let items): return items.map(any)
-        case .object(let members): return Dictionary(members.map { ($0.0, any($0.1)) }) { first, _ in first }
+        case .object(let members): return members.mapValues(any)
         }
     }
 

@@ -33,19 +33,21 @@ package final class InstallRecord: Sendable {
     }
 
     /// Reads `<directory>/install.json`, creating it on the first start. Runs on the
-    /// caller's thread in `start`, so it reads and writes the small file by hand rather
-    /// than through Foundation's JSON (whose first use costs milliseconds).
+    /// caller's thread in `start`, so it reads the small file with the SDK's own reader
+    /// and writes it by hand rather than through Foundation's JSON (whose first use
+    /// costs milliseconds).
     static func load(directory: String, release: String?) -> InstallRecord {
         let path = DataDirectory(directory).installRecord
-        if let o = FlatJSON.parse(Self.read(path)), case .number(let t)? = o["install_time_ms"], t >= 0 {
+        if let o = CairnValue(json: Self.read(path)), let t = o["install_time_ms"]?.unsigned {
             var zone = 0, sent = false
-            var tz: String?, first: String?
-            if case .number(let z)? = o["zone_offset"] { zone = Int(z) }
+            switch o["zone_offset"] {
+            case .int(let z)?: zone = Int(clamping: z)
+            case .double(let z)? where z.isFinite && abs(z) < 100_000: zone = Int(z)
+            default: break
+            }
             if case .bool(let b)? = o["properties_sent"] { sent = b }
-            if case .string(let s)? = o["time_zone"] { tz = s }
-            if case .string(let s)? = o["first_release"] { first = s }
-            return InstallRecord(timeMillis: UInt64(t), zoneOffsetMinutes: zone, timeZone: tz, firstRelease: first,
-                                 isFirstStart: false, propertiesSent: sent)
+            return InstallRecord(timeMillis: t, zoneOffsetMinutes: zone, timeZone: o["time_zone"]?.text,
+                                 firstRelease: o["first_release"]?.text, isFirstStart: false, propertiesSent: sent)
         }
         let now = EventClock.nowMillis()
         let record = InstallRecord(timeMillis: now, zoneOffsetMinutes: EventClock().offsetMinutes(at: now),

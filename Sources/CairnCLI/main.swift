@@ -19,6 +19,7 @@
 //   4  the store cannot be read (permissions or another I/O error; the errno text is quoted)
 //   5  the store is damaged: what is intact was printed, what is wrong is on stderr
 import CairnBase
+import CairnProcessor
 import CairnCrash
 import CairnStore
 import Foundation
@@ -101,7 +102,10 @@ case "status":
 case "report":
     guard args.count == 2 else { fail(usage, status: 2) }
     guard let data = FileManager.default.contents(atPath: args[1]) else { fail("cannot read \(args[1])") }
-    out(String(decoding: CrashReport.eventJSON(reportBytes: Array(data)), as: UTF8.self))
+    let crash = CrashReport.event(reportBytes: Array(data))
+    var changed = RuleCounts()
+    let json = Processor().record(endedRun: crash.event, context: crash.context, counts: &changed)
+    out(String(decoding: json, as: UTF8.self))
 default:
     fail(usage, status: 2)
 }

@@ -30,15 +30,20 @@ public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertib
 }
 
 /// How one previous run ended, and what was stored about it.
-public struct PreviousRun: Sendable, Equatable {
+public struct PreviousRun: Sendable {
     /// The run's session id (from its run record, or its crash report's context).
     public var sessionID: String?
     /// How it ended.
     public var reason: SessionEndReason
     /// The `event_id` of its `crash` event, when it crashed.
     public var crashEventID: String?
-    /// The events built for it, each one JSON object (`crash`, then `session_end`).
-    public var events: [[UInt8]]
+    /// The events built for it (`crash`, then `session_end`), for the processor to
+    /// encode.
+    public var events: [EndedRunEvent]
+    /// Its crash report as read, when it crashed.
+    public var report: CrashReport?
+    /// The report's frames, symbolicated from the files on this machine.
+    public var frames: [SymbolizedFrame]
     /// Whether `store` accepted them; when not, the run's files stay for the next start.
     public var stored: Bool
     /// Why storing failed, when it did.
@@ -46,7 +51,7 @@ public struct PreviousRun: Sendable, Equatable {
 }
 
 /// What `CrashCapture.processPreviousRuns` did.
-public struct PreviousRunsResult: Sendable, Equatable {
+public struct PreviousRunsResult: Sendable {
     /// The previous runs found, oldest first.
     public var runs: [PreviousRun]
     /// Runs (with their reports) deleted unprocessed because more than
@@ -64,7 +69,11 @@ public struct PreviousRunsResult: Sendable, Equatable {
 /// ```swift
 /// let crashes = try CrashCapture.start(.init(directory: dataDir + "/crash"))
 /// // later, off the caller's thread:
-/// let result = crashes.processPreviousRuns { events in try store(events) }
+/// let processor = Processor()
+/// let result = crashes.processPreviousRuns { events in
+///     var changed = RuleCounts()
+///     try store(events.map { processor.record(endedRun: $0.event, context: $0.context, counts: &changed) })
+/// }
 /// // at a clean shutdown:
 /// try crashes.endSession()
 /// ```
@@ -78,8 +87,10 @@ public final class CrashCapture: @unchecked Sendable {
         public var directory: String
         /// The service's release, written into run records and events.
         public var release: String?
-        /// Fields copied into the top level of this run's events on the next start
-        /// (for example `distinct_id`, `app_id`, `environment`).
+        /// What this run's events on the next start are told about it: `distinct_id`
+        /// (their `distinct_id`, until ``CrashCapture/setIdentity(distinctID:accountID:)``
+        /// sets another), and `app_id` and `environment` (their `context.app`, when the
+        /// run ends before ``CrashCapture/recordContext(_:)``). Kept in the run record.
         public var attributes: [String: String]
         /// Also capture SIGQUIT (off: services use it for thread dumps).
         public var captureSIGQUIT: Bool
@@ -147,6 +158,10 @@ public final class CrashCapture: @unchecked Sendable {
         /// of this capture reaches the handler any more, which may serve a later run.
         var over = false
         var setUp = false
+        /// The identity set with ``setIdentity(distinctID:accountID:)``, if any.
+        var identity: RunIdentity?
+        /// It is in the run record (written there, or nothing to write).
+        var identityRecorded = true
     }
 
     // The process's one crash handler: installed by the first start; a run is live from
@@ -235,7 +250,7 @@ public final class CrashCapture: @unchecked Sendable {
             throw .install(rc)
         }
         let capture = CrashCapture(start: start, options: options, runFile: runFile, claimed: claimed, live: live)
-        capture.state.withLock { capture.publishContext($0.breadcrumbs) }
+        capture.state.withLock { capture.publishContext($0.breadcrumbs, identity: nil) }
         if !options.deferSetup { capture.finishSetup() }
         return capture
     }
@@ -258,10 +273,17 @@ public final class CrashCapture: @unchecked Sendable {
             // The next start's run record, made now, off the thread that starts.
             LockedFile.makeSpare(options.directory + "/" + Self.spareName)
             if !s.ended, let runFile, let (file, kills) = OOMCounter.locate() {
-                let line: JSONValue = .object([("oom", .object([("file", .string(file)), ("oom_kill", .uint(kills))]))])
+                let line = JSONWriter.bytes { w in
+                    w.ascii(#"{"oom":{"file":"#)
+                    w.string(file)
+                    w.ascii(#","oom_kill":"#)
+                    w.uint(kills)
+                    w.ascii("}}")
+                }
                 // Best effort: without this line the run can end as `abnormal` but not `oom_killed`.
-                try? runFile.append(line.bytes)
+                try? runFile.append(line)
             }
+            if !s.ended, let runFile { recordIdentity(&s, in: runFile) }
         }
         cairn_crash_warm_up()
     }
@@ -270,12 +292,41 @@ public final class CrashCapture: @unchecked Sendable {
     /// them in `context`) in this run's record, for its `crash` and `session_end`
     /// events on the next start. The last one recorded wins. Not for hot paths.
     public func recordContext(_ context: [UInt8]) {
-        guard CrashEvent.jsonValue(context)?.isObject == true else { return }
+        guard case .object? = CairnValue(json: context) else { return }
         state.withLock { s in
             guard !s.ended, let runFile = record(&s) else { return }
             // Best effort: without this line the events of this run carry no context.
             try? runFile.append(Array(#"{"context":"#.utf8) + context + [UInt8(ascii: "}")])
         }
+    }
+
+    /// Records who this run's events are about now (the SDK calls it when the default
+    /// `distinct_id` or the account changes): the context blob carries it, for a crash,
+    /// and a line of the run record, for how the run ends otherwise; the next start gives
+    /// this run's `crash` and `session_end` events the identity recorded last (docs/
+    /// FORMATS.md, "Run record"). Not for hot paths: it writes to the run record.
+    public func setIdentity(distinctID: String, accountID: String?) {
+        let identity = RunIdentity(distinctID: distinctID, accountID: accountID.flatMap { $0.isEmpty ? nil : $0 })
+        state.withLock { s in
+            guard !s.over, s.identity != identity else { return }
+            s.identity = identity
+            s.identityRecorded = false
+            publishContext(s.breadcrumbs, identity: identity)
+            // Before the run record exists (a deferred start), `finishSetup` writes it.
+            if let runFile = s.runFile { recordIdentity(&s, in: runFile) }
+        }
+    }
+
+    /// Appends the identity line to the run record when it is not there yet. Best
+    /// effort: without it, the run's end carries the identity it started with.
+    private func recordIdentity(_ s: inout State, in runFile: LockedFile) {
+        guard !s.identityRecorded, let identity = s.identity else { return }
+        s.identityRecorded = true
+        try? runFile.append(JSONWriter.bytes { w in
+            w.ascii(#"{"identity":"#)
+            identity.write(&w)
+            w.byte(0x7D)
+        })
     }
 
     /// Adds a breadcrumb to the context a crash report carries (the newest
@@ -287,7 +338,7 @@ public final class CrashCapture: @unchecked Sendable {
             guard options.maxBreadcrumbs > 0, !s.over else { return }
             s.breadcrumbs.append(crumb)
             if s.breadcrumbs.count > options.maxBreadcrumbs { s.breadcrumbs.removeFirst(s.breadcrumbs.count - options.maxBreadcrumbs) }
-            publishContext(s.breadcrumbs)
+            publishContext(s.breadcrumbs, identity: s.identity)
         }
     }
 
@@ -304,15 +355,19 @@ public final class CrashCapture: @unchecked Sendable {
             }
             guard !s.ended else { return }
             guard let runFile = record(&s) else { throw s.runFileError ?? .io("run record", EIO) }
-            let end: JSONValue = .object([("end", .string("clean")), ("ended_at_ms", .uint(nowMillis()))])
-            try runFile.append(end.bytes)
+            try runFile.append(JSONWriter.bytes { w in
+                w.ascii(#"{"end":"clean","ended_at_ms":"#)
+                w.uint(nowMillis())
+                w.byte(0x7D)
+            })
             guard fsync(runFile.fd) == 0 else { throw .io("fsync \(runFile.path)", errno) }
             s.ended = true
         }
     }
 
     /// Turns the runs claimed at start into events and hands them to `store`, one call
-    /// per run (`crash` first when it crashed, then `session_end`). `store` must make
+    /// per run (`crash` first when it crashed, then `session_end`), for it to encode
+    /// (`Processor.record(endedRun:context:counts:)`) and keep. `store` must make
     /// them durable before it returns; only then are the run's record and report deleted.
     /// When it throws, they stay for the next start. Orphan reports (no run record, for
     /// example from C programs using `cairn_crash_install` directly) become `crash`
@@ -324,7 +379,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// the service's data: `fatalError("no account for \(email)")`) before it goes into
     /// the event; the SDK passes its privacy rules.
     public func processPreviousRuns(mask: (String) -> String = { $0 },
-                                    store: ([[UInt8]]) throws -> Void) -> PreviousRunsResult {
+                                    store: ([EndedRunEvent]) throws -> Void) -> PreviousRunsResult {
         finishSetup()
         let (claimed, live) = state.withLock { s -> ([LockedFile], [String]) in
             defer {
@@ -367,8 +422,8 @@ public final class CrashCapture: @unchecked Sendable {
         var symbolizer: Symbolizer?
         for unit in units {
             var start = unit.record.start
-            var run = PreviousRun(sessionID: unit.id, reason: .abnormal, crashEventID: nil, events: [], stored: false,
-                                  error: nil)
+            var run = PreviousRun(sessionID: unit.id, reason: .abnormal, crashEventID: nil, events: [], report: nil,
+                                  frames: [], stored: false, error: nil)
             var endedAt: UInt64?
             if let path = unit.report {
                 let bytes = Self.read(path)
@@ -379,12 +434,15 @@ public final class CrashCapture: @unchecked Sendable {
                 if unit.orphan { start = RunStart(context: report) }
                 let symbolizing = symbolizer ?? Symbolizer()
                 symbolizer = symbolizing
-                let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start, symbolizer: symbolizing,
+                let crash = CrashEvent.crash(report: report, rawBytes: bytes, start: start,
+                                             identity: unit.record.identity, symbolizer: symbolizing,
                                              fallbackMillis: Self.mtimeMillis(path) ?? now)
                 run.reason = .crashed
-                run.crashEventID = crash.id
-                run.events.append(crash.json.bytes)
-                if run.sessionID == nil { run.sessionID = CrashEvent.contextField(report.context, "session_id") }
+                run.crashEventID = crash.event.event.id.map(EventIDGenerator.text)
+                run.events.append(crash.event)
+                run.report = report
+                run.frames = crash.frames
+                if run.sessionID == nil { run.sessionID = crash.event.event.sessionID }
                 endedAt = report.timeNanos > 0 ? report.timeNanos / 1_000_000 : nil
             } else if let clean = unit.record.cleanEndMillis {
                 run.reason = .clean
@@ -396,9 +454,9 @@ public final class CrashCapture: @unchecked Sendable {
             // A run record always gets its end; an orphan report only when its context
             // blob names the run (a C program's has no run to end).
             if !unit.orphan || start != nil, let sid = run.sessionID {
-                run.events.append(CrashEvent.sessionEnd(start: start, sessionID: sid, reason: run.reason,
-                                                        endedAt: endedAt, crashEventID: run.crashEventID,
-                                                        detectedAt: now).bytes)
+                run.events.append(CrashEvent.sessionEnd(start: start, identity: unit.record.identity, sessionID: sid,
+                                                        reason: run.reason, endedAt: endedAt,
+                                                        crashEventID: run.crashEventID, detectedAt: now))
             }
             do {
                 try store(run.events)
@@ -435,16 +493,19 @@ public final class CrashCapture: @unchecked Sendable {
     /// Serialises the context blob and hands it to the handler; called with the lock held
     /// (the C call must not overlap itself). Oldest breadcrumbs go first when it would
     /// not fit the capacity.
-    private func publishContext(_ all: [Breadcrumb]) {
+    private func publishContext(_ all: [Breadcrumb], identity: RunIdentity?) {
         var crumbs = all[...]
         while true {
-            // Written with the JSON writer: the first runs inside `start`, where building
-            // `JSONValue` trees costs the runtime type lookups.
             let bytes = JSONWriter.bytes { w in
                 w.byte(0x7B)
                 // What the run record's start line says, for a crash before it is written.
                 start.writeFields(&w)
                 w.byte(0x2C)
+                if let identity {
+                    w.key("identity")
+                    identity.write(&w)
+                    w.byte(0x2C)
+                }
                 w.key("breadcrumbs")
                 w.byte(0x5B)
                 for (i, c) in crumbs.enumerated() {

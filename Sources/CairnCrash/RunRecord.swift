@@ -28,8 +28,8 @@ struct RunStart: Equatable {
     /// a line of its own soon after the start line; in the start line by older versions).
     var oomFile: String?
     var oomKills: UInt64?
-    /// The run's common properties (`CrashCapture.recordContext`), keys sorted.
-    var context: JSONValue?
+    /// The run's common properties (`CrashCapture.recordContext`).
+    var context: CairnValue?
 
     /// The start line (without its line break), written with the processor's JSON
     /// writer: this runs inside `start`, where building `JSONValue` trees would cost the
@@ -78,7 +78,7 @@ extension RunStart {
     /// The start read from an object holding ``writeFields(_:)``'s members (the start
     /// line, or the context blob); nil without a `session_id`. Missing members read as
     /// 0 or absent; non-string attributes are ignored.
-    init?(fields object: JSONValue) {
+    init?(fields object: CairnValue) {
         guard let sid = object["session_id"]?.text else { return nil }
         var attributes: [String: String] = [:]
         if case .object(let members)? = object["attributes"] {
@@ -93,7 +93,7 @@ extension RunStart {
     /// the start line (see docs/FORMATS.md, "Context blob"; the pid is the report's);
     /// nil when the blob names no session.
     init?(context report: CrashReport) {
-        guard let blob = JSONValue.parse(report.context), let start = RunStart(fields: blob),
+        guard let blob = CairnValue(json: report.context), let start = RunStart(fields: blob),
               !start.sessionID.isEmpty
         else { return nil }
         self = start
@@ -101,23 +101,62 @@ extension RunStart {
     }
 }
 
+/// Who a run's events were about when it ended: the identity it last recorded (a line
+/// `{"identity":{"distinct_id":…,"account_id":…}}` of its run record, and the member
+/// `identity` of its context blob; see docs/FORMATS.md, "Run record").
+struct RunIdentity: Equatable {
+    var distinctID: String
+    var accountID: String?
+
+    /// The identity in `value` (`{"distinct_id":…,"account_id":…}`); nil without a
+    /// non-empty `distinct_id`.
+    init?(_ value: CairnValue?) {
+        guard let id = value?["distinct_id"]?.text, !id.isEmpty else { return nil }
+        distinctID = id
+        accountID = value?["account_id"]?.text.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    init(distinctID: String, accountID: String?) {
+        self.distinctID = distinctID
+        self.accountID = accountID
+    }
+
+    /// `{"distinct_id":…,"account_id":…}` (`account_id` only when there is one).
+    func write(_ w: inout JSONWriter) {
+        w.byte(0x7B)
+        w.key("distinct_id")
+        w.string(distinctID)
+        if let accountID {
+            w.byte(0x2C)
+            w.key("account_id")
+            w.string(accountID)
+        }
+        w.byte(0x7D)
+    }
+}
+
 /// A run file as read back: its start record and, after a clean shutdown, its end.
 struct RunRecord {
     var start: RunStart?
     var cleanEndMillis: UInt64?
+    /// The identity the run recorded last, when it recorded one.
+    var identity: RunIdentity?
 
     /// Parses the lines of a run file; unreadable lines are ignored (a run killed while
     /// writing its start line leaves a partial one).
     init(bytes: [UInt8]) {
-        var oomFile: String?, oomKills: UInt64?, context: JSONValue?
+        var oomFile: String?, oomKills: UInt64?, context: CairnValue?
         for line in bytes.split(separator: UInt8(ascii: "\n")) {
-            guard let object = JSONValue.parse(Array(line)), object.isObject else { continue }
+            guard let object = CairnValue(json: Array(line)), case .object = object else { continue }
             if let oom = object["oom"] {
                 oomFile = oom["file"]?.text
                 oomKills = oom["oom_kill"]?.unsigned
             }
-            if let c = object["context"], c.isObject {
+            if let c = object["context"], case .object = c {
                 context = c
+            }
+            if let identity = RunIdentity(object["identity"]) {
+                self.identity = identity
             }
             if object["end"]?.text == "clean" {
                 cleanEndMillis = object["ended_at_ms"]?.unsigned ?? 0

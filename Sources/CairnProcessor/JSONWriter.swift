@@ -275,4 +275,29 @@ public struct JSONWriter {
         }
         byte(0x7D)
     }
+
+    /// Appends a value with every object's keys in sorted order (byte order of their
+    /// UTF-8): for events that must come out the same byte for byte when rebuilt. Not for
+    /// hot paths (it sorts).
+    public mutating func sortedValue(_ value: CairnValue) {
+        switch value {
+        case .array(let items):
+            byte(0x5B)
+            for (i, item) in items.enumerated() {
+                if i > 0 { byte(0x2C) }
+                sortedValue(item)
+            }
+            byte(0x5D)
+        case .object(let members):
+            byte(0x7B)
+            for (i, k) in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+                if i > 0 { byte(0x2C) }
+                key(k)
+                sortedValue(members[k] ?? .null)
+            }
+            byte(0x7D)
+        default:
+            self.value(value)
+        }
+    }
 }

@@ -44,15 +44,20 @@ public struct CommonProperties: Sendable, Equatable {
             w.key("context")
             writeContext(into: &w)
             w.byte(0x2C)
-            w.key("sdk")
-            w.byte(0x7B)
-            w.key("name")
-            w.ascii("\"cairn-swift\"")
-            w.byte(0x2C)
-            w.key("version")
-            w.string(sdkVersion)
-            w.byte(0x7D)
+            Self.writeSDK(version: sdkVersion, into: &w)
         }
+    }
+
+    /// The `"sdk":{"name":"cairn-swift","version":...}` member.
+    static func writeSDK(version: String, into w: inout JSONWriter) {
+        w.key("sdk")
+        w.byte(0x7B)
+        w.key("name")
+        w.ascii("\"cairn-swift\"")
+        w.byte(0x2C)
+        w.key("version")
+        w.string(version)
+        w.byte(0x7D)
     }
 
     /// The `context` object alone (`{"app":{...},...}`), as the run record keeps it for
@@ -213,7 +218,7 @@ public final class Processor: Sendable {
 
     /// A processor writing `common` into every event, with times in `clock`'s zone.
     public init(options: ProcessorOptions = .init(), common: CommonProperties = .init(),
-                sdkVersion: String = "0.2.0", clock: EventClock = EventClock()) {
+                sdkVersion: String = cairnVersion, clock: EventClock = EventClock()) {
         self.options = options
         sanitizer = Sanitizer(limits: options.limits)
         masker = PrivacyMasker(options: options.privacy)
@@ -521,5 +526,34 @@ public final class Processor: Sendable {
     public func record(_ event: Event, id: (UInt64, UInt64)? = nil) -> [UInt8] {
         let id = id ?? event.id ?? ids.next(millis: event.timeMillis)
         return JSONWriter.bytes { encode(event, id: id, into: &$0) }
+    }
+
+    /// The record of an event the SDK builds from what an ended run left (its `crash`
+    /// and `session_end`; docs/FORMATS.md, "Crash and session-end events"): the envelope
+    /// of every event, with the ended run's identity and session in `event`, and as
+    /// `context` the ended run's own common properties (`{}` when it left none) instead
+    /// of this run's. Object keys are written sorted, so rebuilding the event from the
+    /// same files gives the same bytes. The sanitiser's limits apply to the properties
+    /// (what they change is added to `counts`); the privacy rules' value scan does not:
+    /// frames, registers and module paths are the SDK's own (an address can look like a
+    /// card number), and the texts the service wrote (the runtime's message, its
+    /// breadcrumbs) are masked before they get here.
+    public func record(endedRun event: Event, context: CairnValue?, counts: inout RuleCounts) -> [UInt8] {
+        var event = event
+        event.properties = sanitizer.sanitize(event.properties, counts: &counts)
+        let id = event.id ?? ids.next(millis: event.timeMillis)
+        return JSONWriter.bytes { w in
+            let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
+            _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
+                          distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
+                          checked: false, id: id, into: &w)
+            w.sortedValue(.object(event.properties))
+            w.byte(0x2C)
+            w.key("context")
+            w.sortedValue(context ?? .object([:]))
+            w.byte(0x2C)
+            CommonProperties.writeSDK(version: sdkVersion, into: &w)
+            w.byte(0x7D)
+        }
     }
 }

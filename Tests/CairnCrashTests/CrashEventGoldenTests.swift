@@ -14,7 +14,7 @@ import Testing
         var s = RunStart(sessionID: "01a23801-aef7-725d-be3a-aa8a862a0f72", pid: 4242,
                          startedAtMillis: 1_796_236_564_000, release: "orders@1.4.2",
                          attributes: ["app_id": "orders", "distinct_id": "host-7", "release": "ignored"])
-        s.context = CrashEvent.jsonValue(Array(#"{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}}"#.utf8))
+        s.context = CairnValue(json: Array(#"{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}}"#.utf8))
         return s
     }()
 
@@ -38,9 +38,9 @@ import Testing
         return r
     }()
 
-    static let crashGolden = #"{"event_id":"01a2380a-d6b9-758f-a116-3f050671c17f","type":"crash","name":"crash","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","release":"orders@1.4.2","app_id":"orders","distinct_id":"host-7","context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"properties":{"reason":"SIGSEGV (SEGV_MAPERR): bad access at 0x8","signal":"SIGSEGV","signal_number":11,"code":"SEGV_MAPERR","code_number":1,"fault_address":"0x8","partial":false,"handler_ms":0.117,"pid":4242,"thread":{"id":4242,"name":"orders","main":true},"unwinder":"libunwind","frames":[{"index":0,"address":"0x55cec5e71466","module":"/nonexistent/orders","offset":"0xb2466","note":"module file missing"},{"index":1,"address":"0x55cec5e72000","module":"/nonexistent/orders","offset":"0xb3000","note":"module file missing"}],"modules":[{"path":"/nonexistent/orders","load_address":"0x55cec5dbf000","build_id":"54cd5832"}],"context":{"breadcrumbs":[],"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72"}},"sdk":{"name":"cairn-swift","version":"\#(cairnVersion)"}}"#
+    static let crashGolden = #"{"event_id":"01a2380a-d6b9-758f-a116-3f050671c17f","type":"crash","name":"crash","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"distinct_id":"host-7","account_id":"acct-9","session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","properties":{"code":"SEGV_MAPERR","code_number":1,"context":{"breadcrumbs":[],"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72"},"fault_address":"0x8","frames":[{"address":"0x55cec5e71466","index":0,"module":"/nonexistent/orders","note":"module file missing","offset":"0xb2466"},{"address":"0x55cec5e72000","index":1,"module":"/nonexistent/orders","note":"module file missing","offset":"0xb3000"}],"handler_ms":0.117,"modules":[{"build_id":"54cd5832","load_address":"0x55cec5dbf000","path":"/nonexistent/orders"}],"partial":false,"pid":4242,"reason":"SIGSEGV (SEGV_MAPERR): bad access at 0x8","signal":"SIGSEGV","signal_number":11,"thread":{"id":4242,"main":true,"name":"orders"},"unwinder":"libunwind"},"context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"sdk":{"name":"cairn-swift","version":"\#(cairnVersion)"}}"#
 
-    static let sessionEndGolden = #"{"event_id":"01a2380a-d6b9-7c80-993b-58106946b530","type":"session","name":"session_end","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","release":"orders@1.4.2","app_id":"orders","distinct_id":"host-7","context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"properties":{"reason":"crashed","started_at":"2026-12-02T18:36:04.000+00:00","pid":4242,"ended_at":"2026-12-02T18:36:04.153+00:00","duration_ms":153,"crash_event_id":"01a2380a-d6b9-758f-a116-3f050671c17f"},"sdk":{"name":"cairn-swift","version":"\#(cairnVersion)"}}"#
+    static let sessionEndGolden = #"{"event_id":"01a2380a-d6b9-7c80-993b-58106946b530","type":"session","name":"session_end","time":"2026-12-02T18:36:04.153+00:00","zone_offset":0,"distinct_id":"host-7","account_id":"acct-9","session_id":"01a23801-aef7-725d-be3a-aa8a862a0f72","properties":{"crash_event_id":"01a2380a-d6b9-758f-a116-3f050671c17f","duration_ms":153,"ended_at":"2026-12-02T18:36:04.153+00:00","pid":4242,"reason":"crashed","started_at":"2026-12-02T18:36:04.000+00:00"},"context":{"app":{"id":"orders","release":"orders@1.4.2"},"arch":"x86_64","cpu_count":2,"os":{"name":"Debian GNU/Linux","version":"12"}},"sdk":{"name":"cairn-swift","version":"\#(cairnVersion)"}}"#
 
     /// The run record's start line (docs/FORMATS.md, "Run record") byte for byte, and
     /// read back with the other lines a run appends.
@@ -56,22 +56,31 @@ import Testing
         var expected = Self.start
         expected.oomFile = "/sys/fs/cgroup/memory.events"
         expected.oomKills = 3
-        #expect(record.start == expected, "context keys come back sorted")
+        #expect(record.start == expected)
         #expect(record.cleanEndMillis == 1_796_236_565_000)
     }
 
+    static let processor = Processor(clock: EventClock(fixedOffsetMinutes: 0))
+
     @Test func crashEvent() {
-        let event = CrashEvent.crash(report: Self.report, rawBytes: Array("fixed".utf8), start: Self.start,
-                                     symbolizer: Symbolizer(), fallbackMillis: 0)
-        let text = String(decoding: event.json.bytes, as: UTF8.self)
+        let crash = CrashEvent.crash(report: Self.report, rawBytes: Array("fixed".utf8), start: Self.start,
+                                     identity: RunIdentity(distinctID: "host-7", accountID: "acct-9"),
+                                     symbolizer: Symbolizer(), fallbackMillis: 0).event
+        var changed = RuleCounts()
+        let text = String(decoding: Self.processor.record(endedRun: crash.event, context: crash.context, counts: &changed),
+                          as: UTF8.self)
         #expect(text == Self.crashGolden)
+        #expect(changed.isEmpty)
     }
 
     @Test func sessionEndEvent() {
-        let event = CrashEvent.sessionEnd(start: Self.start, sessionID: Self.start.sessionID, reason: .crashed,
+        let ended = CrashEvent.sessionEnd(start: Self.start, identity: RunIdentity(distinctID: "host-7", accountID: "acct-9"),
+                                          sessionID: Self.start.sessionID, reason: .crashed,
                                           endedAt: 1_796_236_564_153, crashEventID: "01a2380a-d6b9-758f-a116-3f050671c17f",
                                           detectedAt: 1_796_236_600_000)
-        let text = String(decoding: event.bytes, as: UTF8.self)
+        var changed = RuleCounts()
+        let text = String(decoding: Self.processor.record(endedRun: ended.event, context: ended.context, counts: &changed),
+                          as: UTF8.self)
         #expect(text == Self.sessionEndGolden)
     }
 }

@@ -96,6 +96,11 @@ import Testing
 
     static func events(_ run: [String: Any]) -> [[String: Any]] { run["events"] as? [[String: Any]] ?? [] }
 
+    /// The `app` group of an event's context (the ended run's release, app id, ...).
+    static func app(_ event: [String: Any]) -> [String: Any] {
+        (event["context"] as? [String: Any])?["app"] as? [String: Any] ?? [:]
+    }
+
     static func frames(_ crash: [String: Any]) -> [[String: Any]] {
         properties(crash)["frames"] as? [[String: Any]] ?? []
     }
@@ -118,8 +123,27 @@ import Testing
         let events = Self.events(run)
         #expect(events.count == 1 && events.first?["name"] as? String == "session_end")
         #expect(Self.properties(events[0])["reason"] as? String == "clean")
-        #expect(events[0]["distinct_id"] as? String == "host-7" && events[0]["release"] as? String == "orders@1.4.2")
+        #expect(events[0]["distinct_id"] as? String == "host-7" && Self.app(events[0])["release"] as? String == "orders@1.4.2")
         #expect(!dirs.files().contains { $0.contains(first.session) }, "the run's record is deleted once stored")
+    }
+
+    /// The identity a run set last (`setIdentity`, which the SDK calls from `identify`
+    /// and `setAccountID`) is the one its `crash` and `session_end` carry: from the
+    /// context blob for a crash, from the run record otherwise; with the record written
+    /// at start and written later (deferred setup, the identity set before it exists).
+    @Test(arguments: [("clean", false), ("segv", false), ("clean", true), ("segv", true)])
+    func endedRunCarriesTheIdentityItSetLast(mode: String, deferred: Bool) throws {
+        let dirs = try Dirs()
+        var environment = ["CAIRN_TEST_IDENTITY": "user-9/acct-3"]
+        if deferred { environment["CAIRN_TEST_DEFER_SETUP"] = "1" }
+        let first = try Self.service(dirs, mode, environment: environment)
+        #expect(first.signaled == (mode == "segv"))
+        let run = try #require(try Self.nextStart(dirs).runs.first)
+        let events = Self.events(run)
+        #expect(events.count == (mode == "segv" ? 2 : 1))
+        for event in events {
+            #expect(event["distinct_id"] as? String == "user-9" && event["account_id"] as? String == "acct-3", "\(event)")
+        }
     }
 
     /// Each run leaves an empty spare file that the next start renames into its run
@@ -260,8 +284,9 @@ import Testing
         let events = Self.events(run)
         #expect(events.map { $0["name"] as? String } == ["crash", "session_end"])
         for event in events {
-            #expect(event["session_id"] as? String == first.session && event["release"] as? String == "orders@1.4.2")
-            #expect(event["distinct_id"] as? String == "host-7" && event["app_id"] as? String == "orders")
+            #expect(event["session_id"] as? String == first.session && Self.app(event)["release"] as? String == "orders@1.4.2")
+            #expect(event["distinct_id"] as? String == "host-7" && Self.app(event)["id"] as? String == "orders")
+            #expect(event["release"] == nil && event["app_id"] == nil, "no top-level copies since 0.2.0")
         }
         let end = Self.properties(events[1])
         #expect(end["reason"] as? String == "crashed" && end["crash_event_id"] as? String == events[0]["event_id"] as? String)

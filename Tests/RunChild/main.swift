@@ -17,6 +17,7 @@
 //           one JSON line per previous run, then shuts down cleanly
 //   next-fail  the same, but storing fails, so the previous runs must stay on disk
 import CairnCrash
+import CairnProcessor
 import CairnStore
 import CairnUploader
 import Foundation
@@ -52,6 +53,11 @@ if capture.options.deferSetup && finishes && mode != "next" && mode != "next-fai
         done.signal()
     }.start()
     done.wait()
+}
+// "distinct/account": who the run's events are about from here on.
+if let identity = ProcessInfo.processInfo.environment["CAIRN_TEST_IDENTITY"]?.split(separator: "/").map(String.init),
+   identity.count == 2 {
+    capture.setIdentity(distinctID: identity[0], accountID: identity[1])
 }
 say("SESSION \(capture.sessionID)")
 capture.addBreadcrumb("GET /orders/42", category: "http")
@@ -103,13 +109,18 @@ case "next", "next-fail":
         exit(1)
     }
     let encoder = try FrameEncoder()
+    let processor = Processor()
+    var changed = RuleCounts()
     let result = capture.processPreviousRuns { events in
         if mode == "next-fail" { throw StoreRefused() }
-        let body = try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), records: events)
+        let records = events.map { processor.record(endedRun: $0.event, context: $0.context, counts: &changed) }
+        let body = try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), records: records)
         try uploader.sendPrebuilt(body: body, priority: .critical)
     }
     for run in result.runs {
-        let events = run.events.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",")
+        // Encoded again: the same bytes (fixed ids, sorted keys) as those stored.
+        let records = run.events.map { processor.record(endedRun: $0.event, context: $0.context, counts: &changed) }
+        let events = records.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",")
         say(#"{"session_id":"\#(run.sessionID ?? "")","reason":"\#(run.reason.rawValue)","stored":\#(run.stored),"events":[\#(events)]}"#)
     }
     say(#"{"dropped":\#(result.dropped),"live":\#(result.live)}"#)
