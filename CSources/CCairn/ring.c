@@ -168,6 +168,8 @@ struct cairn_ring {
     uint32_t repairs;
     uint32_t drop_slots_repaired;
     uint64_t restored_bytes, cut_bytes;
+    /* Each drop slot's `counted` when this handle opened the ring: what earlier opens counted. */
+    uint64_t counted_at_open[CAIRN_RING_DROP_SLOTS];
 };
 
 static inline uint64_t align_up(uint64_t v) { return (v + (CAIRN_RING_ALIGN - 1)) & ~(uint64_t)(CAIRN_RING_ALIGN - 1); }
@@ -879,6 +881,7 @@ int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size
             d->reported = __atomic_load_n(drop_field(ring, i, D_REPORTED), __ATOMIC_RELAXED);
             d->counted = __atomic_load_n(drop_field(ring, i, D_COUNTED), __ATOMIC_RELAXED);
             if (d->reported > d->counted) d->reported = d->counted;
+            d->counted_at_open = ring->counted_at_open[i] < d->counted ? ring->counted_at_open[i] : d->counted;
         }
         used++;
     }
@@ -1233,6 +1236,8 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     }
     r->area.salt = cairn__le64(r->map + H_SALT);
     r->drop_slots_repaired = cairn__ring_check_drops(r->map);
+    for (int i = 0; i < CAIRN_RING_DROP_SLOTS; i++)
+        r->counted_at_open[i] = named_slot(r, i) ? __atomic_load_n(drop_field(r, i, D_COUNTED), __ATOMIC_RELAXED) : 0;
     r->origin = origin;
     r->peeked_to = *r->read_pos;
     r->reclaimed_to = r->peeked_to;

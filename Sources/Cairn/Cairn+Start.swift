@@ -157,6 +157,7 @@ extension Cairn {
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
         uploadOptions.currentContext = { [processor] in processor.contextFragment }
+        uploadOptions.sessionID = sessionID
         // One idle connection kept for each request the uploader may have out: fewer, and
         // every burst past them pays a new connection (and a TLS handshake) per request.
         let transport = options.transport

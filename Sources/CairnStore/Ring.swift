@@ -139,16 +139,20 @@ public final class Ring: @unchecked Sendable {
         public var counted: UInt64
         /// Drops known to have been reported (at most ``counted``).
         public var reported: UInt64
+        /// ``counted`` when this ring handle opened the file (at most ``counted``): what
+        /// earlier processes counted; the rest is this process's.
+        public var countedAtOpen: UInt64
         /// Drops still to report.
         public var unreported: UInt64 { counted > reported ? counted - reported : 0 }
 
         /// Creates a value, as ``Ring/drops()`` does (and as tests of code that reads
         /// the table may).
-        public init(slot: Int32, reason: String, counted: UInt64, reported: UInt64) {
+        public init(slot: Int32, reason: String, counted: UInt64, reported: UInt64, countedAtOpen: UInt64 = 0) {
             self.slot = slot
             self.reason = reason
             self.counted = counted
             self.reported = reported
+            self.countedAtOpen = countedAtOpen
         }
     }
 
@@ -536,7 +540,8 @@ public final class Ring: @unchecked Sendable {
         let used = raw.withUnsafeMutableBufferPointer { cairn_ring_read_drops(handle, $0.baseAddress, $0.count) }
         return raw.prefix(max(0, min(Int(used), slots))).map { d in
             let reason = withUnsafeBytes(of: d.reason) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            return Drop(slot: d.slot, reason: reason, counted: d.counted, reported: d.reported)
+            return Drop(slot: d.slot, reason: reason, counted: d.counted, reported: d.reported,
+                        countedAtOpen: d.counted_at_open)
         }
     }
 

@@ -61,6 +61,11 @@ public struct UploaderOptions: Sendable {
     /// damaged): they are sent with it, marked `"context_recovered":false` in `sdk`.
     /// nil: an empty context, marked the same way.
     public var currentContext: (@Sendable () -> [UInt8])?
+    /// This process's session id: named by `Cairn-Dropped-Session` in the requests that
+    /// report its drops, and noted in the store so that a later process reports the drops
+    /// this one leaves unreported under this session (``DropSessions``). nil: drops are
+    /// reported without a session.
+    public var sessionID: String?
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -198,6 +203,8 @@ public final class Uploader: @unchecked Sendable {
     private var encoder: FrameEncoder?
     /// The contexts of bare records (``RingContexts``).
     private let contexts: RingContexts
+    /// Whose drop counts the table holds (worker-only; set when the worker starts).
+    private var dropSessions: DropSessions?
     private var firstSeen: (position: UInt64, at: ContinuousClock.Instant)?
     /// The run being formed and the batch being framed, reused from batch to batch so
     /// that their arrays are allocated once (worker thread only).
@@ -368,6 +375,18 @@ public final class Uploader: @unchecked Sendable {
     /// needs one).
     public var hasStore: Bool { store != nil }
 
+    /// This session in the chain of sessions whose drops the table holds, read from the
+    /// store and written back to it (best effort: without it, the drops earlier
+    /// processes left unreported are reported with this session).
+    private func noteDropSession() -> DropSessions? {
+        guard let session = options.sessionID else { return nil }
+        let drops = ring.drops()
+        guard let store else { return DropSessions(session: session, drops: drops) }
+        let sessions = DropSessions(saved: try? store.metadata(DropSessions.metadataKey), session: session, drops: drops)
+        try? store.setMetadata(DropSessions.metadataKey, sessions.text)
+        return sessions
+    }
+
     /// A drop table slot's counter as reported by a request.
     struct DropReport {
         var slot: Int32
@@ -389,14 +408,21 @@ public final class Uploader: @unchecked Sendable {
         if let apiKey = options.apiKey { headers.append(HTTPHeader("Authorization", "Bearer \(apiKey)")) }
         var reported: [DropReport] = []
         if reportingDrops {
+            let drops = ring.drops()
+            // One session's counts per request, the oldest session first; without a
+            // session, every count not yet reported.
+            let share = (dropSessions ?? DropSessions(session: "", drops: [])).oldestUnreported(drops)
             var counts: [String: UInt64] = [:]
-            for d in ring.drops() where d.unreported > 0 {
-                counts[d.reason, default: 0] += d.unreported
-                reported.append(DropReport(slot: d.slot, counted: d.counted))
+            for c in share?.counts ?? [] {
+                counts[c.reason, default: 0] += c.count
+                reported.append(DropReport(slot: c.slot, counted: c.upTo))
             }
             if !counts.isEmpty {
                 let text = counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
                 headers.append(HTTPHeader("Cairn-Dropped", text))
+                if let session = share?.session, !session.isEmpty {
+                    headers.append(HTTPHeader("Cairn-Dropped-Session", session))
+                }
             }
         }
         return (UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key), reported)
@@ -495,6 +521,7 @@ public final class Uploader: @unchecked Sendable {
         // Requests the salvage could not prove intact (one when their number is unknown).
         if let d = store?.stats.damage { count(drop: .storeCorrupt, d.lost ?? 1) }
         _ = try? store?.evictExpired()
+        dropSessions = noteDropSession()
         contexts.restore(from: store, ring: ring)
         resumeMarkedBatches()
         while !state.withLock({ $0.stopping }) {

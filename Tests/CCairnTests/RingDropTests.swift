@@ -44,6 +44,19 @@ extension RingCoreTests {
             #expect(ring.stats.drop_slots_repaired == 0)
             #expect(Self.table(ring).map(\.counted) == [5, 1] && Self.table(ring).map(\.reported) == [3, 0])
             #expect(Self.slot(ring, "filtered") == Self.table(ring)[1].slot)
+            // What earlier opens counted, and what this one counts after it.
+            #expect(cairn_ring_count_drops(ring.handle, Self.slot(ring, "filtered"), 2) == 0)
+            #expect(Self.slot(ring, "deduplicated") >= 0)
+            #expect(cairn_ring_count_drops(ring.handle, Self.slot(ring, "deduplicated"), 4) == 0)
+            #expect(Self.countedAtOpen(ring) == ["sampled": 5, "filtered": 1, "deduplicated": 0])
+        }
+
+        static func countedAtOpen(_ ring: CRing) -> [String: UInt64] {
+            var raw = [cairn_ring_drop_t](repeating: cairn_ring_drop_t(), count: Int(CAIRN_RING_DROP_SLOTS))
+            let used = cairn_ring_read_drops(ring.handle, &raw, raw.count)
+            return Dictionary(uniqueKeysWithValues: raw.prefix(Int(max(used, 0))).map { d in
+                (withUnsafeBytes(of: d.reason) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }, d.counted_at_open)
+            })
         }
 
         @Test func invalidReasonsAndSlotsAreRefused() throws {

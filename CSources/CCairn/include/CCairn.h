@@ -495,6 +495,8 @@ typedef struct cairn_ring_drop {
     int32_t slot;      /**< slot index, for cairn_ring_count_drops() and _mark_reported() */
     uint64_t counted;  /**< drops counted since the ring file was created */
     uint64_t reported; /**< drops known to be reported (<= counted) */
+    uint64_t counted_at_open; /**< `counted` when this handle opened the ring (<= counted):
+                                   what earlier processes counted; the rest is this open's */
 } cairn_ring_drop_t;
 
 /**
