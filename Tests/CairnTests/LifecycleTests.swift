@@ -80,6 +80,34 @@ import Testing
         #expect((ends.first?["properties"] as? [String: Any])?["reason"] as? String == "clean", "\(ends)")
     }
 
+    /// A service killed (SIGKILL) before it reported its drops: the next start reports
+    /// them under the killed run's session, in a request of their own, and that start's
+    /// own drops go under its session (here with the start after it).
+    @Test func dropsOfAKilledRunAreReportedUnderItsSession() throws {
+        let collector = try CollectorProcess()
+        let dir = try Child.DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_SAMPLE_RATE": "0",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "20"]
+        // No sdk_health, so no batch: the 30 drops stay unreported when it is killed.
+        let child = try Running(["serve", "30"], env: env.merging(["CAIRN_HEALTH_INTERVAL_MS": "0",
+                                                                   "CAIRN_TEST_FLUSH_MS": "3000"]) { $1 })
+        #expect(child.waitUntilReady())
+        child.signal(SIGKILL)
+        _ = child.wait()
+        for n in ["5", "0"] {
+            let next = try Child.child(["run", n], env: env)
+            #expect(next.status == 0, "\(next.err)")
+        }
+        let ends = try Self.received(collector).filter { $0["name"] as? String == "session_end" }
+        func session(_ reason: String) -> String? {
+            ends.first { ($0["properties"] as? [String: Any])?["reason"] as? String == reason }?["session_id"] as? String
+        }
+        let killed = try #require(session("abnormal")), second = try #require(session("clean"))
+        let reporting = try collector.requests().filter { !$0.headerValues("Cairn-Dropped").isEmpty }.sorted { $0.seq < $1.seq }
+        #expect(reporting.map { $0.headerValues("Cairn-Dropped-Session") } == [[killed], [second]])
+        #expect(reporting.map { $0.headerValues("Cairn-Dropped") } == [["sampled=30"], ["sampled=5"]])
+    }
+
     /// Without the option, SIGTERM ends the process as it always did (the run is then
     /// `abnormal`, as the SDK cannot tell it from any other sudden end).
     @Test func withoutTheOptionSigtermIsLeftToTheService() throws {
