@@ -2,13 +2,13 @@ import CairnBase
 import CairnStore
 
 /// Which session the ring's drop counts belong to (docs/FORMATS.md, "Upload request",
-/// `Cairn-Dropped-Session`). The drop table counts for every process that opens the
+/// `Cairn-Dropped-Sessions`). The drop table counts for every process that opens the
 /// ring file, one after another (the file is locked while open), and a count does not
 /// say who made it. So each process notes, when it starts uploading, where each reason's
 /// counter stood when it opened the ring (``Ring/Drop/countedAtOpen``): drops counted
 /// from there on are its own. The notes of earlier processes whose drops are not all
 /// reported yet are kept in the snapshot store's metadata, oldest first; a request
-/// reports one session's counts, the oldest session first.
+/// reports each session's counts apart.
 struct DropSessions: Equatable {
     /// A session and where each reason's counter stood when it opened the ring; a
     /// reason it does not name stood at 0.
@@ -25,7 +25,7 @@ struct DropSessions: Equatable {
     /// Most sessions remembered: beyond, the oldest's counts go with the next one.
     static let maxEntries = 64
 
-    /// One session's share of the table, for a request to report.
+    /// One session's share of the table.
     struct Share: Equatable {
         var session: String
         /// Per reason with something to report: its slot, the count to report, and the
@@ -72,11 +72,12 @@ struct DropSessions: Equatable {
         }
     }
 
-    /// The oldest session with drops not yet reported, and its counts: per reason, what
-    /// it counted (from where its counter stood at its open to where it stood at the
-    /// next session's open, or now) that no request has reported. The oldest session
-    /// known also takes what was counted before it. nil when nothing is unreported.
-    func oldestUnreported(_ drops: [Ring.Drop]) -> Share? {
+    /// Each session with drops not yet reported, oldest first, and its counts: per
+    /// reason, what it counted (from where its counter stood at its open to where it
+    /// stood at the next session's open, or now) that no request has reported. The
+    /// oldest session known also takes what was counted before it.
+    func unreported(_ drops: [Ring.Drop]) -> [Share] {
+        var shares: [Share] = []
         for (k, entry) in entries.enumerated() {
             var counts: [(slot: Int32, reason: String, count: UInt64, upTo: UInt64)] = []
             for d in drops {
@@ -85,9 +86,20 @@ struct DropSessions: Equatable {
                 let from = max(d.reported, lower), to = min(d.counted, upper)
                 if to > from { counts.append((d.slot, d.reason, to - from, to)) }
             }
-            if !counts.isEmpty { return Share(session: entry.session, counts: counts) }
+            if !counts.isEmpty { shares.append(Share(session: entry.session, counts: counts)) }
         }
-        return nil
+        return shares
+    }
+
+    /// The `Cairn-Dropped-Sessions` value for `shares`: `<session> <reason>=<count>,...`
+    /// per session, oldest first, separated by `;` (reasons sorted, one entry each).
+    static func header(_ shares: [Share]) -> String {
+        shares.map { share in
+            var counts: [String: UInt64] = [:]
+            for c in share.counts { counts[c.reason, default: 0] += c.count }
+            return share.session + " " + counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+                .joined(separator: ",")
+        }.joined(separator: ";")
     }
 
     /// The chain as the metadata keeps it: a line per session, oldest first,

@@ -61,7 +61,7 @@ public struct UploaderOptions: Sendable {
     /// damaged): they are sent with it, marked `"context_recovered":false` in `sdk`.
     /// nil: an empty context, marked the same way.
     public var currentContext: (@Sendable () -> [UInt8])?
-    /// This process's session id: named by `Cairn-Dropped-Session` in the requests that
+    /// This process's session id: named by `Cairn-Dropped-Sessions` in the requests that
     /// report its drops, and noted in the store so that a later process reports the drops
     /// this one leaves unreported under this session (``DropSessions``). nil: drops are
     /// reported without a session.
@@ -409,20 +409,19 @@ public final class Uploader: @unchecked Sendable {
         var reported: [DropReport] = []
         if reportingDrops {
             let drops = ring.drops()
-            // One session's counts per request, the oldest session first; without a
-            // session, every count not yet reported.
-            let share = (dropSessions ?? DropSessions(session: "", drops: [])).oldestUnreported(drops)
+            // Every count not yet reported, and (with a session) whose it is.
+            let shares = (dropSessions ?? DropSessions(session: "", drops: [])).unreported(drops)
             var counts: [String: UInt64] = [:]
-            for c in share?.counts ?? [] {
+            var upTo: [Int32: UInt64] = [:]
+            for c in shares.flatMap(\.counts) {
                 counts[c.reason, default: 0] += c.count
-                reported.append(DropReport(slot: c.slot, counted: c.upTo))
+                upTo[c.slot] = max(upTo[c.slot] ?? 0, c.upTo)
             }
+            reported = upTo.sorted { $0.key < $1.key }.map { DropReport(slot: $0.key, counted: $0.value) }
             if !counts.isEmpty {
                 let text = counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
                 headers.append(HTTPHeader("Cairn-Dropped", text))
-                if let session = share?.session, !session.isEmpty {
-                    headers.append(HTTPHeader("Cairn-Dropped-Session", session))
-                }
+                if dropSessions != nil { headers.append(HTTPHeader("Cairn-Dropped-Sessions", DropSessions.header(shares))) }
             }
         }
         return (UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key), reported)

@@ -5,9 +5,9 @@ import CairnTestSupport
 import Foundation
 import Testing
 
-/// `Cairn-Dropped-Session`: each request that reports drops names the session that
-/// counted them, the oldest session first, across processes that share a ring file (a
-/// real ring closed and opened again, a real store, the real collector).
+/// `Cairn-Dropped-Sessions`: each request that reports drops says which session counted
+/// them, across processes that share a ring file (a real ring closed and opened again, a
+/// real store, the real collector).
 @Suite(.serialized) struct DropSessionTests {
     static func options(_ collector: CollectorProcess, session: String) -> UploaderOptions {
         var o = UploaderTests.options(collector)
@@ -16,8 +16,8 @@ import Testing
     }
 
     /// Session A counts 7 drops and ends before any request reports them (no events to
-    /// send); session B counts 3 of its own and sends 250 events: A's 7 arrive first,
-    /// named A, then B's 3, named B, each in one request.
+    /// send); session B counts 3 of its own and sends 250 events: its first request
+    /// reports both, each under its session; drops B counts later go in a later request.
     @Test func dropsAreReportedWithTheSessionThatCountedThem() throws {
         let collector = try CollectorProcess()
         let box = try UploaderTests.Sandbox()
@@ -38,20 +38,22 @@ import Testing
         let filtered = try #require(ring.dropSlot("filtered"))
         #expect(ring.drops().first { $0.reason == "sampled" }?.countedAtOpen == 7)
         ring.countDrops(slot: sampled, 3)
+        let options = Self.options(collector, session: "session-b")
         let b = Uploader(ring: ring, store: try box.store(), transport: HTTPTransport(),
-                         options: Self.options(collector, session: "session-b"))
+                         options: options)
         for i in 0..<250 { try ring.append(UploaderTests.event(i)) }
         b.start()
-        ring.countDrops(slot: filtered, 4)
         #expect(b.flush(timeout: .seconds(20)))
+        ring.countDrops(slot: filtered, 4)
         // One more batch, after the first reports are taken.
         for i in 250..<260 { try ring.append(UploaderTests.event(i)) }
         #expect(b.flush(timeout: .seconds(20)))
         b.shutdown(timeout: .seconds(5))
         let reporting = try collector.requests().filter { !$0.headerValues("Cairn-Dropped").isEmpty }
             .sorted { $0.seq < $1.seq }
-        #expect(reporting.map { $0.headerValues("Cairn-Dropped-Session") } == [["session-a"], ["session-b"]])
-        #expect(reporting.map { $0.headerValues("Cairn-Dropped") } == [["sampled=7"], ["filtered=4,sampled=3"]])
+        #expect(reporting.map { $0.headerValues("Cairn-Dropped") } == [["sampled=10"], ["filtered=4"]])
+        #expect(reporting.map { $0.headerValues("Cairn-Dropped-Sessions") }
+                == [["session-a sampled=7;session-b sampled=3"], ["session-b filtered=4"]])
         #expect(ring.drops().allSatisfy { $0.unreported == 0 })
     }
 
@@ -68,17 +70,15 @@ import Testing
         var drops = [drop("sampled", 0, counted: 12, reported: 0, atOpen: 9), drop("filtered", 1, counted: 3, reported: 0, atOpen: 3)]
         let chain = DropSessions(saved: saved, session: "s3", drops: drops)
         #expect(chain.entries.map(\.session) == ["s1", "s2", "s3"])
-        var share = chain.oldestUnreported(drops)
-        #expect(share?.session == "s1" && share?.counts.map(\.count) == [5, 1] && share?.counts.map(\.upTo) == [5, 1],
-                "s1 takes what came before it too")
-        drops[0].reported = 5
-        drops[1].reported = 1
-        share = chain.oldestUnreported(drops)
-        #expect(share?.session == "s2" && share?.counts.map(\.count) == [4, 2])
+        var shares = chain.unreported(drops)
+        #expect(shares.map(\.session) == ["s1", "s2", "s3"])
+        #expect(shares.map { $0.counts.map(\.count) } == [[5, 1], [4, 2], [3]], "s1 takes what came before it too")
+        #expect(shares.map { $0.counts.map(\.upTo) } == [[5, 1], [9, 3], [12]])
+        #expect(DropSessions.header(shares) == "s1 filtered=1,sampled=5;s2 filtered=2,sampled=4;s3 sampled=3")
         drops[0].reported = 9
         drops[1].reported = 3
-        share = chain.oldestUnreported(drops)
-        #expect(share?.session == "s3" && share?.counts.map(\.count) == [3])
+        shares = chain.unreported(drops)
+        #expect(shares.map(\.session) == ["s3"] && shares.first?.counts.map(\.count) == [3])
         var pruned = chain
         pruned.prune(drops)
         #expect(pruned.entries.map(\.session) == ["s3"])
@@ -91,6 +91,6 @@ import Testing
         let fresh = [drop("sampled", 0, counted: 1, reported: 0, atOpen: 1)]
         let forgotten = DropSessions(saved: saved, session: "s3", drops: fresh)
         #expect(forgotten.entries.map(\.session) == ["s3"])
-        #expect(forgotten.oldestUnreported(fresh)?.session == "s3")
+        #expect(forgotten.unreported(fresh).map(\.session) == ["s3"])
     }
 }
