@@ -146,7 +146,10 @@ try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirect
 // (what the gate's own test runs); `--only process`: every whole-process figure;
 // `--only throughput`: the default-options throughput runs alone; `--only start`: the
 // start figures alone.
-if let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < CommandLine.arguments.count {
+let onlyTrack = CommandLine.arguments.firstIndex(of: "--only").map {
+    $0 + 1 < CommandLine.arguments.count && CommandLine.arguments[$0 + 1] == "track"
+} ?? false
+if !onlyTrack, let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < CommandLine.arguments.count {
     switch CommandLine.arguments[i + 1] {
     case "memory-idle":
         benchWholeProcess(full: false)
@@ -729,6 +732,15 @@ func bestRound(_ rounds: Int, _ measure: () -> (p50: Double, p99: Double)) -> (p
 
 // Warm up (first-touch of ring pages, caches), then measure.
 _ = benchTrack(calls: 20_000, threads: 1)
+if onlyTrack {
+    // `--only track`: track() alone, to compare two builds; each of five rounds' figures.
+    for _ in 0..<5 {
+        let r = benchTrack(calls: 100_000, threads: 1)
+        print(String(format: "track() p50 %.0f ns, p99 %.0f ns", r.p50, r.p99))
+    }
+    _ = benchSDK?.shutdown(timeout: .seconds(10))
+    exit(0)
+}
 let track1 = bestRound(3) { benchTrack(calls: quick ? 30_000 : 100_000, threads: 1) }
 let track2 = bestRound(3) { benchTrack(calls: quick ? 15_000 : 50_000, threads: 2) }
 record("track_ns_p50", "track(), 10 properties, p50 (best of 3 rounds)", track1.p50, "ns",

@@ -53,7 +53,8 @@ extension Cairn {
     /// Tracks the `sdk_health` event for what happened since `before`; returns where the
     /// next one counts from.
     private func trackHealth(since before: HealthBaseline, final: Bool, ring: Ring) -> HealthBaseline {
-        let (uploader, startNanos) = state.withLock { ($0.uploader, $0.startNanos) }
+        let uploader = self.uploader
+        let startNanos = state.withLock { $0.startNanos }
         let r = ring.stats()
         let upload = uploader?.stats ?? UploaderStats()
         let now = HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: r,

@@ -22,7 +22,7 @@ extension Cairn {
 
     private func flush(until deadline: ContinuousClock.Instant) -> Bool {
         guard isEnabled else { return true }
-        guard waitUntilReady(until: deadline), let uploader = state.withLock({ $0.uploader }) else { return false }
+        guard waitUntilReady(until: deadline), let uploader else { return false }
         return uploader.flush(timeout: deadline - ContinuousClock.now)
     }
 
@@ -61,7 +61,7 @@ extension Cairn {
             state.withLock { $0.startAbandoned = true }
         }
         let flushed = flush(until: deadline)
-        let uploader = state.withLock { $0.uploader }
+        let uploader = self.uploader
         _ = uploader?.shutdown(timeout: deadline - ContinuousClock.now)
         background.stop()
         try? ring.sync()
@@ -90,7 +90,7 @@ extension Cairn {
     /// them, so a process killed before that still has them reported by the next one.
     /// What the privacy and sanitising rules changed is not a drop: see ``changeCounts``.
     public var dropCounts: [DropReason: Int] {
-        let totals = dropTotals(ring: ring?.stats(), upload: state.withLock { $0.uploader }?.stats)
+        let totals = dropTotals(ring: ring?.stats(), upload: uploader?.stats)
         return Dictionary(totals.map { (DropReason(name: $0.key), $0.value) }, uniquingKeysWith: +)
     }
 

@@ -109,7 +109,7 @@ extension Cairn {
         }
         let cairn = Cairn(options: options, crash: crash, ring: ring, processor: processor)
         // Before any event: this run's bare events take the context in force.
-        cairn.appendContext(to: ring)
+        cairn.pipeline?.sink.appendContext()
         cairn.background.start { [cairn] in cairn.startInBackground(crash: crash, ring: ring) }
         if !options.terminationSignals.isEmpty {
             TerminationHandler.install(signals: options.terminationSignals) { [cairn] in
@@ -132,7 +132,7 @@ extension Cairn {
         processor.updateCommon(common)
         // Events tracked meanwhile may land on either side of the new context record:
         // both are this run's, and the new one holds everything the first did.
-        appendContext(to: ring)
+        pipeline?.sink.appendContext()
         crash.recordContext(common.encodedContext())
         _ = install
         var store: SnapshotStore?
@@ -146,7 +146,7 @@ extension Cairn {
         let destinations = options.destinations
         var tap: (@Sendable ([[UInt8]]) -> Void)?
         if !destinations.isEmpty {
-            tap = { (records: [[UInt8]]) -> Void in Self.deliver(records, to: destinations) }
+            tap = { (records: [[UInt8]]) -> Void in EventSink.deliver(records, to: destinations) }
         }
         var uploadOptions = UploaderOptions(url: options.uploadURL ?? "", apiKey: options.apiKey,
                                             maxBatchEvents: options.maxBatchEvents,
@@ -169,7 +169,7 @@ extension Cairn {
         let started = state.withLock { s -> Bool in
             s.store = store
             guard !s.startAbandoned else { return false }
-            s.uploader = uploader
+            pipeline?.sink.uploader.withLock { $0 = uploader }
             return true
         }
         guard started else {
@@ -188,11 +188,11 @@ extension Cairn {
         state.withLock { $0.ready = true }
         background.signal()
         while !background.waitForStop(timeout: nextWake()) {
-            if contextPending.load(ordering: .acquiring) { appendContext(to: ring) }
-            emitDedupSummaries()
+            if let sink = pipeline?.sink, sink.contextPending.load(ordering: .acquiring) { sink.appendContext() }
+            pipeline?.writeFoldedSummaries()
             if let due = healthDueIn(), due <= .zero { emitHealth(final: false) }
         }
-        emitDedupSummaries()
+        pipeline?.writeFoldedSummaries()
     }
 
     /// How long the background start waits for recovered events to be safe before it
@@ -210,7 +210,7 @@ extension Cairn {
                 if event.identity.distinctID.isEmpty { event.identity = identity }
                 return processor.record(endedRun: event, context: ended.context, counts: &changed)
             }
-            try storeNow(records, tier: .critical, in: uploader)
+            try pipeline?.sink.storeNow(records, tier: .critical, in: uploader)
             drops.addChanges(changed)
         }
         if options.debugLogging {
@@ -230,7 +230,7 @@ extension Cairn {
                           timeMillis: install.timeMillis, identity: currentIdentity(nil), sessionID: sessionID,
                           tier: .important)
         do {
-            try storeNow([processor.record(event)], tier: event.tier, in: uploader)
+            try pipeline?.sink.storeNow([processor.record(event)], tier: event.tier, in: uploader)
             install.markPropertiesSent(directory: options.dataDirectory)
         } catch {
             drops.add(.installProperties, 1)

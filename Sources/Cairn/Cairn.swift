@@ -116,15 +116,8 @@ public final class Cairn: @unchecked Sendable {
 
     /// nil in a disabled SDK (`startOrDisabled` after a failed start).
     let ring: Ring?
-    /// Whether the ring lacks a context record of this process's current context:
-    /// until one is appended, events are written whole (with their context), since a
-    /// bare event would take an earlier run's context (docs/FORMATS.md, "Ring file").
-    let contextPending = Atomic<Bool>(true)
-    /// Held while a context record is appended, so two never race.
-    let contextAppend = Locked(())
-    /// Events estimated larger than this are cleaned before they are encoded (16 KiB,
-    /// or the ring's largest record if smaller).
-    let fastPathLimit: Int
+    /// The path every event takes; nil in a disabled SDK.
+    let pipeline: EventPipeline?
     /// nil in a disabled SDK.
     let crash: CrashCapture?
     /// Why this SDK is disabled (every call a no-op), or nil when it runs.
@@ -132,15 +125,6 @@ public final class Cairn: @unchecked Sendable {
     /// Whether this SDK runs; false for the disabled SDK `startOrDisabled` returns when
     /// `start` failed, on which every call is a cheap no-op.
     public var isEnabled: Bool { ring != nil }
-    let dedup: Deduplicator
-    /// The first event of each open deduplication window, to build its summary from.
-    let dedupFirst = Locked(FirstEvents())
-
-    /// A dictionary in a plain struct: `Locked<[UInt64: Event]>` would make the runtime
-    /// look up `UInt64: Hashable` while `start` runs; a non-generic wrapper does not.
-    struct FirstEvents {
-        var byFingerprint: [UInt64: Event] = [:]
-    }
     let drops: DropCounters
     let state: Locked<State>
     let background: BackgroundWork
@@ -148,7 +132,6 @@ public final class Cairn: @unchecked Sendable {
     struct State {
         var identity: Identity
         var accountSent: Set<String> = []
-        var uploader: Uploader?
         var store: SnapshotStore?
         var ready = false
         var stopped = false
@@ -170,16 +153,19 @@ public final class Cairn: @unchecked Sendable {
         self.crash = crash
         sessionID = crash?.sessionID ?? ""
         self.ring = ring
-        drops = DropCounters(ring: ring)
+        let drops = DropCounters(ring: ring)
+        self.drops = drops
         self.startError = startError
         let stats = ring?.stats()
-        fastPathLimit = min(16 << 10, Int(stats?.maxRecord ?? 0))
         self.processor = processor
-        dedup = Deduplicator(options: options.dedup)
+        pipeline = ring.map { EventPipeline(ring: $0, processor: processor, drops: drops, options: options) }
         state = Locked(State(identity: Identity(distinctID: options.distinctID)))
         health = Locked(HealthState(baseline: HealthBaseline(at: DispatchTime.now().uptimeNanoseconds, ring: stats)))
         background = BackgroundWork()
     }
+
+    /// The uploader, once the background start has made it.
+    var uploader: Uploader? { pipeline?.sink.uploader.withLock { $0 } }
 
     /// Where the next `sdk_health` counts from; held while one is built and tracked, so
     /// the periodic one and the final one at `shutdown` never interleave.
