@@ -106,8 +106,8 @@ let package = Package(
                                   "cairn-crash-child", "cairn-swift-crash-child"],
                     path: "Tests/CCairnTests"),
         // A child process for the store's fault tests: opens a store read-write, as a service does.
-        .executableTarget(name: "cairn-store-child", dependencies: ["CairnStore"], path: "Tests/StoreChild"),
-        .testTarget(name: "CairnStoreTests", dependencies: ["CairnBase", "CairnStore", "CZstd", "CLMDB", "CairnTestSupport",
+        .executableTarget(name: "cairn-store-child", dependencies: ["CairnStore", "CairnUploader"], path: "Tests/StoreChild"),
+        .testTarget(name: "CairnStoreTests", dependencies: ["CairnBase", "CairnStore", "CairnUploader", "CZstd", "CLMDB", "CairnTestSupport",
                                                             "cairn-store-child", "cairn"],
                     path: "Tests/CairnStoreTests"),
         // A child process for the uploader's kill tests: tracks and uploads until killed.
@@ -125,7 +125,7 @@ let package = Package(
                     path: "Tests/CairnUploaderTests"),
 
         // The `cairn` command: stored events, status, crash reports.
-        .executableTarget(name: "cairn", dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore"], path: "Sources/CairnCLI"),
+        .executableTarget(name: "cairn", dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CairnUploader"], path: "Sources/CairnCLI"),
 
         // The demo service of `make demo` (Examples/demo.sh).
         .executableTarget(name: "orders-service", dependencies: ["Cairn"], path: "Examples/OrdersService"),

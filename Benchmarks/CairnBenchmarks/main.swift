@@ -413,7 +413,7 @@ func benchStorePut() -> Double {
     var times: [Double] = []
     for _ in 0..<putRounds {
         let start = now()
-        guard let id = try? store.put(storedRequest, priority: .sampled) else { exit(2) }
+        guard let id = try? store.put(storedRequest.record, priority: .sampled) else { exit(2) }
         times.append(Double(now() - start))
         try? store.delete(id)
     }

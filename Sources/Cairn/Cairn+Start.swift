@@ -137,7 +137,8 @@ extension Cairn {
         _ = install
         var store: SnapshotStore?
         do {
-            store = try SnapshotStore(directory: DataDirectory(options.dataDirectory).store, options: .init(maxBytes: options.storeMaxBytes))
+            store = try SnapshotStore(directory: DataDirectory(options.dataDirectory).store,
+                                      options: .init(maxBytes: options.storeMaxBytes, recordCheck: UploadRequest.recordCheck))
         } catch {
             // Events still flow: undelivered batches wait in the ring instead.
             drops.add(.storeUnavailable, 1)

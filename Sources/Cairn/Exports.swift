@@ -35,5 +35,5 @@
 @_exported import protocol CairnUploader.UploadObserver
 @_exported import struct CairnUploader.UploadStartLog
 @_exported import struct CairnUploader.UploadResultLog
-@_exported import struct CairnStore.UploadRequest
-@_exported import struct CairnStore.HTTPHeader
+@_exported import struct CairnUploader.UploadRequest
+@_exported import struct CairnUploader.HTTPHeader

@@ -22,6 +22,7 @@ import CairnBase
 import CairnProcessor
 import CairnCrash
 import CairnStore
+import CairnUploader
 import Foundation
 
 func fail(_ message: String, status: Int32 = 1) -> Never {
@@ -46,7 +47,7 @@ let dataDir = args.count > 1 ? args[1] : (ProcessInfo.processInfo.environment["C
 func inspectStore() -> StoreInspection {
     let path = DataDirectory(dataDir).store
     do {
-        return try SnapshotStore.inspect(directory: path)
+        return try SnapshotStore.inspect(directory: path, recordCheck: UploadRequest.recordCheck)
     } catch where error.code == ENOENT {
         fail("no snapshot store in \(dataDir): \(error.path ?? path) does not exist", status: 3)
     } catch {
@@ -68,8 +69,9 @@ case "events":
     // The whole store (at most its size cap, 32 MiB by default), oldest first.
     var count = 0
     for snapshot in inspection.snapshots {
-        guard let records = try? decoder.decodeRecords(snapshot.request.body).records else {
-            FileHandle.standardError.write(Data("cairn: snapshot \(snapshot.id) is not a batch; skipped\n".utf8))
+        guard let request = UploadRequest(record: snapshot.record),
+              let records = try? decoder.decodeRecords(request.body).records else {
+            FileHandle.standardError.write(Data("cairn: snapshot \(snapshot.id) is not a stored batch; skipped\n".utf8))
             continue
         }
         for record in records {

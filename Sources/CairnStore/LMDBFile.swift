@@ -17,6 +17,8 @@ import Glibc
 /// Values are read afterwards, one `pread` each, only when asked for (inspection and
 /// salvage).
 final class LMDBFile {
+    /// How a salvage checks a snapshot's record (see ``SnapshotStore/RecordCheck``).
+    var recordCheck: SnapshotStore.RecordCheck?
     /// The file's path.
     let path: String
     private let fd: Int32

@@ -77,12 +77,13 @@ public struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertibl
     public var description: String { Hex.string(bytes) }
 }
 
-/// A stored request with its delivery state.
+/// A stored record (for the uploader, a request) with its delivery state.
 public struct Snapshot: Sendable, Equatable {
     /// Its key in the store.
     public var id: SnapshotID
-    /// The request, exactly as built.
-    public var request: UploadRequest
+    /// The record, exactly as stored: bytes the store does not interpret (the uploader
+    /// keeps a request in it; docs/FORMATS.md, "Request record").
+    public var record: [UInt8]
     /// Its priority.
     public var priority: Priority
     /// When it was built, in milliseconds since the Unix epoch.
@@ -93,8 +94,11 @@ public struct Snapshot: Sendable, Equatable {
     public var nextAttemptAt: UInt64
 }
 
-/// The durable store of requests that could not be delivered yet and of the SDK's
-/// metadata, in one LMDB environment in the data directory.
+/// The durable store of what could not be delivered yet (records: for the uploader,
+/// requests) and of the SDK's metadata, in one LMDB environment in the data directory.
+/// It knows records as bytes with a priority, a creation time and a delivery state;
+/// what they mean is their owner's (who also tells a salvage how to check one, with a
+/// ``RecordCheck``).
 ///
 /// Snapshots are keyed by time, so replay goes oldest first; their total size and age
 /// are capped, and what the caps evict is counted by reason. Critical snapshots are
@@ -116,7 +120,7 @@ public struct Snapshot: Sendable, Equatable {
 ///
 /// ```swift
 /// let store = try SnapshotStore(directory: dataDirectory + "/store")
-/// let id = try store.put(request, priority: .sampled)
+/// let id = try store.put(request.record, priority: .sampled)
 /// for snapshot in try store.oldest(limit: 10) { … try store.delete(snapshot.id) }
 /// ```
 ///
@@ -132,10 +136,14 @@ public final class SnapshotStore: @unchecked Sendable {
         /// the lowest priority, oldest first, is evicted (counted as `size`).
         /// Default 32 MiB.
         public var maxBytes: Int
+        /// How a salvage checks a record (nil: see ``RecordCheck``).
+        public var recordCheck: RecordCheck?
         /// Creates options.
-        public init(maxAge: Duration = .seconds(7 * 24 * 3600), maxBytes: Int = 32 << 20) {
+        public init(maxAge: Duration = .seconds(7 * 24 * 3600), maxBytes: Int = 32 << 20,
+                    recordCheck: RecordCheck? = nil) {
             self.maxAge = maxAge
             self.maxBytes = maxBytes
+            self.recordCheck = recordCheck
         }
     }
 
@@ -188,16 +196,40 @@ public final class SnapshotStore: @unchecked Sendable {
     /// The store's limits.
     public let options: Options
 
-    /// What evicting a snapshot loses: its events, why (`store_age` or `store_size`),
-    /// and the drop counts its `Cairn-Dropped` header carried (never seen by a
-    /// collector).
+    /// What evicting a snapshot loses: its record (for its owner to count what it
+    /// held) and why (`store_age` or `store_size`).
     public struct Eviction: Sendable {
-        /// Events in the evicted request (its batch's record count).
-        public var events: Int
+        /// The evicted record; empty when it could not be read back.
+        public var record: [UInt8]
         /// ``DropReason/storeAge`` or ``DropReason/storeSize``.
         public var reason: DropReason
-        /// Its `Cairn-Dropped` counts, by reason.
-        public var reportedDrops: [String: Int]
+    }
+
+    /// How a salvage decides that a record read from a damaged store is intact (the
+    /// store cannot: records are its owner's bytes). Without one, a salvage keeps the
+    /// records its trees still reach and none found only on loose pages.
+    public struct RecordCheck: Sendable, Equatable {
+        /// What the check says of one record.
+        public enum Verdict: Sendable {
+            /// Whole and consistent: kept.
+            case intact
+            /// Not a record, or a damaged one: left out.
+            case damaged
+            /// Cannot be checked here: kept only when the store's tree still reached it.
+            case unverifiable
+        }
+        /// What the check is called: two checks with one name are the same check.
+        public let name: String
+        let check: @Sendable ([UInt8]) -> Verdict
+
+        /// A check named `name`.
+        public init(name: String, _ check: @escaping @Sendable ([UInt8]) -> Verdict) {
+            self.name = name
+            self.check = check
+        }
+
+        /// The checks' names are equal.
+        public static func == (a: RecordCheck, b: RecordCheck) -> Bool { a.name == b.name }
     }
 
     /// Called with what is evicted, inside the transaction that evicts it, before it
@@ -259,11 +291,12 @@ public final class SnapshotStore: @unchecked Sendable {
     ///   (no directory, or no `data.mdb`), `EACCES` and other `errno` values when it
     ///   cannot be read, `ENOTDIR` or `EISDIR` for a file where a directory should be
     ///   or the reverse, ``StoreError/unsettled`` when commits kept overlapping.
-    public static func inspect(directory: String) throws(StoreError) -> StoreInspection {
+    public static func inspect(directory: String, recordCheck: RecordCheck? = nil) throws(StoreError) -> StoreInspection {
         var st = stat()
         if stat(directory, &st) != 0 { throw StoreError(errno, function: "stat", path: directory) }
         if st.st_mode & S_IFMT != S_IFDIR { throw StoreError(ENOTDIR, function: "stat", path: directory) }
-        let (analysis, contents) = try examine(directory + "/data.mdb", maxSize: LMDBFile.largestStore, contents: true)
+        let (analysis, contents) = try examine(directory + "/data.mdb", maxSize: LMDBFile.largestStore, contents: true,
+                                               recordCheck: recordCheck)
         var out = StoreInspection(snapshots: [], bytes: 0, otherVersions: 0, metadata: [], damage: nil)
         var undecodable = 0
         for (key, value) in contents.snapshots {
@@ -293,7 +326,7 @@ public final class SnapshotStore: @unchecked Sendable {
 
     // MARK: Snapshots
 
-    /// Stores `request` and returns its id.
+    /// Stores `record` and returns its id.
     ///
     /// - Parameters:
     ///   - durable: Sync to disk before returning. Defaults to `true` for
@@ -306,11 +339,11 @@ public final class SnapshotStore: @unchecked Sendable {
     /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
     ///   than the size cap); the failure is counted and nothing else changes.
     @discardableResult
-    public func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
+    public func put(_ record: [UInt8], priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
                     now: UInt64 = SnapshotStore.nowMillis(),
                     metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> SnapshotID {
         let id = nextID(now: now)
-        let snapshot = Snapshot(id: id, request: request, priority: priority, createdAt: now,
+        let snapshot = Snapshot(id: id, record: record, priority: priority, createdAt: now,
                                 attempts: attempts, nextAttemptAt: now)
         let value = SnapshotCodec.encode(snapshot)
         let size = id.bytes.count + value.count
@@ -320,9 +353,7 @@ public final class SnapshotStore: @unchecked Sendable {
             try write({ txn throws(StoreError) in
                 victims = try self.evictForSpace(txn, incoming: size, incomingPriority: priority)
                 if !victims.isEmpty {
-                    self.evictionObserver?(victims.map {
-                        Eviction(events: $0.events, reason: .storeSize, reportedDrops: $0.drops)
-                    })
+                    self.evictionObserver?(victims.map { Eviction(record: $0.record, reason: .storeSize) })
                 }
                 try Self.put(txn, self.snapshots, key: id.bytes, value: value)
                 for m in metadata { try Self.put(txn, self.meta, key: Array(m.key.utf8), value: m.value) }
@@ -398,21 +429,19 @@ public final class SnapshotStore: @unchecked Sendable {
     public func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
         let ageMillis = UInt64(max(0, options.maxAge.components.seconds)) * 1000
         let cutoff = now > ageMillis ? now - ageMillis : 0
-        var evicted: [(key: [UInt8], size: Int, events: Int, drops: [String: Int])] = []
+        var evicted: [(key: [UInt8], size: Int, record: [UInt8])] = []
         try write({ txn throws(StoreError) in
             evicted = []
             try Self.forEach(txn, self.snapshots) { key, value in
                 guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
                 // Keys are time-ordered, so the first young one ends the scan.
                 if s.createdAt >= cutoff { return false }
-                evicted.append((key, key.count + value.count, Self.events(in: s.request.body), s.request.reportedDrops))
+                evicted.append((key, key.count + value.count, s.record))
                 return true
             }
             for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
             if !evicted.isEmpty {
-                self.evictionObserver?(evicted.map {
-                    Eviction(events: $0.events, reason: .storeAge, reportedDrops: $0.drops)
-                })
+                self.evictionObserver?(evicted.map { Eviction(record: $0.record, reason: .storeAge) })
             }
         }, committed: {
             let freed = evicted.reduce(0) { $0 + $1.size }
@@ -476,14 +505,7 @@ public final class SnapshotStore: @unchecked Sendable {
         let key: [UInt8]
         let size: Int
         let priority: Priority
-        var events = 0
-        var drops: [String: Int] = [:]
-    }
-
-    /// The events a stored body holds: its batch frame's record count, or 1 for a body
-    /// that is not a batch (it was still one request's worth of data).
-    public static func events(in body: [UInt8]) -> Int {
-        (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
+        var record: [UInt8] = []
     }
 
     /// Makes room for `incoming` bytes under the size cap inside `txn`: deletes the
@@ -513,9 +535,7 @@ public final class SnapshotStore: @unchecked Sendable {
         if excess > 0 { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
         for i in victims.indices {
             if let value = try Self.get(txn, snapshots, key: victims[i].key) {
-                let snapshot = SnapshotCodec.decode(id: SnapshotID(bytes: victims[i].key), value)
-                victims[i].events = snapshot.map { Self.events(in: $0.request.body) } ?? 1
-                victims[i].drops = snapshot?.request.reportedDrops ?? [:]
+                victims[i].record = SnapshotCodec.decode(id: SnapshotID(bytes: victims[i].key), value)?.record ?? []
             }
             try Self.del(txn, snapshots, key: victims[i].key)
         }
@@ -615,7 +635,7 @@ public final class SnapshotStore: @unchecked Sendable {
     private static func check(_ directory: String, options: Options) throws(StoreError) -> LMDBFile.Analysis? {
         let path = directory + "/data.mdb"
         do {
-            return try examine(path, maxSize: largestStore(options), contents: false).analysis
+            return try examine(path, maxSize: largestStore(options), contents: false, recordCheck: nil).analysis
         } catch where error.code == ENOENT && error.path == path {
             return nil
         } catch where error.code == StoreError.unsettled {
@@ -625,11 +645,12 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Reads `path` until one read saw no commit happen (the meta pages did not change
     /// from start to end), at most five times.
-    static func examine(_ path: String, maxSize: Int, contents: Bool) throws(StoreError)
+    static func examine(_ path: String, maxSize: Int, contents: Bool, recordCheck: RecordCheck?) throws(StoreError)
         -> (analysis: LMDBFile.Analysis, contents: StoreContents)
     {
         for _ in 0..<5 {
             let file = try LMDBFile(path: path)
+            file.recordCheck = recordCheck
             let analysis = try file.analyze(maxSize: maxSize)
             let found = contents ? try file.contents(analysis) : StoreContents()
             if try file.stampNow(pageSize: analysis.pageSize) == analysis.stamp { return (analysis, found) }
@@ -680,6 +701,7 @@ public final class SnapshotStore: @unchecked Sendable {
             let file: LMDBFile
             do {
                 file = try LMDBFile(path: path)
+                file.recordCheck = options.recordCheck
             } catch where error.code == ENOENT && error.path == path {
                 // LMDB refused an environment without a data file (its lock file): nothing to read.
                 let store = try FreshStore(fresh, mapSize: initialMapSize(options))
@@ -911,45 +933,30 @@ public final class SnapshotStore: @unchecked Sendable {
 }
 
 /// The stored value of a snapshot (docs/FORMATS.md, "Snapshot store"), version 1.
+/// A snapshot's value (docs/FORMATS.md, "Database `snapshots`"): a 24-byte header,
+/// then the record.
 enum SnapshotCodec {
     static let version: UInt8 = 1
 
     static func encode(_ s: Snapshot) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(64 + s.request.url.utf8.count + s.request.body.count)
+        out.reserveCapacity(24 + s.record.count)
         out.append(version)
         out.append(s.priority.rawValue)
         out += [0, 0]
         LittleEndian.append(&out, UInt64(s.attempts), bytes: 4)
         LittleEndian.append(&out, s.createdAt, bytes: 8)
         LittleEndian.append(&out, s.nextAttemptAt, bytes: 8)
-        LittleEndian.append(&out, string: s.request.method)
-        LittleEndian.append(&out, string: s.request.url)
-        LittleEndian.append(&out, string: s.request.idempotencyKey)
-        LittleEndian.append(&out, UInt64(UInt32(clamping: s.request.headers.count)), bytes: 4)
-        for h in s.request.headers {
-            LittleEndian.append(&out, string: h.name)
-            LittleEndian.append(&out, string: h.value)
-        }
-        LittleEndian.append(&out, UInt64(s.request.body.count), bytes: 8)
-        out += s.request.body
+        out += s.record
         return out
     }
 
+    /// nil for another version, a bad priority, or no record after the header.
     static func decode(id: SnapshotID, _ b: [UInt8]) -> Snapshot? {
         var r = LittleEndian.Reader(bytes: b)
         guard let v = r.u8(), v == version, let p = r.u8(), let priority = Priority(rawValue: p),
-              r.skip(2), let attempts = r.u32(), let created = r.u64(), let next = r.u64(),
-              let method = r.string(), let url = r.string(), let key = r.string(),
-              let headerCount = r.u32() else { return nil }
-        var headers: [HTTPHeader] = []
-        for _ in 0..<headerCount {
-            guard let name = r.string(), let value = r.string() else { return nil }
-            headers.append(HTTPHeader(name, value))
-        }
-        guard let bodyLength = r.u64(), let body = r.bytes(bodyLength), r.atEnd else { return nil }
-        return Snapshot(id: id, request: UploadRequest(method: method, url: url, headers: headers, body: body,
-                                                       idempotencyKey: key),
-                        priority: priority, createdAt: created, attempts: attempts, nextAttemptAt: next)
+              r.skip(2), let attempts = r.u32(), let created = r.u64(), let next = r.u64(), !r.atEnd else { return nil }
+        return Snapshot(id: id, record: Array(b[r.at...]), priority: priority, createdAt: created,
+                        attempts: attempts, nextAttemptAt: next)
     }
 }

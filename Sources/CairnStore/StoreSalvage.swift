@@ -126,9 +126,10 @@ extension LMDBFile {
     ///
     /// With an intact file, that is every entry. With a damaged one:
     /// - a snapshot of version 1 must decode, its key must start with its creation
-    ///   time, an `Idempotency-Key` header must match its idempotency key, and its
-    ///   body must be a batch frame that decodes whole with its checksum; values of
-    ///   another version, found in a sound tree, are kept as they are;
+    ///   time, and its record must pass the owner's ``SnapshotStore/RecordCheck`` (the
+    ///   uploader's: a request whose body is a batch frame that decodes whole with its
+    ///   checksum); values of another version, found in a sound tree, are kept as they
+    ///   are;
     /// - when the `snapshots` tree could not be walked whole, or a meta page is
     ///   damaged (so the newest commit is unknown), every leaf page no tree reached
     ///   is read as well, and its entries are kept when they pass the same test and
@@ -138,7 +139,7 @@ extension LMDBFile {
     ///   attempts.
     func readContents(_ a: Analysis, into sink: inout some ContentSink) throws(StoreError) -> Int? {
         let strict = !a.intact
-        let verifier = BatchVerifier()
+        let verifier = BatchVerifier(recordCheck)
         if !a.bothMetas || !snapshotsTreeSound(a) {
             try scanPages(a, verifier: verifier) { (key, value) throws(StoreError) in
                 try sink.pageSnapshot(key: key, value: value, verifier: verifier)
@@ -202,26 +203,22 @@ extension LMDBFile {
 
 /// Decides whether a snapshot value read from a damaged file is intact.
 final class BatchVerifier {
-    /// Larger batches are not decompressed to be verified.
-    static let maxContentSize = 64 << 20
-    private let decoder = try? FrameDecoder(maxContentSize: BatchVerifier.maxContentSize)
-    /// The skippable-frame magic a batch starts with (docs/FORMATS.md, "Batch frame").
-    private static let batchMagic: [UInt8] = [0x5C, 0x2A, 0x4D, 0x18]
+    private let recordCheck: SnapshotStore.RecordCheck?
+
+    init(_ recordCheck: SnapshotStore.RecordCheck?) { self.recordCheck = recordCheck }
 
     /// See ``LMDBFile/contents(_:)``: `fromTree` says whether the value comes from a
-    /// tree walked from a meta page (a value of another version, or a batch that
-    /// needs a dictionary to be verified, is then kept as it is) or from a page no
-    /// tree reached.
+    /// tree walked from a meta page (a value of another version, or a record that cannot
+    /// be verified, is then kept as it is) or from a page no tree reached.
     func accepts(key: [UInt8], value: [UInt8], fromTree: Bool) -> Bool {
         guard let version = value.first else { return false }
         guard version == SnapshotCodec.version else { return fromTree }
         guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value), key.count == 16,
-              key.prefix(8).reduce(UInt64(0), { $0 << 8 | UInt64($1) }) == s.createdAt,
-              s.request.header("Idempotency-Key").map({ $0 == s.request.idempotencyKey }) ?? true else { return false }
-        switch check(s.request.body) {
-        case .valid: return true
+              key.prefix(8).reduce(UInt64(0), { $0 << 8 | UInt64($1) }) == s.createdAt else { return false }
+        switch recordCheck?.check(s.record) ?? .unverifiable {
+        case .intact: return true
         case .unverifiable: return fromTree
-        case .damaged, .notBatch: return false
+        case .damaged: return false
         }
     }
 
@@ -231,18 +228,5 @@ final class BatchVerifier {
         let id = SnapshotID(bytes: key)
         guard let x = SnapshotCodec.decode(id: id, a), let y = SnapshotCodec.decode(id: id, b) else { return false }
         return (x.attempts, x.nextAttemptAt) > (y.attempts, y.nextAttemptAt)
-    }
-
-    private enum Check { case valid, damaged, notBatch, unverifiable }
-
-    private func check(_ body: [UInt8]) -> Check {
-        guard body.count >= 4, Array(body.prefix(4)) == Self.batchMagic else { return .notBatch }
-        guard let info = try? FrameDecoder.info(of: body) else { return .damaged }
-        // Without the dictionary (Cairn uploads use none) or beyond the limit, the
-        // checksum cannot be tested here.
-        guard info.dictionaryID == 0, info.contentSize <= UInt64(Self.maxContentSize), let decoder else {
-            return .unverifiable
-        }
-        return (try? decoder.decode(body)) == nil ? .damaged : .valid
     }
 }

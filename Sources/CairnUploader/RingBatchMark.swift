@@ -1,3 +1,4 @@
+import CairnBase
 import CairnStore
 
 /// The batch the uploader is making safe, kept in the snapshot store's metadata under

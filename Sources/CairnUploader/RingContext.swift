@@ -1,3 +1,4 @@
+import CairnBase
 import CairnStore
 import CCairn
 import FoundationEssentials

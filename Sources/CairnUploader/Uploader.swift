@@ -257,9 +257,12 @@ public final class Uploader: @unchecked Sendable {
         ring.onFillAlarm { [weak self] in self?.signal() }
         store?.evictionObserver = { [ring, state] evictions in
             for e in evictions {
-                state.withLock { $0.stats.dropped[e.reason, default: 0] += e.events }
-                Self.countInTable(ring, e.reason, e.events)
-                for (reason, n) in e.reportedDrops { Self.countInTable(ring, DropReason(name: reason), n) }
+                // A record that does not decode was still one request's worth of data.
+                let request = UploadRequest(record: e.record)
+                let events = request?.events ?? 1
+                state.withLock { $0.stats.dropped[e.reason, default: 0] += events }
+                Self.countInTable(ring, e.reason, events)
+                for (reason, n) in request?.reportedDrops ?? [:] { Self.countInTable(ring, DropReason(name: reason), n) }
             }
         }
     }
@@ -366,7 +369,7 @@ public final class Uploader: @unchecked Sendable {
         if let i = request.headers.firstIndex(where: { $0.name == "Content-Encoding" }) {
             request.headers[i].value = contentEncoding
         }
-        try store.put(request, priority: priority, durable: priority == .critical)
+        try store.put(request.record, priority: priority, durable: priority == .critical)
         signal()
         return request
     }
@@ -483,6 +486,8 @@ public final class Uploader: @unchecked Sendable {
     private struct Replaying {
         let token: Int
         let snapshot: Snapshot
+        /// The request its record holds.
+        let request: UploadRequest
     }
 
     /// One attempt handed to a sender thread, and what came of it.
@@ -825,7 +830,7 @@ public final class Uploader: @unchecked Sendable {
         do {
             var mark = f.mark
             mark.stored = true
-            try store.put(request, priority: options.priority, attempts: UInt32(f.attempts),
+            try store.put(request.record, priority: options.priority, attempts: UInt32(f.attempts),
                           metadata: [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())])
             markReported(f.reported)
             f.done = true
@@ -850,9 +855,16 @@ public final class Uploader: @unchecked Sendable {
               !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }) else { return }
         guard canSendAnother, let snapshot = try? store.oldest(limit: 1, readyAt: replayReadyAt).first,
               breaker.allows(at: clock.now) else { return }
+        guard let request = UploadRequest(record: snapshot.record) else {
+            // Not a request (written by something else, or damaged where no check
+            // could see it): one request's worth of events lost, counted.
+            try? store.delete(snapshot.id)
+            count(drop: .storeCorrupt, 1)
+            return
+        }
         nextToken += 1
-        replaying = Replaying(token: nextToken, snapshot: snapshot)
-        dispatch(token: nextToken, snapshot.request, attempt: Int(snapshot.attempts))
+        replaying = Replaying(token: nextToken, snapshot: snapshot, request: request)
+        dispatch(token: nextToken, request, attempt: Int(snapshot.attempts))
     }
 
     /// Logs the start of an attempt and hands it to a sender thread. While a flush
@@ -931,7 +943,7 @@ public final class Uploader: @unchecked Sendable {
             let action = classify(outcome)
             if let r = replaying, r.token == outcome.job.token {
                 replaying = nil
-                finishReplay(r.snapshot, action)
+                finishReplay(r.snapshot, r.request, action)
                 continue
             }
             guard let f = flights.first(where: { $0.token == outcome.job.token }) else { continue }
@@ -963,12 +975,12 @@ public final class Uploader: @unchecked Sendable {
     }
 
     /// What one replay's outcome means for the stored request.
-    private func finishReplay(_ snapshot: Snapshot, _ action: DeliveryAction) {
+    private func finishReplay(_ snapshot: Snapshot, _ request: UploadRequest, _ action: DeliveryAction) {
         guard let store else { return }
         switch action {
         case .delivered:
             try? store.delete(snapshot.id)
-            let events = (try? FrameDecoder.info(of: snapshot.request.body)).map { Int($0.recordCount) } ?? 0
+            let events = (try? FrameDecoder.info(of: request.body)).map { Int($0.recordCount) } ?? 0
             state.withLock {
                 $0.stats.replayedBatches += 1
                 $0.stats.deliveredBatches += 1
@@ -976,9 +988,9 @@ public final class Uploader: @unchecked Sendable {
             }
         case .drop(let reason):
             try? store.delete(snapshot.id)
-            count(drop: reason, SnapshotStore.events(in: snapshot.request.body))
+            count(drop: reason, request.events)
             // The drops it reported were never taken: count them again for the next batch.
-            for (r, n) in snapshot.request.reportedDrops { count(drop: DropReason(name: r), n, inStats: false) }
+            for (r, n) in request.reportedDrops { count(drop: DropReason(name: r), n, inStats: false) }
         case .retry, .pauseAndRetry:
             replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.

@@ -1,5 +1,6 @@
 import CairnTestSupport
 import CairnStore
+import CairnUploader
 import CLMDB
 import Foundation
 import Testing
@@ -27,11 +28,11 @@ import Testing
         let dir = Scratch()
         var ids: [SnapshotID] = []
         do {
-            let store = try SnapshotStore(directory: dir.store)
+            let store = try SnapshotStore(directory: dir.store, options: .requests)
             for n in 0..<20 { ids.append(try store.put(Self.request(n), priority: .sampled, now: 1_000 + UInt64(n))) }
             #expect(store.stats.count == 20)
         }
-        let store = try SnapshotStore(directory: dir.store)
+        let store = try SnapshotStore(directory: dir.store, options: .requests)
         #expect(store.stats.count == 20 && store.stats.bytes > 20 * 1000)
         let oldest = try store.oldest(limit: 5)
         #expect(oldest.map(\.id) == Array(ids.prefix(5)))
@@ -46,7 +47,7 @@ import Testing
 
     @Test func attemptsAreRecordedWithoutTouchingTheRequest() throws {
         let dir = Scratch()
-        let store = try SnapshotStore(directory: dir.store)
+        let store = try SnapshotStore(directory: dir.store, options: .requests)
         let id = try store.put(Self.request(7), priority: .important, now: 5_000)
         try store.recordAttempt(id, nextAttemptAt: 9_000)
         try store.recordAttempt(id, nextAttemptAt: 12_000)
@@ -60,7 +61,7 @@ import Testing
     @Test func sizeCapEvictsLowestPriorityOldestFirstAndCounts() throws {
         let dir = Scratch()
         // Room for about 10 snapshots of ~1.2 KB.
-        let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 12_500))
+        let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 12_500, recordCheck: UploadRequest.recordCheck))
         var critical: [SnapshotID] = [], debug: [SnapshotID] = [], sampled: [SnapshotID] = []
         for n in 0..<3 { critical.append(try store.put(Self.request(n), priority: .critical, now: UInt64(n))) }
         for n in 3..<7 { debug.append(try store.put(Self.request(n), priority: .debug, now: UInt64(n))) }
@@ -92,7 +93,7 @@ import Testing
 
     @Test func ageCapEvictsAndCounts() throws {
         let dir = Scratch()
-        let store = try SnapshotStore(directory: dir.store, options: .init(maxAge: .seconds(60)))
+        let store = try SnapshotStore(directory: dir.store, options: .init(maxAge: .seconds(60), recordCheck: UploadRequest.recordCheck))
         let now: UInt64 = 10_000_000
         for n in 0..<5 { try store.put(Self.request(n), priority: .sampled, now: now - 120_000 + UInt64(n)) }
         let young = try store.put(Self.request(5), priority: .sampled, now: now - 30_000)
@@ -103,7 +104,7 @@ import Testing
 
     @Test func fullMapGrowsInsteadOfFailing() throws {
         let dir = Scratch()
-        let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 8 << 20))
+        let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 8 << 20, recordCheck: UploadRequest.recordCheck))
         let start = store.stats.mapSize
         // 6 MB in 100 KB snapshots: more than the initial map can hold with LMDB's overhead.
         for n in 0..<60 { try store.put(Self.request(n, bodySize: 100_000), priority: .sampled) }
@@ -115,12 +116,12 @@ import Testing
     @Test func metadataRoundTrips() throws {
         let dir = Scratch()
         do {
-            let store = try SnapshotStore(directory: dir.store)
+            let store = try SnapshotStore(directory: dir.store, options: .requests)
             #expect(try store.metadata("install.time") == nil)
             try store.setMetadata("install.time", Array("2026-12-02T15:48:52.000Z".utf8), durable: true)
             try store.setMetadata("run.state", [1])
         }
-        let store = try SnapshotStore(directory: dir.store)
+        let store = try SnapshotStore(directory: dir.store, options: .requests)
         #expect(try store.metadata("install.time") == Array("2026-12-02T15:48:52.000Z".utf8))
         #expect(try store.metadata("run.state") == [1])
     }
@@ -128,14 +129,14 @@ import Testing
     @Test func unreadableEnvironmentIsSetAsideAndTheStoreKeepsWorking() throws {
         let dir = Scratch()
         do {
-            let store = try SnapshotStore(directory: dir.store)
+            let store = try SnapshotStore(directory: dir.store, options: .requests)
             try store.put(Self.request(1), priority: .sampled)
         }
         // Garbage over the data file.
         let data = dir.store + "/data.mdb"
         let garbage = Data((0..<65_536).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) })
         #expect(FileManager.default.createFile(atPath: data, contents: garbage))
-        let store = try SnapshotStore(directory: dir.store)
+        let store = try SnapshotStore(directory: dir.store, options: .requests)
         #expect(store.stats.setAside && store.stats.count == 0)
         try store.put(Self.request(2), priority: .sampled)
         #expect(try store.oldest(limit: 10).map(\.request) == [Self.request(2)])
@@ -156,7 +157,7 @@ import Testing
         let mounted = try Self.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount])
         try #require(mounted.status == 0, "mounting a tmpfs needs root: \(mounted.err)")
         defer { _ = try? Self.run(["umount", mount]) }
-        let store = try SnapshotStore(directory: mount + "/store", options: .init(maxBytes: 8 << 20))
+        let store = try SnapshotStore(directory: mount + "/store", options: .init(maxBytes: 8 << 20, recordCheck: UploadRequest.recordCheck))
         var stored = 0, refused = 0
         for n in 0..<40 {
             do {
@@ -180,7 +181,7 @@ import Testing
         let dir = Scratch()
         var requests: [UploadRequest] = []
         do {
-            let store = try SnapshotStore(directory: dir.store)
+            let store = try SnapshotStore(directory: dir.store, options: .requests)
             for n in 0..<5 {
                 requests.append(Self.request(n, bodySize: 500 + n))
                 try store.put(requests[n], priority: n == 0 ? .critical : .sampled, now: 1_700_000_000_000 + UInt64(n))

@@ -1,5 +1,6 @@
 import CairnBase
 @testable import CairnStore
+import CairnUploader
 import CairnTestSupport
 import Foundation
 import Testing
@@ -240,7 +241,7 @@ import Testing
         let encoder = try FrameEncoder()
         var total = 0
         do {
-            let store = try SnapshotStore(directory: dir.store)
+            let store = try SnapshotStore(directory: dir.store, options: .requests)
             var n = 0
             while total < 12 << 20 {
                 let body = try encoder.encode(batchID: UInt64(n), records: (0..<1500).map { Template.record(n, $0, &rng) })
@@ -252,10 +253,10 @@ import Testing
             }
             try store.sync()
         }
-        let expected = try SnapshotStore.inspect(directory: dir.store).snapshots
+        let expected = try SnapshotStore.inspect(directory: dir.store, recordCheck: UploadRequest.recordCheck).snapshots
         try #require(truncate(dir.store + "/data.mdb", 64 << 30) == 0, "truncate: \(String(cString: strerror(errno)))")
 
-        let store = try SnapshotStore(directory: dir.store)
+        let store = try SnapshotStore(directory: dir.store, options: .requests)
         let damage = try #require(store.stats.damage)
         #expect(damage.salvaged == expected.count && damage.lost == 0, "\(damage)")
         #expect(try store.oldest(limit: Int.max) == expected)
@@ -311,7 +312,7 @@ import Testing
         var ids: [SnapshotID] = []
         for round in 0..<8 {
             do {
-                let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 1 << 20))
+                let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 1 << 20, recordCheck: UploadRequest.recordCheck))
                 #expect(store.stats.damage == nil, "round \(round): \(String(describing: store.stats.damage))")
                 for n in 0..<30 {
                     let records = (0..<Int.random(in: 1...40, using: &rng)).map { Template.record(round * 100 + n, $0, &rng) }
@@ -329,9 +330,9 @@ import Testing
                 try store.setMetadata("round", [UInt8(round)])
                 try store.sync()
             }
-            let inspection = try SnapshotStore.inspect(directory: dir.store)
+            let inspection = try SnapshotStore.inspect(directory: dir.store, recordCheck: UploadRequest.recordCheck)
             #expect(inspection.damage == nil, "round \(round): \(String(describing: inspection.damage))")
-            let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 1 << 20))
+            let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 1 << 20, recordCheck: UploadRequest.recordCheck))
             #expect(inspection.snapshots == (try store.oldest(limit: Int.max)))
         }
     }
@@ -385,7 +386,7 @@ import Testing
         let missing = try Self.run([productsDirectory + "/cairn", "events", dir.path + "/nowhere"])
         #expect(missing.status == 3 && missing.err.contains("no snapshot store"), "\(missing.err)")
         #expect(throws: StoreError(ENOENT, function: "stat", path: dir.path + "/nowhere/store")) {
-            try SnapshotStore.inspect(directory: dir.path + "/nowhere/store")
+            try SnapshotStore.inspect(directory: dir.path + "/nowhere/store", recordCheck: UploadRequest.recordCheck)
         }
     }
 
@@ -604,7 +605,7 @@ struct Template: Sendable {
                                  body: body, idempotencyKey: "key-\(n)")
         }
         do {
-            let store = try SnapshotStore(directory: dir.store)
+            let store = try SnapshotStore(directory: dir.store, options: .requests)
             var ids: [SnapshotID] = []
             // Mostly values that fit in a leaf, every tenth one on overflow pages.
             for n in 0..<60 {

@@ -119,7 +119,7 @@ import Testing
         #expect(uploader.flush(timeout: .seconds(20)))
         uploader.shutdown(timeout: .seconds(5))
         let snapshot = try #require(try store.oldest(limit: 1).first)
-        let records = try FrameDecoder(maxContentSize: 1 << 20).decodeRecords(snapshot.request.body).records
+        let records = try FrameDecoder(maxContentSize: 1 << 20).decodeRecords(try #require(UploadRequest(record: snapshot.record)).body).records
         #expect(records == [processor.record(e, id: (5, 6))])
     }
 

@@ -157,7 +157,7 @@ import Testing
         #expect(critical.count == 1, "\(stored.map(\.priority))")
         let first = try #require(critical.first)
         let decoder = try FrameDecoder(maxContentSize: 64 << 20)
-        func events(_ s: Snapshot) -> [[UInt8]] { (try? decoder.decodeRecords(s.request.body).records) ?? [] }
+        func events(_ s: Snapshot) -> [[UInt8]] { (try? decoder.decodeRecords(UploadRequest(record: s.record)?.body ?? []).records) ?? [] }
         let records = events(first).map { String(decoding: $0, as: UTF8.self) }
         #expect(records.count == 1 && records.first?.contains("\"payment_captured\"") == true)
         let bulkStored = stored.filter { $0.priority == .sampled }.map { events($0).count }.reduce(0, +)

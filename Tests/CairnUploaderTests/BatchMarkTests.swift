@@ -117,7 +117,7 @@ import Testing
                                      batchID: 7, key: "stored-key", stored: true)
             #expect(mark.first == ring.readPosition)
             let req = UploadRequest(url: "http://x/v1/batch", headers: [], body: [1, 2, 3], idempotencyKey: "stored-key")
-            try store.put(req, priority: .sampled, metadata: [(RingBatchMark.metadataKey, mark.encoded())])
+            try store.put(req.record, priority: .sampled, metadata: [(RingBatchMark.metadataKey, mark.encoded())])
             try store.sync()
             // killed here, before ring.commit
         }

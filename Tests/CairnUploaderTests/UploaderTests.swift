@@ -262,8 +262,26 @@ import Testing
         #expect(try collector.requests().isEmpty, "nothing is sent")
         let stored = try store.oldest(limit: 10)
         #expect(stored.count == 1 && ring.stats().used == 0)
-        let records = try FrameDecoder(maxContentSize: 1 << 20).decodeRecords(stored[0].request.body).records
+        let records = try FrameDecoder(maxContentSize: 1 << 20).decodeRecords(try #require(UploadRequest(record: stored[0].record)).body).records
         #expect(records == (0..<25).map { UploaderTests.event($0) })
+    }
+
+    /// The store keeps opaque records: one that is not a request (another writer's, or
+    /// damaged where no check could see it) is not sent; it is deleted and counted.
+    @Test func aStoredRecordThatIsNotARequestIsDroppedAndCounted() throws {
+        let collector = try CollectorProcess()
+        let box = try UploaderTests.Sandbox()
+        let ring = try box.ring()
+        let store = try box.store()
+        try store.put(Array("not a request".utf8), priority: .sampled)
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
+                                options: UploaderTests.options(collector))
+        uploader.start()
+        #expect(eventually(10) { uploader.stats.dropped[.storeCorrupt] == 1 })
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(try store.oldest(limit: 10).isEmpty && (try collector.requests()).isEmpty)
+        #expect(ring.drops().first { $0.reason == "store_corrupt" }?.counted == 1)
     }
 
     @Test func tapSeesEveryRecordAndTableDropsAreReportedOnce() throws {

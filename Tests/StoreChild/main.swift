@@ -13,6 +13,7 @@
 //          Stores n snapshots, each in its own commit, then prints "PUT <n>".
 // Exits 0, or 1 with the error on stderr.
 import CairnStore
+import CairnUploader
 import Foundation
 
 func line(_ object: Any) {
@@ -31,10 +32,10 @@ guard args.count >= 3, ["open", "put"].contains(args[1]) else {
     exit(2)
 }
 do {
-    let store = try SnapshotStore(directory: args[2])
+    let store = try SnapshotStore(directory: args[2], options: .init(recordCheck: UploadRequest.recordCheck))
     if args[1] == "put" {
         let n = args.count > 3 ? Int(args[3]) ?? 1 : 1
-        for i in 1...max(n, 1) { try store.put(request(i), priority: .sampled) }
+        for i in 1...max(n, 1) { try store.put(request(i).record, priority: .sampled) }
         print("PUT \(n)")
         exit(0)
     }
@@ -45,12 +46,16 @@ do {
                   "fromPages": d.recoveredFromPages, "metadata": d.metadataSalvaged, "setAside": d.setAsidePath ?? ""]
     }
     line(["count": stats.count, "damage": damage])
-    try store.put(request(0), priority: .sampled)
+    try store.put(request(0).record, priority: .sampled)
     for s in try store.oldest(limit: Int.max) {
+        guard let r = UploadRequest(record: s.record) else {
+            line(["id": s.id.description, "undecodable": true])
+            continue
+        }
         line(["id": s.id.description, "priority": Int(s.priority.rawValue), "attempts": Int(s.attempts),
-              "createdAt": s.createdAt, "nextAttemptAt": s.nextAttemptAt, "method": s.request.method,
-              "url": s.request.url, "idempotencyKey": s.request.idempotencyKey,
-              "headers": s.request.headers.map { [$0.name, $0.value] }, "body": Data(s.request.body).base64EncodedString()])
+              "createdAt": s.createdAt, "nextAttemptAt": s.nextAttemptAt, "method": r.method,
+              "url": r.url, "idempotencyKey": r.idempotencyKey,
+              "headers": r.headers.map { [$0.name, $0.value] }, "body": Data(r.body).base64EncodedString()])
     }
     var metadata: [String: String] = [:]
     for key in ["install.time", "install.zone", "run.state"] {

@@ -1,5 +1,5 @@
 /// Little-endian integers written into and read back from byte arrays: the layouts of
-/// the snapshot store's values and of the uploader's batch mark (docs/FORMATS.md).
+/// the snapshot store's values, the uploader's stored requests and batch marks (docs/FORMATS.md).
 package enum LittleEndian {
     /// Appends the low `bytes` bytes of `value`, least significant first.
     package static func append(_ out: inout [UInt8], _ value: UInt64, bytes: Int) {

@@ -1,0 +1,132 @@
+import CairnBase
+public import CairnStore
+
+/// One HTTP header, kept in the order it was added.
+public struct HTTPHeader: Sendable, Equatable, Hashable {
+    /// The header name, as sent.
+    public var name: String
+    /// The header value, as sent.
+    public var value: String
+
+    /// Creates a header.
+    public init(_ name: String, _ value: String) {
+        self.name = name
+        self.value = value
+    }
+}
+
+/// An upload request built once: method, URL, headers and the compressed body bytes.
+///
+/// Every attempt, in this process or after a restart, sends exactly these bytes with
+/// the same ``idempotencyKey``; only the attempt number, sent in the
+/// `Cairn-Retry-Count` header, changes between attempts.
+public struct UploadRequest: Sendable, Equatable {
+    /// HTTP method, normally `POST`.
+    public var method: String
+    /// Absolute URL (`http` or `https`).
+    public var url: String
+    /// Headers, in order; they include `Content-Encoding`, `Idempotency-Key` and
+    /// `User-Agent`.
+    public var headers: [HTTPHeader]
+    /// The body, exactly as sent: a batch frame for events.
+    public var body: [UInt8]
+    /// The key a collector uses to drop duplicates; the same on every attempt.
+    public var idempotencyKey: String
+
+    /// Creates a request.
+    public init(method: String = "POST", url: String, headers: [HTTPHeader], body: [UInt8],
+                idempotencyKey: String) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.idempotencyKey = idempotencyKey
+    }
+
+    /// The value of the first header named `name` (compared case-insensitively).
+    public func header(_ name: String) -> String? { headers.value(of: name) }
+
+    /// The drop counts its `Cairn-Dropped` header reports, by reason (docs/FORMATS.md,
+    /// "Upload request"); pairs that do not parse are left out.
+    public var reportedDrops: [String: Int] {
+        var out: [String: Int] = [:]
+        for pair in (header("Cairn-Dropped") ?? "").split(separator: ",") {
+            let parts = pair.split(separator: "=")
+            guard parts.count == 2, let n = Int(parts[1]), n > 0 else { continue }
+            out[String(parts[0]), default: 0] += n
+        }
+        return out
+    }
+}
+
+extension Array where Element == HTTPHeader {
+    /// The value of the first header named `name`, compared case-insensitively (as
+    /// HTTP header names are).
+    public func value(of name: String) -> String? {
+        let lower = name.lowercased()
+        return first { $0.name.lowercased() == lower }?.value
+    }
+}
+
+extension UploadRequest {
+    /// The request as the snapshot store keeps it: its record (docs/FORMATS.md,
+    /// "Snapshot store", "Request record"), little-endian: the method, the URL and the
+    /// idempotency key (each a u32 length, then UTF-8), the header count (u32) and each
+    /// header's name and value (the same way), then the body (a u64 length, then the
+    /// bytes exactly as sent).
+    public var record: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(40 + url.utf8.count + idempotencyKey.utf8.count + headers.count * 32 + body.count)
+        LittleEndian.append(&out, string: method)
+        LittleEndian.append(&out, string: url)
+        LittleEndian.append(&out, string: idempotencyKey)
+        LittleEndian.append(&out, UInt64(UInt32(clamping: headers.count)), bytes: 4)
+        for h in headers {
+            LittleEndian.append(&out, string: h.name)
+            LittleEndian.append(&out, string: h.value)
+        }
+        LittleEndian.append(&out, UInt64(body.count), bytes: 8)
+        out += body
+        return out
+    }
+
+    /// The request a stored record holds; nil when the record does not decode (it must
+    /// end exactly after the body).
+    public init?(record: [UInt8]) {
+        var r = LittleEndian.Reader(bytes: record)
+        guard let method = r.string(), let url = r.string(), let key = r.string(),
+              let headerCount = r.u32() else { return nil }
+        var headers: [HTTPHeader] = []
+        for _ in 0..<headerCount {
+            guard let name = r.string(), let value = r.string() else { return nil }
+            headers.append(HTTPHeader(name, value))
+        }
+        guard let bodyLength = r.u64(), let body = r.bytes(bodyLength), r.atEnd else { return nil }
+        self.init(method: method, url: url, headers: headers, body: body, idempotencyKey: key)
+    }
+
+    /// The events its body holds: its batch frame's record count, or 1 for a body that
+    /// is not a batch (it was still one request's worth of data).
+    public var events: Int {
+        (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
+    }
+
+    /// Whether a stored record read back from a damaged store is one intact request
+    /// (for ``SnapshotStore``'s salvage): it decodes, its `Idempotency-Key` header (when
+    /// it has one) is its key, and its body is a batch frame whose checksum holds.
+    /// `.unverifiable` for a batch that needs a dictionary or is larger than 64 MiB
+    /// (kept when its store's tree still reached it).
+    public static let recordCheck = SnapshotStore.RecordCheck(name: "cairn-upload-request") { record in
+        guard let request = UploadRequest(record: record),
+              request.header("Idempotency-Key").map({ $0 == request.idempotencyKey }) ?? true else { return .damaged }
+        let body = request.body
+        guard body.count >= 4, Array(body.prefix(4)) == [0x5C, 0x2A, 0x4D, 0x18] else { return .damaged }
+        guard let info = try? FrameDecoder.info(of: body) else { return .damaged }
+        // Without the dictionary (Cairn uploads use none) or beyond the limit, the
+        // checksum cannot be tested here.
+        let limit = 64 << 20
+        guard info.dictionaryID == 0, info.contentSize <= UInt64(limit),
+              let decoder = try? FrameDecoder(maxContentSize: limit) else { return .unverifiable }
+        return (try? decoder.decode(body)) == nil ? .damaged : .intact
+    }
+}
