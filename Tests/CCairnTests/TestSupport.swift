@@ -1,16 +1,12 @@
+import CairnTestSupport
 import CCairn
 import Foundation
 
 /// A fresh temporary directory, removed when the value is deinitialised.
 final class TempDir {
-    let path: String
-    init() {
-        let tmp = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-        path = tmp + "/cairn-test-\(getpid())-\(UUID().uuidString.prefix(8))"
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
+    private let directory = try? TemporaryDirectory("cairn-test")
+    var path: String { directory?.path ?? "/nonexistent" }
     func file(_ name: String) -> String { path + "/" + name }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
 }
 
 /// An open C ring, closed on deinit.
@@ -77,18 +73,6 @@ struct Unchecked<T>: @unchecked Sendable {
 
 /// Runs a command to completion, returning its exit status and standard output.
 func run(_ argv: [String], stdin: Data? = nil) throws -> (status: Int32, stdout: Data, stderr: Data) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    p.arguments = argv
-    let out = Pipe(), err = Pipe(), inp = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = inp
-    try p.run()
-    if let stdin { inp.fileHandleForWriting.write(stdin) }
-    try? inp.fileHandleForWriting.close()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, o, e)
+    let f = try runToEnd("/usr/bin/env", argv, stdin: stdin)
+    return (f.status, f.stdout, f.stderr)
 }

@@ -34,19 +34,9 @@ private enum Fixture {
 
     /// Runs a tool and returns its standard output; throws when it fails.
     static func run(_ argv: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = argv
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw ToolFailed(command: argv.joined(separator: " "), status: process.terminationStatus)
-        }
-        return String(decoding: data, as: UTF8.self)
+        let f = try runToEnd("/usr/bin/env", argv)
+        guard f.status == 0 else { throw ToolFailed(command: argv.joined(separator: " "), status: f.status) }
+        return f.out
     }
 
     struct ToolFailed: Error {

@@ -1,11 +1,9 @@
-import Foundation
+import CairnTestSupport
 
-/// A fresh directory for one test, removed afterwards.
+/// A fresh directory for one test, removed afterwards, with where its store lives.
 final class Scratch {
-    let path = URL(fileURLWithPath: NSTemporaryDirectory()).standardizedFileURL.path
-        + "/cairn-store-test-\(getpid())-\(UUID().uuidString.prefix(8))"
-    init() { try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    private let directory = try? TemporaryDirectory("cairn-store-test")
+    var path: String { directory?.path ?? "/nonexistent" }
     /// Where a snapshot store lives inside it.
     var store: String { path + "/store" }
 }

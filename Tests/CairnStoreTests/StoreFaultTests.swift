@@ -527,31 +527,8 @@ import Testing
     /// Runs `argv` (the first element a path); a process still running after 60 s is
     /// killed and reported as timed out.
     static func run(_ argv: [String]) throws -> Ran {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: argv[0])
-        p.arguments = Array(argv.dropFirst())
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        // Both pipes are drained while the child runs, so a chatty child never blocks.
-        let reading = DispatchGroup()
-        let collected = Locked<(Data, Data)>((Data(), Data()))
-        for (handle, isErr) in [(out.fileHandleForReading, false), (err.fileHandleForReading, true)] {
-            DispatchQueue.global().async(group: reading) {
-                let data = handle.readDataToEndOfFile()
-                collected.withLock { if isErr { $0.1 = data } else { $0.0 = data } }
-            }
-        }
-        let deadline = Date().addingTimeInterval(60)
-        while p.isRunning && Date() < deadline { usleep(2_000) }
-        let timedOut = p.isRunning
-        if timedOut { kill(p.processIdentifier, SIGKILL) }
-        p.waitUntilExit()
-        reading.wait()
-        let (o, e) = collected.withLock { $0 }
-        return Ran(status: p.terminationStatus, signaled: p.terminationReason == .uncaughtSignal, timedOut: timedOut,
-                   out: String(decoding: o, as: UTF8.self), err: String(decoding: e, as: UTF8.self))
+        let f = try runToEnd(argv[0], Array(argv.dropFirst()), timeout: 60)
+        return Ran(status: f.status, signaled: f.signaled, timedOut: f.timedOut, out: f.out, err: f.err)
     }
 }
 
