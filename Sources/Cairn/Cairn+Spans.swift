@@ -1,4 +1,5 @@
 // Spans and W3C trace context.
+import CairnBase
 import CairnCrash
 import CairnProcessor
 import CairnStore

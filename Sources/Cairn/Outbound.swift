@@ -1,3 +1,4 @@
+import CairnBase
 import CairnProcessor
 import FoundationEssentials
 import Dispatch

@@ -1,3 +1,4 @@
+import CairnBase
 // The server-sent filter of auto-tracking SDKs: allow and deny lists of glob patterns for
 // event names and paths (an HTTP route). Patterns are compiled once; matching walks the
 // UTF-8 bytes with two-pointer backtracking, so it takes at most

@@ -1,3 +1,4 @@
+import CairnBase
 // The privacy rules' entry points (docs/FORMATS.md, "Sanitising and privacy rules"):
 // key redaction and value masking of properties and strings, and the scopes the
 // processor's single-pass encoder asks for. The value detectors are in

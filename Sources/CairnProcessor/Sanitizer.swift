@@ -1,3 +1,4 @@
+import CairnBase
 // Sanitising: every event's properties pass through here on the caller's thread, inside
 // `track()`, so the common case (nothing to change) reads each byte once and allocates
 // nothing. The rules are documented in docs/FORMATS.md, "Sanitising and privacy rules".
@@ -406,13 +407,3 @@ private enum TextRepair {
     }
 }
 
-/// Runs `body` on the UTF-8 bytes of `text`; native strings (always, on Linux) are not
-/// copied. The view's contiguous storage is borrowed without the retain and release of
-/// the mutable copy `String.withUTF8` needs (a few nanoseconds per call, and the hot path
-/// makes one per key, value, name and id); `withUTF8` remains for other strings.
-@inline(__always)
-func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-    if let result = text.utf8.withContiguousStorageIfAvailable(body) { return result }
-    var text = text
-    return text.withUTF8(body)
-}

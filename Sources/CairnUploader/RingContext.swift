@@ -297,10 +297,12 @@ final class RingContexts {
         if let f = current?(), Self.isFragment(f), f.count < Self.fallbackBound - Self.marker.count {
             return Array(f.dropLast()) + Self.marker + [UInt8(ascii: "}")]
         }
-        var version = sdkVersion.utf8.filter { $0 >= 0x20 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
-        version = Array(version.prefix(64))
-        return Array(#""context":{},"sdk":{"name":"cairn-swift","version":""#.utf8) + version
-            + Array(#"""#.utf8) + Self.marker + [UInt8(ascii: "}")]
+        return JSONWriter.bytes { w in
+            w.ascii(#""context":{},"sdk":{"name":"cairn-swift","version":"#)
+            w.string(String(sdkVersion.prefix(64)))
+            w.raw(Self.marker)
+            w.byte(0x7D)
+        }
     }
 }
 

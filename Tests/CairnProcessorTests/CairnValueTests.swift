@@ -1,3 +1,4 @@
+import CairnBase
 import CairnProcessor
 import Foundation
 import Testing
