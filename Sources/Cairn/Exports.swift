@@ -10,7 +10,7 @@
 // Events, identities and traces.
 @_exported import enum CairnProcessor.CairnValue
 @_exported import struct CairnProcessor.Identity
-@_exported import enum CairnProcessor.Tier
+@_exported import enum CairnBase.Tier
 @_exported import enum CairnProcessor.EventType
 @_exported import struct CairnProcessor.SpanContext
 @_exported import struct CairnProcessor.TraceID

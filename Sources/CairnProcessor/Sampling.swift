@@ -3,34 +3,7 @@
 // specified in docs/FORMATS.md, "Sampling, filtering and deduplication", so that every SDK
 // variant keeps exactly the same events.
 
-import CairnBase
-
-/// How much an event matters; decides sampling, storage and what goes first under overload.
-///
-/// Ordered by importance: `critical < important < sampled < debug`, so sorting puts what
-/// matters most first.
-public enum Tier: String, Sendable, CaseIterable, Comparable {
-    /// Must not be lost: crashes, session ends, billing. Never sampled.
-    case critical
-    /// Kept unless the service is configured otherwise.
-    case important
-    /// High-volume events; the tier ``SamplingOptions/rate`` applies to.
-    case sampled
-    /// Diagnostics; the first to go.
-    case debug
-
-    private var rank: Int {
-        switch self {
-        case .critical: 0
-        case .important: 1
-        case .sampled: 2
-        case .debug: 3
-        }
-    }
-
-    /// `true` when `lhs` is more important than `rhs`.
-    public static func < (lhs: Tier, rhs: Tier) -> Bool { lhs.rank < rhs.rank }
-}
+public import CairnBase
 
 /// A stable 64-bit hash, identical in every process and every SDK variant.
 ///

@@ -47,23 +47,6 @@ public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     public static let unsettled: Int32 = -30002
 }
 
-/// How important a stored request is: eviction under the size cap takes the lowest
-/// priority (the highest raw value) first, oldest first within a priority.
-public enum Priority: UInt8, Sendable, Comparable, CaseIterable {
-    /// Crash reports and fatal errors: stored with a durable sync before they are
-    /// acknowledged.
-    case critical = 0
-    /// Events the service marks as important.
-    case important = 1
-    /// Ordinary sampled events.
-    case sampled = 2
-    /// Debug events, dropped first.
-    case debug = 3
-
-    /// Orders by raw value (critical first).
-    public static func < (a: Priority, b: Priority) -> Bool { a.rawValue < b.rawValue }
-}
-
 /// The identifier of a stored snapshot: 16 bytes, big-endian creation time in
 /// milliseconds then a per-process sequence, so byte order is time order.
 public struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertible {
@@ -85,7 +68,7 @@ public struct Snapshot: Sendable, Equatable {
     /// keeps a request in it; docs/FORMATS.md, "Request record").
     public var record: [UInt8]
     /// Its priority.
-    public var priority: Priority
+    public var priority: Tier
     /// When it was built, in milliseconds since the Unix epoch.
     public var createdAt: UInt64
     /// Attempts made so far (in any process).
@@ -156,7 +139,7 @@ public final class SnapshotStore: @unchecked Sendable {
         /// Snapshots evicted for age, since open.
         public var evictedAge: Int
         /// Snapshots evicted to stay under the size cap, since open, by priority.
-        public var evictedSize: [Priority: Int]
+        public var evictedSize: [Tier: Int]
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
         public var failedPuts: Int
@@ -174,7 +157,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var bytes: Int
         var count: Int
         var evictedAge = 0
-        var evictedSize: [Priority: Int] = [:]
+        var evictedSize: [Tier: Int] = [:]
         var failedPuts = 0
         var sequence: UInt64
     }
@@ -330,7 +313,7 @@ public final class SnapshotStore: @unchecked Sendable {
     ///
     /// - Parameters:
     ///   - durable: Sync to disk before returning. Defaults to `true` for
-    ///     ``Priority/critical`` and `false` otherwise.
+    ///     ``Tier/critical`` and `false` otherwise.
     ///   - attempts: Attempts already made before storing (they count toward the
     ///     retry number sent with later attempts).
     ///   - now: The creation time in milliseconds since the epoch.
@@ -339,7 +322,7 @@ public final class SnapshotStore: @unchecked Sendable {
     /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
     ///   than the size cap); the failure is counted and nothing else changes.
     @discardableResult
-    public func put(_ record: [UInt8], priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
+    public func put(_ record: [UInt8], priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
                     now: UInt64 = SnapshotStore.nowMillis(),
                     metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> SnapshotID {
         let id = nextID(now: now)
@@ -504,7 +487,7 @@ public final class SnapshotStore: @unchecked Sendable {
     private struct Victim {
         let key: [UInt8]
         let size: Int
-        let priority: Priority
+        let priority: Tier
         var record: [UInt8] = []
     }
 
@@ -512,13 +495,13 @@ public final class SnapshotStore: @unchecked Sendable {
     /// lowest priority first, oldest first within it, but never a snapshot of higher
     /// priority than the one coming in (that one is refused instead). Returns what it
     /// deleted, to be counted once the transaction commits.
-    private func evictForSpace(_ txn: OpaquePointer, incoming: Int, incomingPriority: Priority) throws(StoreError) -> [Victim] {
+    private func evictForSpace(_ txn: OpaquePointer, incoming: Int, incomingPriority: Tier) throws(StoreError) -> [Victim] {
         let current = state.withLock { $0.bytes }
         var excess = current + incoming - options.maxBytes
         guard excess > 0 else { return [] }
         var candidates: [Victim] = []
         try Self.forEach(txn, snapshots) { key, value in
-            let priority = value.count > 1 ? Priority(rawValue: value[1]) ?? .debug : .debug
+            let priority = value.count > 1 ? Tier(storeCode: value[1]) ?? .debug : .debug
             candidates.append(Victim(key: key, size: key.count + value.count, priority: priority))
             return true
         }
@@ -942,7 +925,7 @@ enum SnapshotCodec {
         var out: [UInt8] = []
         out.reserveCapacity(24 + s.record.count)
         out.append(version)
-        out.append(s.priority.rawValue)
+        out.append(s.priority.storeCode)
         out += [0, 0]
         LittleEndian.append(&out, UInt64(s.attempts), bytes: 4)
         LittleEndian.append(&out, s.createdAt, bytes: 8)
@@ -954,7 +937,7 @@ enum SnapshotCodec {
     /// nil for another version, a bad priority, or no record after the header.
     static func decode(id: SnapshotID, _ b: [UInt8]) -> Snapshot? {
         var r = LittleEndian.Reader(bytes: b)
-        guard let v = r.u8(), v == version, let p = r.u8(), let priority = Priority(rawValue: p),
+        guard let v = r.u8(), v == version, let p = r.u8(), let priority = Tier(storeCode: p),
               r.skip(2), let attempts = r.u32(), let created = r.u64(), let next = r.u64(), !r.atEnd else { return nil }
         return Snapshot(id: id, record: Array(b[r.at...]), priority: priority, createdAt: created,
                         attempts: attempts, nextAttemptAt: next)

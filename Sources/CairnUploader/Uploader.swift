@@ -30,8 +30,8 @@ public struct UploaderOptions: Sendable {
     public var requestTimeout: Duration
     /// Uncritical snapshots are synced to disk at least this often.
     public var syncInterval: Duration
-    /// Priority of event batches in the snapshot store.
-    public var priority: Priority
+    /// Tier of event batches in the snapshot store.
+    public var priority: Tier
     /// zstd level of batch frames.
     public var compressionLevel: Int32
     /// Print start and result logs to stderr.
@@ -75,7 +75,7 @@ public struct UploaderOptions: Sendable {
                 backoff: Backoff = Backoff(), maxPause: Duration = .seconds(600),
                 breaker: CircuitBreaker = CircuitBreaker(), policy: StatusPolicy = .standard,
                 requestTimeout: Duration = .seconds(30), syncInterval: Duration = .seconds(5),
-                priority: Priority = .sampled, compressionLevel: Int32 = 1, debugLogging: Bool = false,
+                priority: Tier = .sampled, compressionLevel: Int32 = 1, debugLogging: Bool = false,
                 observer: (any UploadObserver)? = nil, sdkVersion: String = cairnVersion, storeOnly: Bool = false,
                 tap: (@Sendable ([[UInt8]]) -> Void)? = nil) {
         self.url = url
@@ -363,7 +363,7 @@ public final class Uploader: @unchecked Sendable {
     ///   full disk, larger than the size cap).
     @discardableResult
     public func sendPrebuilt(body: [UInt8], contentEncoding: String = "zstd",
-                             priority: Priority = .important) throws(StoreError) -> UploadRequest {
+                             priority: Tier = .important) throws(StoreError) -> UploadRequest {
         guard let store else { throw StoreError(ENODEV, function: "Uploader.sendPrebuilt (no snapshot store)") }
         var request = makeRequest(body: body, reportingDrops: false).request
         if let i = request.headers.firstIndex(where: { $0.name == "Content-Encoding" }) {

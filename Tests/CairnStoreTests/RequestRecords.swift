@@ -1,3 +1,4 @@
+import CairnBase
 import CairnStore
 import CairnUploader
 
@@ -12,7 +13,7 @@ extension SnapshotStore.Options {
 extension SnapshotStore {
     /// Stores `request`'s record.
     @discardableResult
-    func put(_ request: UploadRequest, priority: Priority, durable: Bool? = nil, attempts: UInt32 = 0,
+    func put(_ request: UploadRequest, priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
              now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> SnapshotID {
         try put(request.record, priority: priority, durable: durable, attempts: attempts, now: now)
     }

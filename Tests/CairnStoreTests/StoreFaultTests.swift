@@ -319,7 +319,7 @@ import Testing
                     let body = try encoder.encode(batchID: UInt64(n), records: records)
                     let request = UploadRequest(url: "https://collector.example/v1/batch", headers: [], body: body,
                                                 idempotencyKey: "r\(round)-\(n)")
-                    if let id = try? store.put(request, priority: Priority.allCases.randomElement(using: &rng) ?? .sampled) {
+                    if let id = try? store.put(request, priority: Tier.allCases.randomElement(using: &rng) ?? .sampled) {
                         ids.append(id)
                     }
                     if Bool.random(using: &rng), let victim = ids.randomElement(using: &rng) { try store.delete(victim) }
@@ -480,7 +480,7 @@ import Testing
 
     static func snapshot(_ s: Snapshot) -> [String] {
         let row: [String: Any] = [
-            "id": s.id.description, "priority": Int(s.priority.rawValue), "attempts": Int(s.attempts),
+            "id": s.id.description, "priority": Int(s.priority.storeCode), "attempts": Int(s.attempts),
             "createdAt": s.createdAt, "nextAttemptAt": s.nextAttemptAt, "method": s.request.method, "url": s.request.url,
             "idempotencyKey": s.request.idempotencyKey, "headers": s.request.headers.map { [$0.name, $0.value] },
             "body": Data(s.request.body).base64EncodedString(),

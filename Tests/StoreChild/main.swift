@@ -52,7 +52,7 @@ do {
             line(["id": s.id.description, "undecodable": true])
             continue
         }
-        line(["id": s.id.description, "priority": Int(s.priority.rawValue), "attempts": Int(s.attempts),
+        line(["id": s.id.description, "priority": Int(s.priority.storeCode), "attempts": Int(s.attempts),
               "createdAt": s.createdAt, "nextAttemptAt": s.nextAttemptAt, "method": r.method,
               "url": r.url, "idempotencyKey": r.idempotencyKey,
               "headers": r.headers.map { [$0.name, $0.value] }, "body": Data(r.body).base64EncodedString()])

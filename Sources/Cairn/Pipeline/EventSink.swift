@@ -127,19 +127,8 @@ final class EventSink: Sendable {
     /// `session_end`, the install's `user_setOnce`.
     func storeNow(_ records: [[UInt8]], tier: Tier, in uploader: Uploader) throws {
         let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: records)
-        try uploader.sendPrebuilt(body: body, priority: Self.priority(tier))
+        try uploader.sendPrebuilt(body: body, priority: tier)
         Self.deliver(records, to: destinations)
-    }
-
-    /// The store's eviction order for a tier: the same four levels (the store knows
-    /// priorities, not events).
-    static func priority(_ tier: Tier) -> Priority {
-        switch tier {
-        case .critical: return .critical
-        case .important: return .important
-        case .sampled: return .sampled
-        case .debug: return .debug
-        }
     }
 
     /// Hands finished records (whole events, as the collector receives them) to
