@@ -203,15 +203,20 @@ extension Cairn {
     func reportPreviousRuns(_ uploader: Uploader) {
         guard let crash else { return }
         let identity = currentIdentity(nil)
+        guard let pipeline else { return }
         let result = crash.processPreviousRuns(mask: processor.maskText) { events in
             var changed = RuleCounts()
-            let records = events.map { ended in
+            var records: [[UInt8]] = []
+            for ended in events {
                 var event = ended.event
                 // An orphan report of a C program names nobody: it happened on this install.
                 if event.identity.distinctID.isEmpty { event.identity = identity }
-                return processor.record(endedRun: event, context: ended.context, counts: &changed)
+                // Admitted as every event is (the filters may refuse it; being Critical,
+                // it is never sampled or shed); encoded with the ended run's context.
+                guard case .keep = pipeline.admission.admit(&event) else { continue }
+                records.append(processor.record(endedRun: event, context: ended.context, counts: &changed))
             }
-            try pipeline?.sink.storeNow(records, tier: .critical, in: uploader)
+            if !records.isEmpty { try pipeline.sink.storeNow(records, tier: .critical, in: uploader) }
             drops.addChanges(changed)
         }
         if options.debugLogging {
@@ -226,12 +231,18 @@ extension Cairn {
     /// The fixed user properties of the install, sent once per data directory with
     /// `user_setOnce`, in a request of their own.
     func sendInstallProperties(_ uploader: Uploader) {
-        guard !install.propertiesSent else { return }
-        let event = Event(type: .userSetOnce, name: "user_properties", properties: install.userProperties(clock: processor.clock),
+        guard !install.propertiesSent, let pipeline else { return }
+        var event = Event(type: .userSetOnce, name: "user_properties", properties: install.userProperties(clock: processor.clock),
                           timeMillis: install.timeMillis, identity: currentIdentity(nil), sessionID: sessionID,
                           tier: .important)
         do {
-            try pipeline?.sink.storeNow([processor.record(event)], tier: event.tier, in: uploader)
+            // Admitted as every event is; refused (and counted), it is not offered again.
+            if case .keep = pipeline.admission.admit(&event) {
+                var changed = RuleCounts()
+                processor.clean(&event, counts: &changed)
+                drops.addChanges(changed)
+                try pipeline.sink.storeNow([processor.record(event)], tier: event.tier, in: uploader)
+            }
             install.markPropertiesSent(directory: options.dataDirectory)
         } catch {
             drops.add(.installProperties, 1)

@@ -190,6 +190,22 @@ import Testing
         }
     }
 
+    /// A previous run's events are admitted as every event is: a filter that denies
+    /// `session_end` keeps it from the destinations (and the collector), not the crash.
+    @Test func filtersApplyToAPreviousRunsEvents() throws {
+        let dir = try DataDir()
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path]
+        let crashed = try Self.child(["crash"], env: env)
+        #expect(crashed.status != 0, "\(crashed.err)")
+        env["CAIRN_TEST_RECORDER"] = "1"
+        env["CAIRN_TEST_DENY"] = "session_end"
+        let next = try Self.child(["run", "1"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let recorded = Set(next.out.filter { $0.hasPrefix("recorded ") })
+        #expect(recorded.contains("recorded crash crash") && !recorded.contains("recorded session session_end"),
+                "\(recorded)")
+    }
+
     /// A run killed with events still in its ring: the next start sends those events
     /// before the killed run's `session_end`, so a collector never sees a session end
     /// and then more of its events.

@@ -31,7 +31,8 @@
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
 // CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting.
-// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_RECORDER=1 adds a
+// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_DENY=a,b denies
+// those event names (the filter's deny list). CAIRN_TEST_RECORDER=1 adds a
 // RecordingDestination, whose events are printed after the final shutdown, one line
 // each: "recorded <type> <name>". CAIRN_TEST_BREADCRUMB is
 // left as a breadcrumb before crash crashes.
@@ -109,6 +110,7 @@ if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as n
 if let bytes = env["CAIRN_TEST_STORE_BYTES"].flatMap({ Int($0) }) { options.storeMaxBytes = bytes }
 let recorder = RecordingDestination()
 if env["CAIRN_TEST_RECORDER"] == "1" { options.destinations.append(recorder) }
+if let deny = env["CAIRN_TEST_DENY"] { options.filter.denyNames = deny.split(separator: ",").map(String.init) }
 let cairn: Cairn
 let startedAt = DispatchTime.now().uptimeNanoseconds
 if env["CAIRN_TEST_SAFE_START"] == "1" {
