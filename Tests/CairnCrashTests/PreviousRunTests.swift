@@ -213,7 +213,7 @@ import Testing
         #expect(!dirs.files().contains { $0.hasPrefix("crash-") }, "report deleted after the event is stored")
         // Read back from the store with tools that are not ours.
         let stored = try Self.storedRecords(dirs)
-        #expect(stored.count == 1 && stored.first?.priority == Int(Tier.critical.rawValue))
+        #expect(stored.count == 1 && stored.first?.priority == Int(Tier.critical.storeCode))
         #expect(stored.first?.records.compactMap { $0["event_id"] as? String }
                 == events.compactMap { $0["event_id"] as? String })
     }
