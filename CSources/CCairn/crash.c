@@ -250,26 +250,46 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
     __atomic_store_n(&report_current, 0, __ATOMIC_RELEASE);
     install_flags = opts->flags;
     context_capacity = opts->context_capacity ? opts->context_capacity : 16 * 1024;
+    /* All or nothing: a failure below leaves no handler replaced and no buffer held. */
     for (int i = 0; i < 2; i++) {
         context_buffers[i] = malloc(context_capacity);
-        if (!context_buffers[i]) return CAIRN_ENOMEM;
+        if (!context_buffers[i]) {
+            rc = CAIRN_ENOMEM;
+            goto undo_buffers;
+        }
     }
     collect_modules();
     if (!(install_flags & CAIRN_CRASH_DEFER_WARM_UP)) warm_up_unwinder();
     if (swift_getFatalErrorMessageBuffer) swift_fatal_message = swift_getFatalErrorMessageBuffer();
     rc = cairn_crash_prepare_thread();
-    if (rc != 0) return rc;
-    for (size_t i = 0; i < SIGNAL_COUNT; i++) {
-        if (crash_signals[i] == SIGQUIT && !(install_flags & CAIRN_CRASH_SIGQUIT)) continue;
+    if (rc != 0) goto undo_buffers;
+    size_t replaced = 0;
+    for (; replaced < SIGNAL_COUNT; replaced++) {
+        if (crash_signals[replaced] == SIGQUIT && !(install_flags & CAIRN_CRASH_SIGQUIT)) continue;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = crash_handler;
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
         sigemptyset(&sa.sa_mask);
-        if (sigaction(crash_signals[i], &sa, &previous[i]) != 0) return errno;
+        if (sigaction(crash_signals[replaced], &sa, &previous[replaced]) != 0) {
+            rc = errno;
+            goto undo_signals;
+        }
     }
     installed = 1;
     return 0;
+
+undo_signals:
+    while (replaced-- > 0) {
+        if (crash_signals[replaced] == SIGQUIT && !(install_flags & CAIRN_CRASH_SIGQUIT)) continue;
+        sigaction(crash_signals[replaced], &previous[replaced], NULL);
+    }
+undo_buffers:
+    for (int i = 0; i < 2; i++) {
+        free(context_buffers[i]);
+        context_buffers[i] = NULL;
+    }
+    return rc;
 }
 
 int cairn_crash_set_report(const char *report_dir, const char *report_name)

@@ -64,7 +64,7 @@ public struct JSONWriter {
 
     /// Copies `n` bytes; most pieces of an event are a few bytes long, which overlapping
     /// word moves copy faster than a call to `memmove`.
-    @inlinable @inline(__always) @usableFromInline
+    @inlinable @inline(__always)
     static func copy(_ dst: UnsafeMutablePointer<UInt8>, _ src: UnsafeRawPointer, _ n: Int) {
         let d = UnsafeMutableRawPointer(dst)
         if n > 16 {
@@ -150,7 +150,7 @@ public struct JSONWriter {
     /// character, eight bytes at a time with the classic word tests, each exact for the
     /// word as a whole: `(v - 0x01..) & ~v & 0x80..` is nonzero iff some byte of `v` is
     /// zero, `(x - 0x20..) & ~x & 0x80..` iff some byte of `x` is below 0x20.
-    @inlinable @inline(__always) @usableFromInline
+    @inlinable @inline(__always)
     static func needsEscape(_ p: UnsafePointer<UInt8>, _ n: Int) -> Bool {
         let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
         var i = 0

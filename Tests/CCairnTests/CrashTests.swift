@@ -61,6 +61,15 @@ import Testing
         return (Outcome(signal: p.terminationStatus, report: report, bytes: bytes, crashFunction: fn, stderr: errText), dir)
     }
 
+    /// `cairn_crash_install` is all or nothing: one that fails (here its context buffers
+    /// cannot be allocated under an address-space limit) replaces no handler and holds
+    /// no buffer, and a later install in the same process works and reports the crash.
+    @Test func aFailedInstallLeavesNothingBehind() throws {
+        let (o, _) = try Self.crash("nomem")
+        #expect(o.stderr.contains("first install: out of memory; SIGSEGV handler: unchanged"), "\(o.stderr)")
+        #expect(o.signal == SIGSEGV && o.report.signal == SIGSEGV)
+    }
+
     static func frames(_ r: cairn_crash_report_t) -> [UInt64] {
         (0..<Int(r.frame_count)).map { i in
             (0..<8).reduce(UInt64(0)) { $0 | UInt64(r.frames[i * 8 + $1]) << (8 * $1) }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static volatile int zero;
@@ -113,6 +114,20 @@ int main(int argc, char **argv)
     }
     mode = argv[2];
     if (!strcmp(mode, "chain")) signal(SIGSEGV, earlier_handler);
+    if (!strcmp(mode, "nomem")) {
+        /* An install that fails (its context buffers cannot be allocated under a 1 GiB
+           address-space limit) must leave nothing behind: no handler replaced. */
+        struct rlimit limit = {.rlim_cur = 1UL << 30, .rlim_max = 1UL << 30};
+        setrlimit(RLIMIT_AS, &limit);
+        cairn_crash_options_t big = {.report_dir = argv[1], .flags = 0, .context_capacity = 0xFFFFFFF0u};
+        struct sigaction before, after;
+        sigaction(SIGSEGV, NULL, &before);
+        int first = cairn_crash_install(&big);
+        sigaction(SIGSEGV, NULL, &after);
+        fprintf(stderr, "first install: %s; SIGSEGV handler: %s\n", cairn_strerror(first),
+                after.sa_sigaction == before.sa_sigaction ? "unchanged" : "replaced");
+        mode = "segv";
+    }
     cairn_crash_options_t opts = {.report_dir = argv[1], .flags = 0, .context_capacity = 0};
     int rc = cairn_crash_install(&opts);
     if (rc != 0) {
