@@ -6,6 +6,7 @@
 #   make bench   run the benchmarks (release build); fails when over budget
 #   make fuzz    fuzz the C core's parsers for longer (FUZZ_LONG_SECONDS, default 600)
 #   make demo    a service crashes, restarts and reports it, against a local collector
+#   make lib     libcairn.so and libcairn.a, the C core for other SDKs (make install PREFIX=...)
 
 SWIFT ?= swift
 CLANG ?= clang
@@ -33,7 +34,7 @@ FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
-.PHONY: all deps build demo test test-swift cwarn consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
+.PHONY: all deps build demo test test-swift cwarn clib lib install consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
 all: build
 
@@ -55,7 +56,7 @@ build: deps
 
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.
-test: build cwarn consumer fuzz-smoke sanitize bench-quick test-swift
+test: build cwarn clib consumer fuzz-smoke sanitize bench-quick test-swift
 
 # A package that depends on a tagged Cairn as a user's does builds every Swift snippet of
 # the README, and runs the quick start, copied verbatim, with `import Cairn` alone
@@ -131,6 +132,58 @@ bench: deps
 demo: deps
 	$(SWIFT) build --product orders-service
 	./Examples/demo.sh
+
+# The C core as a library for other SDKs: libcairn.so (exporting only the `cairn_*`
+# functions CCairn.h declares with CAIRN_API) and libcairn.a, from the same sources the
+# Swift package builds; `make install PREFIX=...` puts them, the header (as cairn.h) and
+# cairn.pc under PREFIX.
+PREFIX ?= /usr/local
+LIB_DIR := .build/lib
+CAIRN_VERSION := $(shell sed -n 's/^\#define CAIRN_VERSION_STRING "\(.*\)"$$/\1/p' CSources/CCairn/include/CCairn.h)
+CAIRN_MAJOR := $(firstword $(subst ., ,$(CAIRN_VERSION)))
+LIB_OBJECTS := $(patsubst CSources/CCairn/%.c,$(LIB_DIR)/obj/%.o,$(CORE_SOURCES))
+LIB_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
+              -ICSources/CCairn/include -ICSources/CCairn $(shell pkg-config --cflags libzstd libunwind 2>/dev/null)
+LIB_LIBS := $(shell pkg-config --libs libzstd libunwind 2>/dev/null) -lpthread
+
+lib: $(LIB_DIR)/libcairn.so $(LIB_DIR)/libcairn.a
+
+$(LIB_DIR)/obj/%.o: CSources/CCairn/%.c $(CORE_HEADERS)
+	@mkdir -p $(LIB_DIR)/obj
+	$(CLANG) $(LIB_CFLAGS) -c $< -o $@
+
+$(LIB_DIR)/libcairn.so.$(CAIRN_VERSION): $(LIB_OBJECTS)
+	$(CLANG) -shared -Wl,-soname,libcairn.so.$(CAIRN_MAJOR) -Wl,--no-undefined -o $@ $(LIB_OBJECTS) $(LIB_LIBS)
+
+$(LIB_DIR)/libcairn.so: $(LIB_DIR)/libcairn.so.$(CAIRN_VERSION)
+	ln -sf libcairn.so.$(CAIRN_VERSION) $(LIB_DIR)/libcairn.so.$(CAIRN_MAJOR)
+	ln -sf libcairn.so.$(CAIRN_VERSION) $@
+
+$(LIB_DIR)/libcairn.a: $(LIB_OBJECTS)
+	rm -f $@
+	ar rcs $@ $(LIB_OBJECTS)
+
+install: deps lib
+	install -d $(PREFIX)/lib/pkgconfig $(PREFIX)/include
+	install -m 644 CSources/CCairn/include/CCairn.h $(PREFIX)/include/cairn.h
+	install -m 755 $(LIB_DIR)/libcairn.so.$(CAIRN_VERSION) $(PREFIX)/lib/
+	ln -sf libcairn.so.$(CAIRN_VERSION) $(PREFIX)/lib/libcairn.so.$(CAIRN_MAJOR)
+	ln -sf libcairn.so.$(CAIRN_VERSION) $(PREFIX)/lib/libcairn.so
+	install -m 644 $(LIB_DIR)/libcairn.a $(PREFIX)/lib/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(CAIRN_VERSION)|' CSources/cairn.pc.in > $(PREFIX)/lib/pkgconfig/cairn.pc
+
+# The library exports exactly the functions CCairn.h declares with CAIRN_API (and the
+# linker's own section markers); then a C
+# program built against the installed library writes a ring and crashes, and the Swift
+# side reads both back (Examples/c-host/run.sh).
+clib: deps lib
+	@nm -D --defined-only $(LIB_DIR)/libcairn.so | awk '$$2 ~ /^[TDRBVW]$$/ {print $$3}' \
+	  | grep -v -x -E '__bss_start|_edata|_end|_init|_fini' | sort > $(LIB_DIR)/exported.txt
+	@sed -n 's/^CAIRN_API [^(]*[ *]\(cairn_[a-z0-9_]*\)(.*/\1/p' CSources/CCairn/include/CCairn.h | sort > $(LIB_DIR)/documented.txt
+	@diff -u $(LIB_DIR)/documented.txt $(LIB_DIR)/exported.txt || { echo "libcairn.so exports other symbols than CCairn.h documents"; exit 1; }
+	@echo "libcairn.so $(CAIRN_VERSION): exports the $$(wc -l < $(LIB_DIR)/documented.txt) functions CCairn.h documents, nothing else"
+	$(SWIFT) build --product cairn
+	Examples/c-host/run.sh
 
 bench-quick:
 	$(MAKE) bench BENCH_ARGS=--quick

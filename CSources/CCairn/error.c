@@ -44,3 +44,8 @@ const char *cairn_strerror(int err)
     default: return err > 0 ? "system error" : "unknown error";
     }
 }
+
+const char *cairn_version(void)
+{
+    return CAIRN_VERSION_STRING;
+}

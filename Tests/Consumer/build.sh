@@ -11,16 +11,17 @@
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work="$root/.build/consumer"
-version=$(sed -n 's/^public let cairnVersion = "\(.*\)"$/\1/p' "$root/Sources/"*/*.swift | head -n 1)
+version=$(sed -n 's/^#define CAIRN_VERSION_STRING "\(.*\)"$/\1/p' "$root/CSources/CCairn/include/CCairn.h")
 [ -n "$version" ] || { echo "consumer: the SDK version was not found" >&2; exit 1; }
 # Everything anew each time, caches included: SwiftPM would otherwise reuse the checkout
 # of an earlier clone that had the same URL and tag.
 rm -rf "$work"
 mkdir -p "$work/app"
-git clone -q "$root" "$work/Cairn"
-git -C "$work/Cairn" tag "$version"
+# Named as the README's package URL names it: SwiftPM identifies a package by that name.
+git clone -q "$root" "$work/cairn-swift"
+git -C "$work/cairn-swift" tag "$version"
 python3 "$root/Tests/Consumer/make_package.py" "$root/README.md" "$root/Tests/Consumer" "$work/app" \
-    "file://$work/Cairn" "$version"
+    "file://$work/cairn-swift" "$version"
 build() { swift build --cache-path "$work/cache" --manifest-cache local --package-path "$work/app" "$@"; }
 if ! build > "$work/build.log" 2>&1; then
     grep -v '^\[' "$work/build.log" >&2

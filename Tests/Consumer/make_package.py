@@ -3,7 +3,8 @@
 Usage: make_package.py <README.md> <Tests/Consumer> <package dir> <Cairn URL> <version>
 
 Every ```swift block of the README becomes an executable target of a package that
-depends on Cairn at <URL>, exactly <version>. The first block (the quick start) is
+depends on Cairn at <URL>, as the README's `// Package.swift` block says (its URL
+replaced by <URL>, whose last path component must match it; else exactly <version>). The first block (the quick start) is
 main.swift as written, next to Support.swift; every other block is main.swift as
 written too, preceded by `import Cairn` and `import Glibc` when it has no import of its
 own (it continues the section above it), next to SnippetSupport.swift. Each target
@@ -29,6 +30,24 @@ for line in pathlib.Path(readme).read_text().splitlines():
 if not blocks:
     sys.exit("consumer: no swift block in README.md")
 
+# The block that starts `// Package.swift` is the README's dependency lines: the consumer's
+# manifest uses them as written, with the URL of the tagged clone for the README's.
+identity, requirement = "Cairn", f'exact: "{version}"'
+manifests = [b for b in blocks if b.startswith("// Package.swift")]
+blocks = [b for b in blocks if not b.startswith("// Package.swift")]
+if manifests:
+    m = manifests[0]
+    dep = re.search(r'\.package\(url: "([^"]+)", (from: "[^"]+")\)', m)
+    product = re.search(r'\.product\(name: "Cairn", package: "([^"]+)"\)', m)
+    if not dep or not product:
+        sys.exit("consumer: the README's Package.swift lines lack .package(url:from:) or .product(name: \"Cairn\", ...)")
+    readme_identity = dep.group(1).rstrip("/").split("/")[-1].removesuffix(".git").lower()
+    if product.group(1) != readme_identity:
+        sys.exit(f"consumer: .product(package: \"{product.group(1)}\") does not name the package at {dep.group(1)}")
+    if url.rstrip("/").split("/")[-1].lower() != readme_identity:
+        sys.exit(f"consumer: the tagged clone must be named {readme_identity}, as the README's URL")
+    identity, requirement = product.group(1), dep.group(2)
+
 products = ["Cairn", "CairnStore", "CairnUploader", "CairnCrash", "CairnProcessor", "CairnTestKit"]
 targets = []
 for index, block in enumerate(blocks):
@@ -43,7 +62,7 @@ for index, block in enumerate(blocks):
     (source / "main.swift").write_text(text)
     support = "Support.swift" if index == 0 else "SnippetSupport.swift"
     shutil.copy(consumer / support, source / support)
-    deps = ", ".join(f'.product(name: "{p}", package: "Cairn")' for p in products if p in imports)
+    deps = ", ".join(f'.product(name: "{p}", package: "{identity}")' for p in products if p in imports)
     targets.append(f'        .executableTarget(name: "{name}", dependencies: [{deps}], path: "Sources/{name}"),')
 
 (package / "Package.swift").write_text(f"""// swift-tools-version:6.0
@@ -51,7 +70,7 @@ import PackageDescription
 
 let package = Package(
     name: "ReadmeConsumer",
-    dependencies: [.package(url: "{url}", exact: "{version}")],
+    dependencies: [.package(url: "{url}", {requirement})],
     targets: [
 {chr(10).join(targets)}
     ]

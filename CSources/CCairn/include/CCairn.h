@@ -31,8 +31,24 @@ extern "C" {
 /* Versions                                                                         */
 /* ------------------------------------------------------------------------------ */
 
-/** Version of the C core library, as major * 10000 + minor * 100 + patch. */
-#define CAIRN_CORE_VERSION 100
+/** The SDK's version: the one source of the C core's, the Swift SDK's (`cairnVersion`)
+ *  and the `sdk.version` of events. Semantic versioning: a major version changes the
+ *  C ABI or a file format incompatibly. */
+#define CAIRN_VERSION_MAJOR 0
+#define CAIRN_VERSION_MINOR 2
+#define CAIRN_VERSION_PATCH 0
+/** The version as text, "MAJOR.MINOR.PATCH". */
+#define CAIRN_VERSION_STRING "0.2.0"
+/** The version as one number, major * 10000 + minor * 100 + patch, for `#if`. */
+#define CAIRN_CORE_VERSION (CAIRN_VERSION_MAJOR * 10000 + CAIRN_VERSION_MINOR * 100 + CAIRN_VERSION_PATCH)
+
+/** Marks the library's exported functions. libcairn is built with hidden visibility,
+ *  so only these (all named `cairn_*`) are exported; internals (`cairn__*`) are not. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CAIRN_API __attribute__((visibility("default")))
+#else
+#define CAIRN_API
+#endif
 
 /** Version of the ring file format written by this library (docs/FORMATS.md).
  *  Version 1 files (data and padding records only) are read too, and become version 2
@@ -72,6 +88,8 @@ extern "C" {
 #define CAIRN_ENOMEM (-11)
 /** The frame needs a dictionary the decoder does not have. */
 #define CAIRN_EDICT (-12)
+/* Codes -13 to -99 are reserved for later versions of this library; other SDKs built on
+ * it keep theirs at -100 and below. Positive values are errno values. */
 
 /**
  * Describes an error code returned by any cairn_ function.
@@ -85,7 +103,17 @@ extern "C" {
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
  */
-const char *cairn_strerror(int err);
+CAIRN_API const char *cairn_strerror(int err);
+
+/**
+ * The version of the library linked at run time (which may differ from the header's
+ * CAIRN_VERSION_STRING a program was compiled with).
+ *
+ * @return "MAJOR.MINOR.PATCH", static; never NULL.
+ *
+ * Thread-safety: safe from any thread. Async-signal-safe: yes.
+ */
+CAIRN_API const char *cairn_version(void);
 
 /* ------------------------------------------------------------------------------ */
 /* Ring buffer                                                                      */
@@ -227,7 +255,7 @@ typedef struct cairn_ring_record {
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
  */
-void cairn_ring_options_init(cairn_ring_options_t *opts);
+CAIRN_API void cairn_ring_options_init(cairn_ring_options_t *opts);
 
 /**
  * Opens the ring file at `path`, creating it if needed.
@@ -255,7 +283,7 @@ void cairn_ring_options_init(cairn_ring_options_t *opts);
  * Thread-safety: safe from any thread; each call makes an independent handle.
  * Async-signal-safe: no.
  */
-int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ring_t **out);
+CAIRN_API int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ring_t **out);
 
 /**
  * Unmaps and unlocks the ring. Unconsumed records stay in the file for the next open.
@@ -266,7 +294,7 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
  * Thread-safety: no other call on this handle may run concurrently.
  * Async-signal-safe: no.
  */
-void cairn_ring_close(cairn_ring_t *ring);
+CAIRN_API void cairn_ring_close(cairn_ring_t *ring);
 
 /**
  * Appends one record: reserves space, copies `len` bytes from `data`, publishes.
@@ -283,7 +311,7 @@ void cairn_ring_close(cairn_ring_t *ring);
  * Thread-safety: safe from any number of threads concurrently (lock-free).
  * Async-signal-safe: yes (no allocation, no locks, no system calls).
  */
-int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len);
+CAIRN_API int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len);
 
 /**
  * Appends one record of the given kind, as cairn_ring_append() does for data.
@@ -300,7 +328,7 @@ int cairn_ring_append(cairn_ring_t *ring, const void *data, size_t len);
  *                concurrent appends are ordered as their reservations were made.
  * Async-signal-safe: yes (no allocation, no locks, no system calls).
  */
-int cairn_ring_append_kind(cairn_ring_t *ring, uint32_t kind, const void *data, size_t len);
+CAIRN_API int cairn_ring_append_kind(cairn_ring_t *ring, uint32_t kind, const void *data, size_t len);
 
 /**
  * Reserves room for a payload of up to `len` bytes to be written in place.
@@ -318,7 +346,7 @@ int cairn_ring_append_kind(cairn_ring_t *ring, uint32_t kind, const void *data, 
  * Thread-safety: safe from any number of threads concurrently (lock-free).
  * Async-signal-safe: yes.
  */
-int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t *res);
+CAIRN_API int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t *res);
 
 /**
  * Publishes a reservation holding `len` bytes of payload (len <= res->capacity).
@@ -334,7 +362,7 @@ int cairn_ring_reserve(cairn_ring_t *ring, size_t len, cairn_ring_reservation_t 
  * Thread-safety: called by the thread that made the reservation.
  * Async-signal-safe: yes.
  */
-int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len);
+CAIRN_API int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len);
 
 /**
  * Publishes a reservation as a record of the given kind, as cairn_ring_publish() does
@@ -351,7 +379,7 @@ int cairn_ring_publish(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t
  * Thread-safety: called by the thread that made the reservation.
  * Async-signal-safe: yes.
  */
-int cairn_ring_publish_kind(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, uint32_t kind);
+CAIRN_API int cairn_ring_publish_kind(cairn_ring_t *ring, cairn_ring_reservation_t *res, size_t len, uint32_t kind);
 
 /**
  * Ends a reservation without a record: the space becomes padding.
@@ -363,7 +391,7 @@ int cairn_ring_publish_kind(cairn_ring_t *ring, cairn_ring_reservation_t *res, s
  * Thread-safety: called by the thread that made the reservation.
  * Async-signal-safe: yes.
  */
-void cairn_ring_cancel(cairn_ring_t *ring, cairn_ring_reservation_t *res);
+CAIRN_API void cairn_ring_cancel(cairn_ring_t *ring, cairn_ring_reservation_t *res);
 
 /**
  * The read cursor: the position of the oldest unconsumed record. Pass it to
@@ -375,7 +403,7 @@ void cairn_ring_cancel(cairn_ring_t *ring, cairn_ring_reservation_t *res);
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
  */
-uint64_t cairn_ring_read_pos(const cairn_ring_t *ring);
+CAIRN_API uint64_t cairn_ring_read_pos(const cairn_ring_t *ring);
 
 /**
  * Reads published records from `from` on, in order, without consuming them.
@@ -403,7 +431,7 @@ uint64_t cairn_ring_read_pos(const cairn_ring_t *ring);
  * Thread-safety: one consumer thread at a time (with cairn_ring_commit()).
  * Async-signal-safe: yes.
  */
-int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *records,
+CAIRN_API int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *records,
                     size_t max_records, size_t max_bytes, uint64_t *next);
 
 /**
@@ -419,7 +447,7 @@ int cairn_ring_peek(cairn_ring_t *ring, uint64_t from, cairn_ring_record_t *reco
  * Thread-safety: one consumer thread at a time (with cairn_ring_peek()).
  * Async-signal-safe: no (may call madvise).
  */
-int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
+CAIRN_API int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
 
 /**
  * Drops the pages wholly inside [from, to) from this process's memory, as committed
@@ -438,7 +466,7 @@ int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
  * Thread-safety: one consumer thread at a time (with cairn_ring_peek()).
  * Async-signal-safe: no (calls madvise).
  */
-int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to);
+CAIRN_API int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to);
 
 /**
  * Writes the mapping to disk (msync MS_SYNC), for durability across power loss.
@@ -449,7 +477,7 @@ int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to);
  * Thread-safety: safe from any thread.
  * Async-signal-safe: no.
  */
-int cairn_ring_sync(cairn_ring_t *ring);
+CAIRN_API int cairn_ring_sync(cairn_ring_t *ring);
 
 /**
  * Copies the ring's counters into `stats`.
@@ -462,7 +490,7 @@ int cairn_ring_sync(cairn_ring_t *ring);
  *                atomic snapshot.
  * Async-signal-safe: yes.
  */
-int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
+CAIRN_API int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
 
 /**
  * The ring file's id: a random value chosen when the file was created (its salt) and
@@ -476,7 +504,7 @@ int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
  * Thread-safety: any thread.
  * Async-signal-safe: yes.
  */
-uint64_t cairn_ring_id(const cairn_ring_t *ring);
+CAIRN_API uint64_t cairn_ring_id(const cairn_ring_t *ring);
 
 /* ------------------------------------------------------------------------------ */
 /* Drop table                                                                       */
@@ -523,7 +551,7 @@ typedef struct cairn_ring_drop {
  *                the same reason return the same slot.
  * Async-signal-safe: yes (atomics only, no allocation, no locks, no system calls).
  */
-int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len);
+CAIRN_API int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len);
 
 /**
  * Adds `n` drops to the counter of `slot`.
@@ -537,7 +565,7 @@ int cairn_ring_drop_slot(cairn_ring_t *ring, const char *reason, size_t len);
  * Thread-safety: safe from any number of threads (one relaxed atomic add).
  * Async-signal-safe: yes.
  */
-int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n);
+CAIRN_API int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n);
 
 /**
  * Copies the used slots of the drop table, in slot order.
@@ -553,7 +581,7 @@ int cairn_ring_count_drops(cairn_ring_t *ring, int slot, uint64_t n);
  *                (`reported` is clamped to `counted`).
  * Async-signal-safe: yes.
  */
-int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size_t max);
+CAIRN_API int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size_t max);
 
 /**
  * Records that the drops of `slot` up to `reported` (a `counted` value read earlier)
@@ -572,7 +600,7 @@ int cairn_ring_read_drops(const cairn_ring_t *ring, cairn_ring_drop_t *out, size
  *                cairn_ring_commit()).
  * Async-signal-safe: yes.
  */
-int cairn_ring_mark_reported(cairn_ring_t *ring, int slot, uint64_t reported);
+CAIRN_API int cairn_ring_mark_reported(cairn_ring_t *ring, int slot, uint64_t reported);
 
 /* ------------------------------------------------------------------------------ */
 /* Batch frames                                                                     */
@@ -628,7 +656,7 @@ typedef struct cairn_frame_decoder cairn_frame_decoder_t;
  * Thread-safety: an encoder is used by one thread at a time.
  * Async-signal-safe: no.
  */
-int cairn_frame_encoder_new(int level, const void *dict, size_t dict_len,
+CAIRN_API int cairn_frame_encoder_new(int level, const void *dict, size_t dict_len,
                             cairn_frame_encoder_t **out);
 
 /**
@@ -639,7 +667,7 @@ int cairn_frame_encoder_new(int level, const void *dict, size_t dict_len,
  * Thread-safety: not concurrently with other calls on `enc`.
  * Async-signal-safe: no.
  */
-void cairn_frame_encoder_free(cairn_frame_encoder_t *enc);
+CAIRN_API void cairn_frame_encoder_free(cairn_frame_encoder_t *enc);
 
 /**
  * The largest batch frame that records totalling `payload_bytes` in `record_count`
@@ -650,7 +678,7 @@ void cairn_frame_encoder_free(cairn_frame_encoder_t *enc);
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
  */
-size_t cairn_frame_bound(size_t payload_bytes, size_t record_count);
+CAIRN_API size_t cairn_frame_bound(size_t payload_bytes, size_t record_count);
 
 /**
  * Encodes a batch: a skippable frame with the metadata, then one zstd frame (content
@@ -673,7 +701,7 @@ size_t cairn_frame_bound(size_t payload_bytes, size_t record_count);
  * Thread-safety: one thread at a time per encoder.
  * Async-signal-safe: no.
  */
-int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
+CAIRN_API int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
                        const cairn_slice_t *records, size_t count,
                        void *dst, size_t dst_cap, size_t *dst_len);
 
@@ -701,7 +729,7 @@ int cairn_frame_encode(cairn_frame_encoder_t *enc, uint64_t batch_id,
  * Thread-safety: one thread at a time per encoder.
  * Async-signal-safe: no.
  */
-int cairn_frame_encode_parts(cairn_frame_encoder_t *enc, uint64_t batch_id,
+CAIRN_API int cairn_frame_encode_parts(cairn_frame_encoder_t *enc, uint64_t batch_id,
                              const cairn_slice_t *pieces, const uint8_t *ends, size_t count,
                              void *dst, size_t dst_cap, size_t *dst_len);
 
@@ -721,7 +749,7 @@ int cairn_frame_encode_parts(cairn_frame_encoder_t *enc, uint64_t batch_id,
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
  */
-int cairn_frame_read_info(const void *src, size_t len, cairn_frame_info_t *info);
+CAIRN_API int cairn_frame_read_info(const void *src, size_t len, cairn_frame_info_t *info);
 
 /**
  * Creates a decoder that refuses bodies larger than `max_content` bytes.
@@ -738,7 +766,7 @@ int cairn_frame_read_info(const void *src, size_t len, cairn_frame_info_t *info)
  * Thread-safety: a decoder is used by one thread at a time.
  * Async-signal-safe: no.
  */
-int cairn_frame_decoder_new(size_t max_content, const void *dict, size_t dict_len,
+CAIRN_API int cairn_frame_decoder_new(size_t max_content, const void *dict, size_t dict_len,
                             cairn_frame_decoder_t **out);
 
 /**
@@ -749,7 +777,7 @@ int cairn_frame_decoder_new(size_t max_content, const void *dict, size_t dict_le
  * Thread-safety: not concurrently with other calls on `dec`.
  * Async-signal-safe: no.
  */
-void cairn_frame_decoder_free(cairn_frame_decoder_t *dec);
+CAIRN_API void cairn_frame_decoder_free(cairn_frame_decoder_t *dec);
 
 /**
  * Decodes exactly one batch occupying all of `src`, checking every bound: metadata,
@@ -772,7 +800,7 @@ void cairn_frame_decoder_free(cairn_frame_decoder_t *dec);
  * Thread-safety: one thread at a time per decoder.
  * Async-signal-safe: no.
  */
-int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, size_t len,
+CAIRN_API int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, size_t len,
                        void *dst, size_t dst_cap, size_t *dst_len,
                        cairn_frame_info_t *info);
 
@@ -827,7 +855,7 @@ typedef struct cairn_crash_options {
  * Thread-safety: call once, early, before other threads crash.
  * Async-signal-safe: no.
  */
-int cairn_crash_install(const cairn_crash_options_t *opts);
+CAIRN_API int cairn_crash_install(const cairn_crash_options_t *opts);
 
 /**
  * Points later crash reports at `<report_dir>/<report_name>` (`crash-<pid>.report` when
@@ -843,7 +871,7 @@ int cairn_crash_install(const cairn_crash_options_t *opts);
  * Thread-safety: calls must not overlap (one writer); crashes may happen at any time.
  * Async-signal-safe: no.
  */
-int cairn_crash_set_report(const char *report_dir, const char *report_name);
+CAIRN_API int cairn_crash_set_report(const char *report_dir, const char *report_name);
 
 /**
  * Runs libunwind's one-time set-up (per-thread caches, its first unwind) so that the
@@ -857,7 +885,7 @@ int cairn_crash_set_report(const char *report_dir, const char *report_name);
  * Thread-safety: any thread; later calls do nothing.
  * Async-signal-safe: no.
  */
-int cairn_crash_warm_up(void);
+CAIRN_API int cairn_crash_warm_up(void);
 
 /**
  * Gives the calling thread an alternate signal stack of 64 KiB with a guard page,
@@ -870,7 +898,7 @@ int cairn_crash_warm_up(void);
  * Thread-safety: affects the calling thread only.
  * Async-signal-safe: no.
  */
-int cairn_crash_prepare_thread(void);
+CAIRN_API int cairn_crash_prepare_thread(void);
 
 /**
  * Sets the context written into a crash report (session id, release, breadcrumbs),
@@ -885,7 +913,7 @@ int cairn_crash_prepare_thread(void);
  * Thread-safety: calls must not overlap (one writer); crashes may happen at any time.
  * Async-signal-safe: no.
  */
-int cairn_crash_set_context(const void *data, size_t len);
+CAIRN_API int cairn_crash_set_context(const void *data, size_t len);
 
 /** A crash report read by cairn_crash_report_parse(). Pointers point into the
  *  caller's buffer. */
@@ -930,7 +958,7 @@ typedef struct cairn_crash_report {
  * Thread-safety: safe from any thread.
  * Async-signal-safe: yes.
  */
-int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t *out);
+CAIRN_API int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t *out);
 
 /* ------------------------------------------------------------------------------ */
 /* Termination signals                                                              */
@@ -954,7 +982,7 @@ int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t 
  * Thread-safety: not with itself or with cairn_term_chain(); call it once, at start.
  * Async-signal-safe: no.
  */
-int cairn_term_install(const int *signals, size_t count, int *read_fd);
+CAIRN_API int cairn_term_install(const int *signals, size_t count, int *read_fd);
 
 /**
  * Hands `signo` on: puts back the action that was in place before
@@ -968,7 +996,7 @@ int cairn_term_install(const int *signals, size_t count, int *read_fd);
  * Thread-safety: any thread.
  * Async-signal-safe: yes.
  */
-void cairn_term_chain(int signo);
+CAIRN_API void cairn_term_chain(int signo);
 
 /* ------------------------------------------------------------------------------ */
 /* Threads                                                                          */
@@ -991,7 +1019,7 @@ void cairn_term_chain(int signo);
  * Thread-safety: any thread.
  * Async-signal-safe: no.
  */
-int cairn_thread_start(void *(*body)(void *), void *arg);
+CAIRN_API int cairn_thread_start(void *(*body)(void *), void *arg);
 
 #ifdef __cplusplus
 }
