@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds libcairn, installs it into a scratch prefix, builds c-host against it with
 # pkg-config as another SDK's build would, runs it (it crashes), and reads what it left:
-# the ring with Tests/Tools/read_ring.py, the crash report with `cairn report`.
+# the ring with Tests/Tools/read_ring.py, the crash report with `cairn report`. The
+# README's C blocks are compiled against the installed header too.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 scratch=$(mktemp -d)
@@ -10,6 +11,25 @@ make -s -C "$root" install PREFIX="$scratch/prefix" >/dev/null
 export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig"
 cc -std=c11 -O1 -g -Wall -Wextra -Werror "$root/Examples/c-host/main.c" -o "$scratch/c-host" \
    $(pkg-config --cflags --libs cairn) -Wl,-rpath,"$scratch/prefix/lib"
+# Every C block of the README compiles against the installed header.
+python3 - "$root/README.md" "$scratch" <<'PY'
+import pathlib, sys
+blocks, inside, current = [], False, []
+for line in pathlib.Path(sys.argv[1]).read_text().splitlines():
+    if not inside and line == "```c":
+        inside, current = True, []
+    elif inside and line == "```":
+        inside = False
+        blocks.append("\n".join(current) + "\n")
+    elif inside:
+        current.append(line)
+for i, block in enumerate(blocks):
+    pathlib.Path(sys.argv[2], f"readme-{i + 1}.c").write_text(block)
+print(f"c-host: {len(blocks)} C blocks in the README")
+PY
+for f in "$scratch"/readme-*.c; do
+    cc -std=c11 -Wall -Wextra -Werror -c "$f" -o "$f.o" $(pkg-config --cflags cairn)
+done
 mkdir -p "$scratch/data"
 status=0
 "$scratch/c-host" "$scratch/data" 25 > "$scratch/out.txt" 2>&1 || status=$?

@@ -33,8 +33,8 @@ if not blocks:
 # The block that starts `// Package.swift` is the README's dependency lines: the consumer's
 # manifest uses them as written, with the URL of the tagged clone for the README's.
 identity, requirement = "Cairn", f'exact: "{version}"'
-manifests = [b for b in blocks if b.startswith("// Package.swift")]
-blocks = [b for b in blocks if not b.startswith("// Package.swift")]
+manifests = [b for b in blocks if b.startswith("// Package.swift\n")]
+blocks = [b for b in blocks if not b.startswith("// Package.swift\n")]
 if manifests:
     m = manifests[0]
     dep = re.search(r'\.package\(url: "([^"]+)", (from: "[^"]+")\)', m)
