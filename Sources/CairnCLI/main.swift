@@ -3,7 +3,10 @@
 //
 //   cairn events [<data dir>]     the stored events, one JSON object per line, oldest first
 //   cairn status [<data dir>]     what waits on disk: stored requests, runs, crash reports
-//   cairn report <crash report>   a raw crash report as a symbolicated crash event (JSON)
+//   cairn report [--json] <crash report>
+//                                 a raw crash report, symbolicated: readable (the reason,
+//                                 where it crashed, then the frames), or the crash event (JSON)
+//   cairn --help                  this usage
 //
 // <data dir> defaults to CAIRN_DATA_DIR, then `.cairn` (as Cairn.Options does).
 //
@@ -33,13 +36,19 @@ func fail(_ message: String, status: Int32 = 1) -> Never {
 func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 
 let usage = """
-    usage: cairn events [<data dir>]
-           cairn status [<data dir>]
-           cairn report <crash report file>
+    usage: cairn events [<data dir>]      the stored events, one JSON object per line
+           cairn status [<data dir>]      what waits on disk
+           cairn report [--json] <crash report file>
+                                          a crash report, symbolicated, for people (or as JSON)
+    <data dir> defaults to CAIRN_DATA_DIR, then .cairn
     """
 
 let args = Array(CommandLine.arguments.dropFirst())
 guard let command = args.first else { fail(usage, status: 2) }
+if ["--help", "-h", "help"].contains(command) {
+    out(usage)
+    exit(0)
+}
 let dataDir = args.count > 1 ? args[1] : (ProcessInfo.processInfo.environment["CAIRN_DATA_DIR"] ?? ".cairn")
 
 /// Reads the snapshot store without writing to it; exits 3 or 4 when there is none
@@ -102,12 +111,22 @@ case "status":
     }
     reportDamage(inspection)
 case "report":
-    guard args.count == 2 else { fail(usage, status: 2) }
-    guard let data = FileManager.default.contents(atPath: args[1]) else { fail("cannot read \(args[1])") }
-    let crash = CrashReport.event(reportBytes: Array(data))
-    var changed = RuleCounts()
-    let json = Processor().record(endedRun: crash.event, context: crash.context, counts: &changed)
-    out(String(decoding: json, as: UTF8.self))
+    let json = args.contains("--json")
+    let files = args.dropFirst().filter { $0 != "--json" }
+    guard files.count == 1, let file = files.first else { fail(usage, status: 2) }
+    guard let data = FileManager.default.contents(atPath: file) else {
+        fail("cannot read \(file): \(String(cString: strerror(errno)))")
+    }
+    let crash = CrashReport.symbolicated(reportBytes: Array(data))
+    if json {
+        var changed = RuleCounts()
+        out(String(decoding: Processor().record(endedRun: crash.event.event, context: crash.event.context, counts: &changed),
+                   as: UTF8.self))
+    } else {
+        FileHandle.standardOutput.write(Data(CrashReport.text(report: crash.report, frames: crash.frames,
+                                                              event: crash.event.event).utf8))
+    }
+    if let why = crash.report.unreadable { fail("\(file) is not a readable crash report: \(why)") }
 default:
     fail(usage, status: 2)
 }

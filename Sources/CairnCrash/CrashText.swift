@@ -1,0 +1,195 @@
+import CairnBase
+public import CairnProcessor
+
+extension Symbolizer {
+    /// A function's short name, as a person reads it in a backtrace:
+    /// `orders.OrderService.checkout(order: Swift.Int) -> Swift.Int` becomes
+    /// `checkout(order:)`; an unlabelled parameter is `_:`; `closure #1 in …` keeps its
+    /// prefix and shortens the rest; a C name stays as it is.
+    public static func shortName(_ symbol: String) -> String {
+        var s = Substring(symbol)
+        for prefix in ["generic specialization ", "function signature specialization ", "partial apply for ",
+                       "merged ", "reabstraction thunk helper from "] where s.hasPrefix(prefix) {
+            // "<...> of f(x:)": what it specialises.
+            if let of = topLevelRange(of: " of ", in: s) { s = s[of.upperBound...] }
+        }
+        if let inRange = topLevelRange(of: " in ", in: s) {
+            // `closure #1 (Swift.Int) -> () in …`: the closure's own signature is noise.
+            let head = s[..<inRange.lowerBound]
+            let what = topLevelRange(of: " (", in: head).map { head[..<$0.lowerBound] } ?? head
+            return String(what) + " in " + shortName(String(s[inRange.upperBound...]))
+        }
+        // An accessor, `Swift.Array.subscript.getter : (Swift.Int) -> A`: `subscript.getter`.
+        if let colon = topLevelRange(of: " : ", in: s) {
+            let parts = s[..<colon.lowerBound].split(separator: ".")
+            return parts.suffix(parts.count >= 2 ? 2 : 1).joined(separator: ".")
+        }
+        if let arrow = topLevelRange(of: " -> ", in: s) { s = s[..<arrow.lowerBound] }
+        guard s.hasSuffix(")"), let open = matchingOpen(s) else { return String(lastComponent(s)) }
+        let name = lastComponent(s[..<open])
+        let params = splitTopLevel(s[s.index(after: open)..<s.index(before: s.endIndex)])
+        let labels = params.map { p -> String in
+            let trimmed = p.drop(while: \.isWhitespace)
+            if trimmed.isEmpty { return "" }
+            if let colon = topLevelRange(of: ": ", in: Substring(trimmed)) { return String(trimmed[..<colon.lowerBound]) + ":" }
+            return "_:"
+        }.filter { !$0.isEmpty }
+        return name + "(" + labels.joined() + ")"
+    }
+
+    /// The first `needle` in `s` outside (), <> and [].
+    private static func topLevelRange(of needle: String, in s: Substring) -> Range<Substring.Index>? {
+        var depth = 0
+        var i = s.startIndex
+        while i < s.endIndex {
+            let c = s[i]
+            if c == "(" || c == "<" || c == "[" { depth += 1 }
+            if c == ")" || c == ">" || c == "]" { depth = max(0, depth - 1) }
+            if depth == 0, s[i...].hasPrefix(needle) { return i..<s.index(i, offsetBy: needle.count) }
+            i = s.index(after: i)
+        }
+        return nil
+    }
+
+    /// The `(` matching the final `)`.
+    private static func matchingOpen(_ s: Substring) -> Substring.Index? {
+        var depth = 0
+        var i = s.index(before: s.endIndex)
+        while true {
+            let c = s[i]
+            if c == ")" { depth += 1 }
+            if c == "(" {
+                depth -= 1
+                if depth == 0 { return i }
+            }
+            if i == s.startIndex { return nil }
+            i = s.index(before: i)
+        }
+    }
+
+    /// What follows the last `.` outside brackets (`orders.OrderService.checkout` →
+    /// `checkout`).
+    private static func lastComponent(_ s: Substring) -> Substring {
+        var depth = 0
+        var cut = s.startIndex
+        var i = s.startIndex
+        while i < s.endIndex {
+            let c = s[i]
+            if c == "(" || c == "<" || c == "[" { depth += 1 }
+            if c == ")" || c == ">" || c == "]" { depth = max(0, depth - 1) }
+            if depth == 0 && c == "." { cut = s.index(after: i) }
+            i = s.index(after: i)
+        }
+        return s[cut...]
+    }
+
+    private static func splitTopLevel(_ s: Substring) -> [Substring] {
+        var parts: [Substring] = []
+        var depth = 0
+        var start = s.startIndex
+        var i = s.startIndex
+        while i < s.endIndex {
+            let c = s[i]
+            if c == "(" || c == "<" || c == "[" { depth += 1 }
+            if c == ")" || c == ">" || c == "]" { depth = max(0, depth - 1) }
+            if depth == 0 && c == "," {
+                parts.append(s[start..<i])
+                start = s.index(after: i)
+            }
+            i = s.index(after: i)
+        }
+        parts.append(s[start...])
+        return parts
+    }
+}
+
+extension CrashReport {
+    /// A raw crash report read and symbolicated from the files on this machine: its
+    /// `crash` event (for the processor to encode), the report, and its frames.
+    public static func symbolicated(reportBytes: [UInt8]) -> (event: EndedRunEvent, report: CrashReport,
+                                                              frames: [SymbolizedFrame]) {
+        let report = CrashReport(bytes: reportBytes)
+        let built = CrashEvent.crash(report: report, rawBytes: reportBytes, start: RunStart(context: report),
+                                     identity: nil, symbolizer: Symbolizer(), fallbackMillis: nowMillis())
+        return (built.event, report, built.frames)
+    }
+
+    /// The report as a person reads it, like the Swift runtime's backtracer: the reason
+    /// (the runtime's message, or the signal explained) first, then the function that
+    /// crashed (the first frame in the service's own code) with its file:line, the
+    /// signal and thread, then every frame with its short name. `cairn report` prints it.
+    public static func text(report: CrashReport, frames: [SymbolizedFrame], event: Event? = nil) -> String {
+        var lines: [String] = [CrashEvent.reason(report)]
+        let culprit = frames.first(where: isServiceFrame) ?? frames.first
+        if let f = culprit {
+            lines.append("Crashed in " + describe(f))
+        } else {
+            lines.append("Crashed at an unknown place: the report holds no frames")
+        }
+        if report.unreadable == nil, report.signal != 0 {
+            var what = SignalNames.name(report.signal)
+            if let code = SignalNames.code(report.signal, report.code) { what += " (\(code))" }
+            what += " at \(Hex.address(report.faultAddress))"
+            if report.tid != 0 {
+                what += ", thread \(report.tid)" + (report.threadName.isEmpty ? "" : " \"\(report.threadName)\"")
+                    + (report.tid == report.pid ? " (main)" : "")
+            }
+            if report.pid != 0 { what += ", pid \(report.pid)" }
+            lines.append(what)
+        }
+        var run: [String] = []
+        if let session = event?.sessionID { run.append("session \(session)") }
+        if let millis = event?.timeMillis { run.append(rfc3339(millis: millis).text) }
+        if !report.complete || report.unreadable != nil { run.append("partial report") }
+        if !run.isEmpty { lines.append(run.joined(separator: ", ")) }
+        if !frames.isEmpty {
+            lines.append("")
+            lines.append("Frames (frame 0 is where it stopped):")
+            for (i, f) in frames.enumerated() {
+                let module = f.module.map { ($0.split(separator: "/").last.map(String.init) ?? $0) } ?? "?"
+                var line = "  " + String(i).leftPadded(to: 3) + "  " + (f.symbol.map(Symbolizer.shortName) ?? "???")
+                if let file = f.file, let l = f.line {
+                    line += " at " + (file.split(separator: "/").last.map(String.init) ?? file) + ":\(l)"
+                        + (f.column.map { $0 > 0 ? ":\($0)" : "" } ?? "")
+                }
+                line += "  [" + module + (f.moduleOffset.map { " + " + Hex.address($0) } ?? "") + "]"
+                lines.append(line)
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// `checkout(order:) at OrderService.swift:49:22 (orders)`.
+    private static func describe(_ f: SymbolizedFrame) -> String {
+        var s = f.symbol.map(Symbolizer.shortName) ?? Hex.address(f.address)
+        if let file = f.file, let line = f.line {
+            s += " at " + (file.split(separator: "/").last.map(String.init) ?? file) + ":\(line)"
+                + (f.column.map { $0 > 0 ? ":\($0)" : "" } ?? "")
+        }
+        if let module = f.module?.split(separator: "/").last { s += " (\(module))" }
+        return s
+    }
+
+    /// A frame of the service's own code: symbolicated, not in the C library, the
+    /// dynamic loader, the Swift runtime or Cairn, and not the runtime's failure path.
+    private static func isServiceFrame(_ f: SymbolizedFrame) -> Bool {
+        guard let symbol = f.symbol, let module = f.module else { return false }
+        let name = module.split(separator: "/").last.map(String.init) ?? module
+        for system in ["libc.so", "libc-", "ld-linux", "libpthread", "libswift", "libdispatch",
+                       "libFoundation", "libcairn", "libstdc++", "libgcc"] where name.hasPrefix(system) {
+            return false
+        }
+        for runtime in ["Swift._assertionFailure", "Swift.fatalError", "Swift._fatalErrorMessage", "swift_",
+                        "Swift._preconditionFailure", "Swift.preconditionFailure", "Swift.assertionFailure"]
+        where symbol.hasPrefix(runtime) {
+            return false
+        }
+        return true
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+}

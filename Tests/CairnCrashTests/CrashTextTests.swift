@@ -1,0 +1,56 @@
+import CairnCrash
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// `cairn report`: a crash report from a real crashed child, as a person reads it.
+@Suite struct CrashTextTests {
+    @Test func shortNames() {
+        let cases = [
+            ("orders.OrderService.checkout(order: Swift.Int) -> Swift.Int", "checkout(order:)"),
+            ("cairn_swift_crash_child.trap(Swift.String) -> Swift.Int", "trap(_:)"),
+            ("Swift._assertionFailure(_: Swift.StaticString, _: Swift.String, file: Swift.StaticString, line: Swift.UInt, flags: Swift.UInt32) -> Swift.Never",
+             "_assertionFailure(_:_:file:line:flags:)"),
+            ("closure #1 (Swift.Int) -> () in orders.OrderService.run() -> ()", "closure #1 in run()"),
+            ("generic specialization <Swift.Int> of orders.Box.put(_: A) -> ()", "put(_:)"),
+            ("orders.Cache<A>.get(key: Swift.Dictionary<Swift.String, A>) -> A?", "get(key:)"),
+            ("crash_here", "crash_here"),
+            ("main", "main"),
+            ("Swift.Array.subscript.getter : (Swift.Int) -> A", "subscript.getter"),
+        ]
+        for (symbol, short) in cases { #expect(Symbolizer.shortName(symbol) == short, "\(symbol)") }
+    }
+
+    /// From the crash matrix: the runtime's message, the crashing function's short name
+    /// and its file:line in the first five lines of `cairn report`; `--json` gives the
+    /// event.
+    @Test(arguments: [("cairn-swift-crash-child", "fatal", "Fatal error: the service gave up: fatal", "trap(_:)"),
+                      ("cairn-swift-crash-child", "index", "Fatal error: Index out of range", "trap(_:)"),
+                      ("cairn-swift-crash-child", "unwrap", "Unexpectedly found nil while unwrapping", "trap(_:)"),
+                      ("cairn-crash-child", "segv", "SIGSEGV (SEGV_MAPERR): bad access at 0x0", "crash_here")])
+    func reportIsReadable(child: String, mode: String, message: String, function: String) throws {
+        let dir = try TemporaryDirectory("cairn-report")
+        _ = try runToEnd(productsDirectory + "/" + child, [dir.path, mode], environment: ["SWIFT_BACKTRACE": "enable=no"])
+        let report = try #require(try FileManager.default.contentsOfDirectory(atPath: dir.path).first { $0.hasSuffix(".report") })
+        let text = try runToEnd(productsDirectory + "/cairn", ["report", dir.appending(report)])
+        #expect(text.status == 0, "\(text.err)")
+        let head = text.out.split(separator: "\n").prefix(5).joined(separator: "\n")
+        #expect(head.contains(message), "\(head)")
+        let source = child == "cairn-crash-child" ? "main.c:" : "main.swift:"
+        #expect(head.contains("Crashed in \(function) at \(source)"), "\(head)")
+        let json = try runToEnd(productsDirectory + "/cairn", ["report", "--json", dir.appending(report)])
+        let event = try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any]
+        #expect(event?["type"] as? String == "crash")
+    }
+
+    @Test func helpAndDamage() throws {
+        let help = try runToEnd(productsDirectory + "/cairn", ["--help"])
+        #expect(help.status == 0 && help.out.contains("cairn report"))
+        let dir = try TemporaryDirectory("cairn-report")
+        try Data("not a report".utf8).write(to: URL(fileURLWithPath: dir.appending("x.report")))
+        let damaged = try runToEnd(productsDirectory + "/cairn", ["report", dir.appending("x.report")])
+        #expect(damaged.status == 1 && damaged.err.contains("not a readable crash report"), "\(damaged.err)")
+        let missing = try runToEnd(productsDirectory + "/cairn", ["report", dir.appending("none.report")])
+        #expect(missing.status == 1 && missing.err.contains("No such file"), "\(missing.err)")
+    }
+}
