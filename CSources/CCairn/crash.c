@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
+#define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
 #include "CCairn.h"
 #include "cairn_internal.h"
 

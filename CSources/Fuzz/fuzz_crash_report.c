@@ -1,6 +1,7 @@
 /* fuzz_crash_report.c: libFuzzer target for the crash report reader. Any input must
  * parse (completely, partially) or be refused, never crash or read out of bounds, and
  * every pointer it returns must lie inside the input. */
+#define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
 #include "CCairn.h"
 
 #include <stdlib.h>

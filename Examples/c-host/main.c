@@ -6,6 +6,7 @@
  *
  *   c-host <data dir> <events>
  */
+#define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
 #include <cairn.h>
 
 #include <stdio.h>

@@ -38,7 +38,8 @@ cat "$scratch/out.txt" | head -2
 records=$(python3 "$root/Tests/Tools/read_ring.py" "$scratch/data/events.ring" | grep -c '"c_host_event"')
 [ "$records" -eq 25 ] || { echo "c-host: the ring holds $records of its 25 events"; exit 1; }
 report=$(ls "$scratch/data"/crash-*.report)
-"$root/.build/debug/cairn" report "$report" > "$scratch/report.json"
+"$root/.build/debug/cairn" report --json "$report" > "$scratch/report.json"
+"$root/.build/debug/cairn" report "$report" | head -2
 python3 - "$scratch/report.json" <<'PY'
 import json, sys
 event = json.load(open(sys.argv[1]))

@@ -11,6 +11,7 @@
  * (the handler itself faults: the Swift runtime's fatal-message slot, which the
  * handler reads, holds a wild pointer). */
 #define _GNU_SOURCE
+#define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
 #include "CCairn.h"
 
 #include <dlfcn.h>

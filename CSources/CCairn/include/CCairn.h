@@ -805,8 +805,12 @@ CAIRN_API int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, si
                        cairn_frame_info_t *info);
 
 /* ------------------------------------------------------------------------------ */
-/* Crash capture  (EXPERIMENTAL: the API and the report format may still change)    */
+/* Crash capture  (EXPERIMENTAL: define CAIRN_EXPERIMENTAL_CRASH_API to use it)     */
 /* ------------------------------------------------------------------------------ */
+/* The crash writer's API and its report format may still change in a minor version:
+ * a program opts in by defining CAIRN_EXPERIMENTAL_CRASH_API before including this
+ * header (the Swift module does). The functions are exported either way. */
+#ifdef CAIRN_EXPERIMENTAL_CRASH_API
 
 /** Version of the crash report format written by this library (docs/FORMATS.md). */
 #define CAIRN_CRASH_FORMAT_VERSION 1
@@ -959,6 +963,8 @@ typedef struct cairn_crash_report {
  * Async-signal-safe: yes.
  */
 CAIRN_API int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t *out);
+
+#endif /* CAIRN_EXPERIMENTAL_CRASH_API */
 
 /* ------------------------------------------------------------------------------ */
 /* Termination signals                                                              */
