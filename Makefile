@@ -7,6 +7,7 @@
 #   make fuzz    fuzz the C core's parsers for longer (FUZZ_LONG_SECONDS, default 600)
 #   make demo    a service crashes, restarts and reports it, against a local collector
 #   make lib     libcairn.so and libcairn.a, the C core for other SDKs (make install PREFIX=...)
+#   make docs    the Cairn module's API documentation (docc), in .build/docs
 
 SWIFT ?= swift
 CLANG ?= clang
@@ -34,7 +35,7 @@ FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
-.PHONY: all deps build demo test test-swift cwarn clib lib install consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
+.PHONY: docs all deps build demo test test-swift cwarn clib lib install consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
 all: build
 
@@ -56,7 +57,7 @@ build: deps
 
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.
-test: build cwarn clib consumer fuzz-smoke sanitize bench-quick test-swift
+test: build cwarn clib consumer docs fuzz-smoke sanitize bench-quick test-swift
 
 # A package that depends on a tagged Cairn as a user's does builds every Swift snippet of
 # the README, and runs the quick start, copied verbatim, with `import Cairn` alone
@@ -184,6 +185,19 @@ clib: deps lib
 	@echo "libcairn.so $(CAIRN_VERSION): exports the $$(wc -l < $(LIB_DIR)/documented.txt) functions CCairn.h documents, nothing else"
 	$(SWIFT) build --product cairn
 	Examples/c-host/run.sh
+
+# API documentation for the Cairn module with the toolchain's docc: symbol graphs from
+# the compiler, the catalog in Sources/Cairn/Cairn.docc; the site lands in .build/docs.
+DOCC ?= $(shell command -v docc 2>/dev/null || echo $(dir $(shell command -v swift))docc)
+docs: deps
+	@rm -rf .build/symbol-graphs && mkdir -p .build/symbol-graphs
+	$(SWIFT) build --target Cairn --scratch-path .build/docs-build -Xswiftc -emit-symbol-graph \
+	  -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build/symbol-graphs
+	@rm -rf .build/symbol-graphs-cairn && mkdir -p .build/symbol-graphs-cairn
+	cp .build/symbol-graphs/Cairn.symbols.json .build/symbol-graphs/Cairn@*.symbols.json .build/symbol-graphs-cairn/
+	$(DOCC) convert Sources/Cairn/Cairn.docc --fallback-display-name Cairn --fallback-bundle-identifier org.cairn.Cairn \
+	  --additional-symbol-graph-dir .build/symbol-graphs-cairn --output-path .build/docs --warnings-as-errors
+	@echo "docs: .build/docs (serve it, or open documentation/cairn/index.html through a web server)"
 
 bench-quick:
 	$(MAKE) bench BENCH_ARGS=--quick

@@ -3,7 +3,7 @@ import FoundationEssentials
 /// A property value of an event: what JSON can hold, typed, so call sites read
 /// naturally (`["plan": "pro", "seats": 3, "trial": false]`) and nothing untyped
 /// (`Any`) reaches the SDK. Bridging code converts `Any` with
-/// ``init(sanitizing:)``.
+/// `init(sanitizing:)`.
 public enum CairnValue: Sendable, Hashable {
     /// JSON `null`.
     case null

@@ -94,7 +94,7 @@ public final class HTTPTransport: Transport {
     ///   - maxResponseBodyBytes: How much of a response body is kept; default 64 KiB.
     ///     Negative values count as 0.
     ///   - maxIdleConnections: Idle connections kept for reuse; default 8 (one per
-    ///     request out at once: ``UploaderOptions/maxInFlight``'s default). Negative
+    ///     request out at once: `UploaderOptions.maxInFlight`'s default). Negative
     ///     values count as 0, which closes every connection after its request.
     ///   - caFile: A PEM file of trusted CA certificates used instead of the system
     ///     store; default `nil` (the system store).
