@@ -21,10 +21,16 @@ set +e
 "$BIN/orders-service" --crash
 STATUS=$?
 set -e
-echo "(run 1 ended with status $STATUS: the signal it would have died of without Cairn)"
+SIGNAL=""
+[ "$STATUS" -gt 128 ] && SIGNAL=" = 128 + SIG$(kill -l $((STATUS - 128)))"
+echo "(run 1 ended with status $STATUS$SIGNAL: what it would have died of without Cairn)"
+# What had arrived when run 1 died: the rest of its events wait in the ring.
+ARRIVED=$(python3 -c 'import json, sys, urllib.request; print(len(json.load(urllib.request.urlopen(sys.argv[1]))))' \
+          "http://127.0.0.1:$PORT/_control/events")
+echo "(the collector had $ARRIVED of its events; the others waited in the ring file on disk)"
 echo
 echo "== run 2: the next start reports run 1's crash, handles two orders, shuts down"
 "$BIN/orders-service"
 echo
 echo "== what the collector on 127.0.0.1:$PORT received"
-python3 Examples/show_events.py "http://127.0.0.1:$PORT"
+python3 Examples/show_events.py "http://127.0.0.1:$PORT" "$ARRIVED"

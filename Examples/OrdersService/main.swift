@@ -36,17 +36,21 @@ struct OrderService {
     }
 }
 
+/// Writes a line to stdout at once (print's buffer would be lost when the service
+/// crashes with its output going to a pipe).
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
 let crash = CommandLine.arguments.contains("--crash")
 // Telemetry never stops the service: a bad option gives a disabled SDK and a note.
 let cairn = Cairn.startOrDisabled(.fromEnvironment())
-print("orders-service: session \(cairn.sessionID)")
+say("orders-service: session \(cairn.sessionID)")
 let service = OrderService(cairn: cairn)
 var orders = [Order(id: 101, items: [9.5, 3, 12], customerEmail: "jane.doe@example.com"),
               Order(id: 102, items: [1, 1, 1, 4], customerEmail: "sam@example.org")]
 if crash { orders.append(Order(id: 103, items: [20], customerEmail: "lee@example.net")) }
 for order in orders {
-    print("orders-service: order \(order.id)")
+    say("orders-service: order \(order.id)")
     service.handle(order)
 }
 cairn.shutdown(timeout: .seconds(10))
-print("orders-service: clean shutdown")
+say("orders-service: clean shutdown")

@@ -146,7 +146,10 @@ enum CrashEvent {
         var m: [String: CairnValue] = ["index": .int(Int64(index)), "address": .string(Hex.address(f.address))]
         if let module = f.module { m["module"] = .string(module) }
         if let offset = f.moduleOffset { m["offset"] = .string(Hex.address(offset)) }
-        if let symbol = f.symbol { m["symbol"] = .string(symbol) }
+        if let symbol = f.symbol {
+            m["symbol"] = .string(symbol)
+            m["function"] = .string(Symbolizer.shortName(symbol))
+        }
         if let mangled = f.mangledSymbol { m["mangled"] = .string(mangled) }
         if let offset = f.symbolOffset { m["symbol_offset"] = .int(Int64(clamping: offset)) }
         if let file = f.file { m["file"] = .string(file) }

@@ -8,10 +8,13 @@ extension Symbolizer {
     /// prefix and shortens the rest; a C name stays as it is.
     public static func shortName(_ symbol: String) -> String {
         var s = Substring(symbol)
-        for prefix in ["generic specialization ", "function signature specialization ", "partial apply for ",
-                       "merged ", "reabstraction thunk helper from "] where s.hasPrefix(prefix) {
+        for prefix in ["generic specialization ", "function signature specialization ", "merged ",
+                       "reabstraction thunk helper from "] where s.hasPrefix(prefix) {
             // "<...> of f(x:)": what it specialises.
             if let of = topLevelRange(of: " of ", in: s) { s = s[of.upperBound...] }
+        }
+        for prefix in ["partial apply forwarder for ", "partial apply for "] where s.hasPrefix(prefix) {
+            s = s.dropFirst(prefix.count)
         }
         if let inRange = topLevelRange(of: " in ", in: s) {
             // `closure #1 (Swift.Int) -> () in …`: the closure's own signature is noise.
@@ -25,8 +28,12 @@ extension Symbolizer {
             return parts.suffix(parts.count >= 2 ? 2 : 1).joined(separator: ".")
         }
         if let arrow = topLevelRange(of: " -> ", in: s) { s = s[..<arrow.lowerBound] }
+        for effect in [" throws", " rethrows", " async"] where s.hasSuffix(effect) { s = s.dropLast(effect.count) }
+        for effect in [" throws", " rethrows", " async"] where s.hasSuffix(effect) { s = s.dropLast(effect.count) }
         guard s.hasSuffix(")"), let open = matchingOpen(s) else { return String(lastComponent(s)) }
-        let name = lastComponent(s[..<open])
+        var name = lastComponent(s[..<open])
+        // Generic parameters: `withSpan<A>` is `withSpan`.
+        if name.hasSuffix(">"), let angle = name.firstIndex(of: "<") { name = name[..<angle] }
         let params = splitTopLevel(s[s.index(after: open)..<s.index(before: s.endIndex)])
         let labels = params.map { p -> String in
             let trimmed = p.drop(while: \.isWhitespace)

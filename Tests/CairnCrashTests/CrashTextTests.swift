@@ -17,6 +17,9 @@ import Testing
             ("crash_here", "crash_here"),
             ("main", "main"),
             ("Swift.Array.subscript.getter : (Swift.Int) -> A", "subscript.getter"),
+            ("partial apply forwarder for closure #1 () throws -> A in Cairn.Cairn.withSpan<A>(_: Swift.String, traceparent: Swift.Optional<Swift.String>, operation: () throws -> A) throws -> A",
+             "closure #1 in withSpan(_:traceparent:operation:)"),
+            ("orders.Service.run() async throws -> ()", "run()"),
         ]
         for (symbol, short) in cases { #expect(Symbolizer.shortName(symbol) == short, "\(symbol)") }
     }
