@@ -409,7 +409,10 @@ import Testing
         let report = dir.path + "/crash/crash-\(crash.processIdentifier).report"
         let status2 = try Self.cli(["status", dir.path])
         #expect(status2.out.contains("crash reports waiting: 1"), "\(status2.out)")
-        let event = try #require(Self.objects(try Self.cli(["report", report]).out).first)
+        let readable = try Self.cli(["report", report]).out.joined(separator: "\n")
+        #expect(readable.hasPrefix("SIGSEGV (SEGV_MAPERR)") && readable.contains("Crashed in crash_here at main.c:"),
+                "\(readable)")
+        let event = try #require(Self.objects(try Self.cli(["report", "--json", report]).out).first)
         let props = event["properties"] as? [String: Any] ?? [:]
         #expect(event["type"] as? String == "crash" && props["signal"] as? String == "SIGSEGV")
         #expect((props["frames"] as? [[String: Any]])?.first?["symbol"] as? String == "crash_here")
