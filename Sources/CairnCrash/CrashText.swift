@@ -28,8 +28,10 @@ extension Symbolizer {
             return parts.suffix(parts.count >= 2 ? 2 : 1).joined(separator: ".")
         }
         if let arrow = topLevelRange(of: " -> ", in: s) { s = s[..<arrow.lowerBound] }
-        for effect in [" throws", " rethrows", " async"] where s.hasSuffix(effect) { s = s.dropLast(effect.count) }
-        for effect in [" throws", " rethrows", " async"] where s.hasSuffix(effect) { s = s.dropLast(effect.count) }
+        // Effects (`async throws`), last first.
+        while let effect = [" throws", " rethrows", " async"].first(where: { s.hasSuffix($0) }) {
+            s = s.dropLast(effect.count)
+        }
         guard s.hasSuffix(")"), let open = matchingOpen(s) else { return String(lastComponent(s)) }
         var name = lastComponent(s[..<open])
         // Generic parameters: `withSpan<A>` is `withSpan`.
@@ -44,18 +46,23 @@ extension Symbolizer {
         return name + "(" + labels.joined() + ")"
     }
 
-    /// The first `needle` in `s` outside (), <> and [].
-    private static func topLevelRange(of needle: String, in s: Substring) -> Range<Substring.Index>? {
+    /// The indices of `s` outside (), <> and [] (a closing bracket back at the top
+    /// counts as outside): where the helpers below look for separators.
+    private static func topLevelIndices(_ s: Substring) -> [Substring.Index] {
+        var out: [Substring.Index] = []
         var depth = 0
-        var i = s.startIndex
-        while i < s.endIndex {
+        for i in s.indices {
             let c = s[i]
             if c == "(" || c == "<" || c == "[" { depth += 1 }
             if c == ")" || c == ">" || c == "]" { depth = max(0, depth - 1) }
-            if depth == 0, s[i...].hasPrefix(needle) { return i..<s.index(i, offsetBy: needle.count) }
-            i = s.index(after: i)
+            if depth == 0 { out.append(i) }
         }
-        return nil
+        return out
+    }
+
+    /// The first `needle` in `s` outside (), <> and [].
+    private static func topLevelRange(of needle: String, in s: Substring) -> Range<Substring.Index>? {
+        topLevelIndices(s).first { s[$0...].hasPrefix(needle) }.map { $0..<s.index($0, offsetBy: needle.count) }
     }
 
     /// The `(` matching the final `)`.
@@ -77,33 +84,16 @@ extension Symbolizer {
     /// What follows the last `.` outside brackets (`orders.OrderService.checkout` →
     /// `checkout`).
     private static func lastComponent(_ s: Substring) -> Substring {
-        var depth = 0
-        var cut = s.startIndex
-        var i = s.startIndex
-        while i < s.endIndex {
-            let c = s[i]
-            if c == "(" || c == "<" || c == "[" { depth += 1 }
-            if c == ")" || c == ">" || c == "]" { depth = max(0, depth - 1) }
-            if depth == 0 && c == "." { cut = s.index(after: i) }
-            i = s.index(after: i)
-        }
-        return s[cut...]
+        topLevelIndices(s).last { s[$0] == "." }.map { s[s.index(after: $0)...] } ?? s
     }
 
+    /// `s` cut at its commas outside brackets.
     private static func splitTopLevel(_ s: Substring) -> [Substring] {
         var parts: [Substring] = []
-        var depth = 0
         var start = s.startIndex
-        var i = s.startIndex
-        while i < s.endIndex {
-            let c = s[i]
-            if c == "(" || c == "<" || c == "[" { depth += 1 }
-            if c == ")" || c == ">" || c == "]" { depth = max(0, depth - 1) }
-            if depth == 0 && c == "," {
-                parts.append(s[start..<i])
-                start = s.index(after: i)
-            }
-            i = s.index(after: i)
+        for i in topLevelIndices(s) where s[i] == "," {
+            parts.append(s[start..<i])
+            start = s.index(after: i)
         }
         parts.append(s[start...])
         return parts
