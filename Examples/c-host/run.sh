@@ -12,21 +12,7 @@ export PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig"
 cc -std=c11 -O1 -g -Wall -Wextra -Werror "$root/Examples/c-host/main.c" -o "$scratch/c-host" \
    $(pkg-config --cflags --libs cairn) -Wl,-rpath,"$scratch/prefix/lib"
 # Every C block of the README compiles against the installed header.
-python3 - "$root/README.md" "$scratch" <<'PY'
-import pathlib, sys
-blocks, inside, current = [], False, []
-for line in pathlib.Path(sys.argv[1]).read_text().splitlines():
-    if not inside and line == "```c":
-        inside, current = True, []
-    elif inside and line == "```":
-        inside = False
-        blocks.append("\n".join(current) + "\n")
-    elif inside:
-        current.append(line)
-for i, block in enumerate(blocks):
-    pathlib.Path(sys.argv[2], f"readme-{i + 1}.c").write_text(block)
-print(f"c-host: {len(blocks)} C blocks in the README")
-PY
+echo "c-host: $(python3 "$root/Tests/Tools/readme_blocks.py" "$root/README.md" c "$scratch")"
 for f in "$scratch"/readme-*.c; do
     cc -std=c11 -Wall -Wextra -Werror -c "$f" -o "$f.o" $(pkg-config --cflags cairn)
 done

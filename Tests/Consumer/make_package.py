@@ -15,18 +15,13 @@ import re
 import shutil
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "Tools"))
+from readme_blocks import blocks as readme_blocks  # noqa: E402
+
 readme, consumer, package, url, version = sys.argv[1:6]
 consumer = pathlib.Path(consumer)
 package = pathlib.Path(package)
-blocks, inside, current = [], False, []
-for line in pathlib.Path(readme).read_text().splitlines():
-    if not inside and line == "```swift":
-        inside, current = True, []
-    elif inside and line == "```":
-        inside = False
-        blocks.append("\n".join(current) + "\n")
-    elif inside:
-        current.append(line)
+blocks = readme_blocks(readme, "swift")
 if not blocks:
     sys.exit("consumer: no swift block in README.md")
 
