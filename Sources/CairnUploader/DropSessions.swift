@@ -26,17 +26,11 @@ struct DropSessions: Equatable {
     static let maxEntries = 64
 
     /// One session's share of the table.
-    struct Share: Equatable {
+    struct Share {
         var session: String
         /// Per reason with something to report: its slot, the count to report, and the
         /// counter value to mark reported once the request is taken.
         var counts: [(slot: Int32, reason: String, count: UInt64, upTo: UInt64)]
-
-        static func == (a: Share, b: Share) -> Bool {
-            a.session == b.session && a.counts.elementsEqual(b.counts) {
-                $0.slot == $1.slot && $0.reason == $1.reason && $0.count == $1.count && $0.upTo == $1.upTo
-            }
-        }
     }
 
     /// This session alone (no store to remember earlier ones): the drops counted before

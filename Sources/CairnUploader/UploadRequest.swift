@@ -120,7 +120,7 @@ extension UploadRequest {
         guard let request = UploadRequest(record: record),
               request.header("Idempotency-Key").map({ $0 == request.idempotencyKey }) ?? true else { return .damaged }
         let body = request.body
-        guard body.count >= 4, Array(body.prefix(4)) == [0x5C, 0x2A, 0x4D, 0x18] else { return .damaged }
+        // Not a batch frame (its magic is checked here too), or a damaged one.
         guard let info = try? FrameDecoder.info(of: body) else { return .damaged }
         // Without the dictionary (Cairn uploads use none) or beyond the limit, the
         // checksum cannot be tested here.
