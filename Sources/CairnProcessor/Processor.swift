@@ -367,10 +367,7 @@ public final class Processor: Sendable {
     /// then); its properties are written as they are. Without `context`, as
     /// `encode(_:into:context:)`.
     public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter, context: Bool = true) {
-        let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
-        _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
-                      distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
-                      checked: false, id: id, into: &w)
+        writeCleanedHead(event, id: id, into: &w)
         w.object(event.properties)
         writeTail(into: &w, context: context)
     }
@@ -447,6 +444,15 @@ public final class Processor: Sendable {
             return writeChecked(members, level: level, privacy: privacy, into: &w)
         }
         return true
+    }
+
+    /// Writes the envelope up to `"properties":` with the name and ids as the name rules
+    /// leave them (an empty account id left out).
+    private func writeCleanedHead(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter) {
+        let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
+        _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
+                      distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
+                      checked: false, id: id, into: &w)
     }
 
     /// Writes the envelope up to `"properties":`. When `checked`, returns false as soon
@@ -543,10 +549,7 @@ public final class Processor: Sendable {
         event.properties = sanitizer.sanitize(event.properties, counts: &counts)
         let id = event.id ?? ids.next(millis: event.timeMillis)
         return JSONWriter.bytes { w in
-            let account = event.identity.accountID.flatMap { $0.isEmpty ? nil : sanitizer.cleaned(name: $0) }
-            _ = writeHead(event, name: sanitizer.cleaned(name: event.name),
-                          distinctID: sanitizer.cleaned(name: event.identity.distinctID), accountID: account,
-                          checked: false, id: id, into: &w)
+            writeCleanedHead(event, id: id, into: &w)
             w.sortedValue(.object(event.properties))
             w.byte(0x2C)
             w.key("context")
