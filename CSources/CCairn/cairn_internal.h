@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "CCairn.h"
+
 /* CRC32C (Castagnoli, reflected, as in iSCSI and ext4): continues `crc` over `len`
  * bytes. Start with 0. Uses the SSE4.2 / ARMv8 CRC instructions when the CPU has
  * them. Async-signal-safe. */
@@ -58,17 +60,30 @@ typedef struct cairn__recovery {
     uint64_t skipped_regions; /* torn or damaged regions rewritten as padding */
     uint64_t skipped_bytes;   /* bytes in those regions */
     uint64_t taken_in;        /* data records found beyond the write cursor and taken in */
+    uint64_t contexts;        /* context records among `recovered` */
 } cairn__recovery_t;
+
+/* cairn__ring_recover() flags. */
+#define CAIRN__RECOVER_CLEAR_STALE 1 /* clear stale headers outside the window */
+#define CAIRN__RECOVER_READ_ONLY 2   /* count only: write nothing (the area may be read-only) */
 
 /* Ring recovery over a data area in memory (see ring.c), exposed so the fuzzer can
  * drive it without files. Walks the records from read_pos on: records beyond
  * *write_pos that follow one another from it are taken in (the header missed them),
  * a record the write cursor points inside is kept whole, and torn regions inside the
- * window are rewritten as padding and counted. With `clear_stale` (after a reboot or
- * a repair), every word outside the window's records that reads as a publish word of
- * its offset, of any lap, is cleared. Returns 0. */
+ * window are rewritten as padding and counted. With CAIRN__RECOVER_CLEAR_STALE (after
+ * a reboot or a repair), every word outside the window's records that reads as a
+ * publish word of its offset, of any lap, is cleared. With CAIRN__RECOVER_READ_ONLY,
+ * the same walk and counts with nothing written. Returns 0. */
 int cairn__ring_recover(const cairn__ring_area_t *area, uint64_t read_pos, uint64_t *write_pos,
-                        int clear_stale, cairn__recovery_t *out);
+                        int flags, cairn__recovery_t *out);
+
+/* cairn_ring_inspect() over a file's bytes in memory, exposed for the fuzzer: its
+ * header `hdr` (CAIRN_RING_HEADER_SIZE bytes, zeros past a shorter file), the file's
+ * size, and the `avail` bytes of data area it holds at `data`. Reads nothing else
+ * and writes nothing there. */
+int cairn__ring_inspect_bytes(const unsigned char *hdr, uint64_t file_size, const unsigned char *data,
+                              uint64_t avail, cairn_ring_inspection_t *out);
 
 /* How to open an existing ring file: the header values to use and what they repair. */
 typedef struct cairn__ring_plan {

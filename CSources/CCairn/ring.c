@@ -270,8 +270,9 @@ static void clear_stale(const cairn__ring_area_t *a, uint64_t read, uint64_t wri
 }
 
 int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t *write_pos,
-                        int clear_stale_words, cairn__recovery_t *out)
+                        int flags, cairn__recovery_t *out)
 {
+    const int writes = !(flags & CAIRN__RECOVER_READ_ONLY);
     memset(out, 0, sizeof *out);
     uint64_t budget = RECOVERY_CRC_BUDGET * a->capacity;
     const uint64_t limit = read_pos + a->capacity;
@@ -286,6 +287,7 @@ int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t
             if (HAS_PAYLOAD(len_kind)) {
                 out->recovered++;
                 out->taken_in++;
+                if ((len_kind >> KIND_SHIFT) == CAIRN_RING_KIND_CONTEXT) out->contexts++;
             }
             pos += total;
             write = pos;
@@ -293,6 +295,7 @@ int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t
         }
         if (valid_record_at(a, pos, limit, &budget, &total, &len_kind)) {
             if (HAS_PAYLOAD(len_kind)) out->recovered++;
+            if ((len_kind >> KIND_SHIFT) == CAIRN_RING_KIND_CONTEXT) out->contexts++;
             pos += total;
             if (pos > write) write = pos; /* a damaged write cursor pointed inside it */
             continue;
@@ -303,12 +306,12 @@ int cairn__ring_recover(const cairn__ring_area_t *a, uint64_t read_pos, uint64_t
         while (next < write && budget > 0 && !valid_record_at(a, next, limit, &budget, &total, &len_kind))
             next += CAIRN_RING_ALIGN;
         if (next > write || budget == 0) next = write;
-        fill_padding(a, pos, next);
+        if (writes) fill_padding(a, pos, next);
         out->skipped_regions++;
         out->skipped_bytes += next - pos;
         pos = next;
     }
-    if (clear_stale_words) clear_stale(a, read_pos, write);
+    if (writes && (flags & CAIRN__RECOVER_CLEAR_STALE)) clear_stale(a, read_pos, write);
     *write_pos = write;
     return 0;
 }
@@ -763,12 +766,78 @@ uint32_t cairn__ring_restore(unsigned char *hdr, unsigned char *data, const cair
     cairn__put64(hdr + H_READ_CHECK, ~plan->read_pos);
     cairn__ring_area_t area = {data, plan->capacity, plan->salt};
     uint64_t write = plan->write_pos;
-    cairn__ring_recover(&area, plan->read_pos, &write, after_reboot || plan->repairs != 0, out);
+    cairn__ring_recover(&area, plan->read_pos, &write, after_reboot || plan->repairs != 0 ? CAIRN__RECOVER_CLEAR_STALE : 0, out);
     cairn__put64(hdr + H_WRITE_POS, write);
     uint32_t repairs = plan->repairs;
     /* Within one boot the header's write position is exact: moving it is a repair. */
     if (write != plan->write_pos && !after_reboot) repairs |= CAIRN_RING_REPAIR_WRITE_POS;
     return repairs;
+}
+
+/* ---- Inspecting a file without opening it ------------------------------------- */
+
+int cairn__ring_inspect_bytes(const unsigned char *hdr, uint64_t file_size, const unsigned char *data,
+                              uint64_t avail, cairn_ring_inspection_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (file_size == 0) return 0; /* an open would create the ring: nothing waits */
+    cairn__ring_plan_t plan;
+    int rc = cairn__ring_plan(hdr, file_size, avail ? data : NULL, avail, &plan);
+    if (rc != 0) return rc;
+    /* The walk reads the whole data area: a shorter file reads as zeros past its end
+     * (no record), as an open extends it. The copy is mapped on demand, so only the
+     * pages the walk reaches take memory. */
+    unsigned char *copy = NULL;
+    if (avail < plan.capacity) {
+        copy = mmap(NULL, (size_t)plan.capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (copy == MAP_FAILED) return CAIRN_ENOMEM;
+        if (avail) memcpy(copy, data, (size_t)avail);
+    }
+    /* Read only: the area is never written (the file's mapping is PROT_READ). */
+    cairn__ring_area_t area = {copy ? copy : (unsigned char *)(uintptr_t)data, plan.capacity, plan.salt};
+    uint64_t write = plan.write_pos;
+    cairn__recovery_t rec;
+    cairn__ring_recover(&area, plan.read_pos, &write, CAIRN__RECOVER_READ_ONLY, &rec);
+    if (copy) munmap(copy, (size_t)plan.capacity);
+    out->capacity = plan.capacity;
+    out->read_pos = plan.read_pos;
+    out->write_pos = write;
+    out->events = rec.recovered - rec.contexts;
+    out->contexts = rec.contexts;
+    out->torn_regions = rec.skipped_regions;
+    out->torn_bytes = rec.skipped_bytes;
+    out->repairs = plan.repairs;
+    return 0;
+}
+
+int cairn_ring_inspect(const char *path, cairn_ring_inspection_t *out)
+{
+    if (!path || !out) return CAIRN_EINVAL;
+    memset(out, 0, sizeof *out);
+    int fd;
+    do fd = open(path, O_RDONLY | O_CLOEXEC); while (fd < 0 && errno == EINTR);
+    if (fd < 0) return errno;
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) rc = errno;
+    else if (!S_ISREG(st.st_mode)) rc = CAIRN_EINVAL;
+    if (rc != 0 || st.st_size == 0) {
+        close(fd);
+        return rc;
+    }
+    const uint64_t size = (uint64_t)st.st_size, most = CAIRN_RING_HEADER_SIZE + (uint64_t)CAIRN_RING_MAX_CAPACITY;
+    const size_t map_len = (size_t)(size < most ? size : most);
+    unsigned char *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) rc = errno;
+    close(fd);
+    if (rc != 0) return rc;
+    unsigned char hdr[CAIRN_RING_HEADER_SIZE];
+    memset(hdr, 0, sizeof hdr);
+    memcpy(hdr, map, map_len < sizeof hdr ? map_len : sizeof hdr);
+    const uint64_t avail = map_len > CAIRN_RING_HEADER_SIZE ? map_len - CAIRN_RING_HEADER_SIZE : 0;
+    rc = cairn__ring_inspect_bytes(hdr, size, map + CAIRN_RING_HEADER_SIZE, avail, out);
+    munmap(map, map_len);
+    return rc;
 }
 
 /* ---- The drop table ------------------------------------------------------------ */

@@ -20,8 +20,10 @@
  *     well-formed names, each once, with reported <= counted, and a second check must
  *     change nothing.
  * After a restore, the header must be sound, the window must walk cleanly from the read
- * to the write cursor through valid records and padding only, and (after a reboot or
- * a repair) no word in the free space may read as a record header of any lap.
+ * to the write cursor through valid records and padding only, (after a reboot or a
+ * repair) no word in the free space may read as a record header of any lap, and
+ * cairn_ring_inspect() of the same bytes must plan as the open planned, count what
+ * the restore recovered, and change nothing.
  * Offsets below are docs/FORMATS.md's, written out here on purpose.
  */
 #include "CCairn.h"
@@ -156,6 +158,21 @@ static int restore(const unsigned char *hdr, const unsigned char *data, uint64_t
     return 1;
 }
 
+/* cairn_ring_inspect() over the same file must count what the restore recovered,
+ * plan as the open planned, and leave the bytes as they were. */
+static void check_inspection(const unsigned char *hdr, uint64_t file_size, const unsigned char *data,
+                             uint64_t avail, const cairn__ring_plan_t *plan, const restored_t *r)
+{
+    const uint32_t before = data ? cairn__crc32c(0, data, avail) : 0;
+    cairn_ring_inspection_t in;
+    if (cairn__ring_inspect_bytes(hdr, file_size, data, avail, &in) != 0) abort();
+    if (in.capacity != plan->capacity || in.read_pos != plan->read_pos || in.repairs != plan->repairs) abort();
+    if (in.events + in.contexts != r->rec.recovered || in.contexts != r->rec.contexts) abort();
+    if (in.torn_regions != r->rec.skipped_regions || in.torn_bytes != r->rec.skipped_bytes) abort();
+    if (in.write_pos != r->write) abort();
+    if (data && cairn__crc32c(0, data, avail) != before) abort();
+}
+
 static void raw_mode(input_t in)
 {
     uint64_t file_size = take(&in, 3) % (CAIRN_RING_HEADER_SIZE + 4 * (uint64_t)CAIRN_RING_MIN_CAPACITY + 64);
@@ -172,8 +189,10 @@ static void raw_mode(input_t in)
     for (uint64_t i = 0; i < avail; i++) data[i] = in.n ? in.p[i % in.n] : 0;
     cairn__ring_plan_t plan;
     restored_t r;
-    if (cairn__ring_plan(hdr, file_size, data, avail, &plan) == 0 && restore(hdr, data, avail, &plan, after_reboot, &r))
+    if (cairn__ring_plan(hdr, file_size, data, avail, &plan) == 0 && restore(hdr, data, avail, &plan, after_reboot, &r)) {
+        check_inspection(hdr, file_size, data, avail, &plan, &r);
         free(r.area.data);
+    }
     free(data);
 }
 
@@ -223,7 +242,7 @@ static void built_mode(input_t in)
     }
     cairn__recovery_t rec;
     uint64_t recovered_write = header_write;
-    cairn__ring_recover(&a, read, &recovered_write, after_reboot, &rec);
+    cairn__ring_recover(&a, read, &recovered_write, after_reboot ? CAIRN__RECOVER_CLEAR_STALE : 0, &rec);
     if (recovered_write < header_write || recovered_write > read + cap) abort();
     seen_t seen[512];
     uint64_t got = walk(&a, read, recovered_write, seen, 512);
@@ -382,6 +401,7 @@ static void repair_mode(input_t in)
     restored_t r;
     if (rc != 0 || !restore(file, data, avail, &plan, (int)(mix(&hit) & 1), &r)) goto done;
     if (damage == 6 && !(plan.repairs & CAIRN_RING_REPAIR_FILE_SIZE)) abort();
+    check_inspection(file, file_size, avail ? data : NULL, avail, &plan, &r);
 
     seen_t seen[MAX_RECORDS];
     uint64_t got = walk(&r.area, r.read, r.write, seen, MAX_RECORDS);

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Builds libcairn, installs it into a scratch prefix, builds c-host against it with
 # pkg-config as another SDK's build would, runs it (it crashes), and reads what it left:
-# the ring with Tests/Tools/read_ring.py, the crash report with `cairn report`. The
-# README's C blocks are compiled against the installed header too.
+# the ring with Tests/Tools/read_ring.py and `cairn status`, the crash report with
+# `cairn report`. The README's C blocks are compiled against the installed header too.
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 scratch=$(mktemp -d)
@@ -23,6 +23,10 @@ cat "$scratch/out.txt" | head -2
 [ "$status" -eq 139 ] || { echo "c-host: expected to die of SIGSEGV (139), got $status"; cat "$scratch/out.txt"; exit 1; }
 records=$(python3 "$root/Tests/Tools/read_ring.py" "$scratch/data/events.ring" | grep -c '"c_host_event"')
 [ "$records" -eq 25 ] || { echo "c-host: the ring holds $records of its 25 events"; exit 1; }
+# The Swift side reads the same ring without opening it: `cairn status` counts it.
+"$root/.build/debug/cairn" status "$scratch/data" > "$scratch/status.txt"
+grep -qx "event ring: 25 events waiting .*" "$scratch/status.txt" \
+    || { echo "c-host: cairn status does not count the ring's 25 events:"; cat "$scratch/status.txt"; exit 1; }
 report=$(ls "$scratch/data"/crash-*.report)
 "$root/.build/debug/cairn" report --json "$report" > "$scratch/report.json"
 "$root/.build/debug/cairn" report "$report" | head -2

@@ -10,17 +10,20 @@
 //
 // <data dir> defaults to CAIRN_DATA_DIR, then `.cairn` (as Cairn.Options does).
 //
-// `events` and `status` only read: the store is read with SnapshotStore.inspect, which
-// writes nothing (no lock file, no rename, no repair), works on a read-only directory
-// and beside a running service. They print what is intact; damage goes to stderr.
+// `events` and `status` only read: the store is read with SnapshotStore.inspect and the
+// event ring with Ring.inspect, which write nothing (no lock, no rename, no repair),
+// work on a read-only directory and beside a running service. They print what is
+// intact; damage goes to stderr. Both count the events still waiting in the ring.
 //
 // Exit status:
 //   0  done
 //   1  another error (a crash report that cannot be read, an output error)
 //   2  usage
-//   3  no snapshot store in the data directory (no store/ or no store/data.mdb)
-//   4  the store cannot be read (permissions or another I/O error; the errno text is quoted)
-//   5  the store is damaged: what is intact was printed, what is wrong is on stderr
+//   3  `events`: no snapshot store in the data directory (no store/ or no store/data.mdb)
+//   4  the store or the event ring cannot be read (permissions or another I/O error;
+//      the errno text is quoted)
+//   5  the store or the event ring is damaged: what is intact was printed, what is
+//      wrong is on stderr
 import CairnBase
 import CairnProcessor
 import CairnCrash
@@ -52,27 +55,73 @@ if ["--help", "-h", "help"].contains(command) {
 let dataDir = args.count > 1 ? args[1] : (ProcessInfo.processInfo.environment["CAIRN_DATA_DIR"] ?? ".cairn")
 
 /// Reads the snapshot store without writing to it; exits 3 or 4 when there is none
-/// or it cannot be read.
-func inspectStore() -> StoreInspection {
+/// or it cannot be read (with `optional`, returns nil when there is none).
+func inspectStore(optional: Bool = false) -> StoreInspection? {
     let path = DataDirectory(dataDir).store
     do {
         return try SnapshotStore.inspect(directory: path, recordCheck: UploadRequest.recordCheck)
     } catch where error.code == ENOENT {
+        if optional { return nil }
         fail("no snapshot store in \(dataDir): \(error.path ?? path) does not exist", status: 3)
     } catch {
         fail("cannot read the snapshot store: \(error)", status: 4)
     }
 }
 
-/// Says on stderr what was wrong with the store, and exits 5; returns when it was intact.
-func reportDamage(_ inspection: StoreInspection) {
-    guard let damage = inspection.damage else { return }
-    fail("the snapshot store in \(dataDir) is damaged: \(damage)", status: 5)
+/// Says on stderr what was wrong with the store or the ring, and exits 5 (damage) or
+/// 4 (the ring cannot be read); returns when both were intact.
+func reportDamage(_ inspection: StoreInspection?, ring: RingLook) {
+    if let damage = inspection?.damage { fail("the snapshot store in \(dataDir) is damaged: \(damage)", status: 5) }
+    switch ring {
+    case .unreadable(let why): fail("cannot read the event ring: \(why)", status: 4)
+    case .damaged(let why): fail("the event ring in \(dataDir) is damaged: \(why)", status: 5)
+    case .absent, .read: return
+    }
+}
+
+/// The event ring, as read without opening it (`Ring.inspect`).
+enum RingLook {
+    case absent
+    case read(Ring.Inspection)
+    case unreadable(String)
+    case damaged(String)
+
+    init(_ path: String) {
+        do {
+            self = .read(try Ring.inspect(path: path))
+        } catch where error.code == ENOENT {
+            self = .absent
+        } catch where error.code == CairnError.corrupt {
+            self = .damaged("\(path) is not a ring file; the service's next start sets it aside (its events are lost)")
+        } catch where error.code == CairnError.version {
+            self = .damaged("\(path) was written by a newer Cairn")
+        } catch {
+            self = .unreadable("\(error)")
+        }
+    }
+
+    /// Events waiting in the ring (0 when there is none or it cannot be read).
+    var events: UInt64 {
+        if case .read(let i) = self { return i.events }
+        return 0
+    }
+
+    /// Says what the next start will repair or skip, on stderr.
+    func noteRepairs(_ path: String) {
+        guard case .read(let i) = self else { return }
+        if i.tornRegions > 0 {
+            FileHandle.standardError.write(Data(("cairn: \(path): \(i.tornRegions) torn regions (\(i.tornBytes) bytes); "
+                + "skipped and counted as ring_corrupt at the next start, or a record being written now\n").utf8))
+        }
+        if !i.repairs.isEmpty {
+            FileHandle.standardError.write(Data("cairn: \(path): header damaged; repaired at the next start\n".utf8))
+        }
+    }
 }
 
 switch command {
 case "events":
-    let inspection = inspectStore()
+    guard let inspection = inspectStore() else { fail("no snapshot store") }
     let decoder: FrameDecoder
     do { decoder = try FrameDecoder(maxContentSize: 256 << 20) } catch { fail("\(error)") }
     // The whole store (at most its size cap, 32 MiB by default), oldest first.
@@ -88,19 +137,34 @@ case "events":
             count += 1
         }
     }
-    FileHandle.standardError.write(Data("cairn: \(count) events\n".utf8))
-    reportDamage(inspection)
+    let ringPath = DataDirectory(dataDir).ring
+    let ring = RingLook(ringPath)
+    FileHandle.standardError.write(Data(("cairn: \(count) events stored"
+        + (ring.events > 0 ? "; \(ring.events) more wait in the event ring (not printed: sent or stored by the service)" : "")
+        + "\n").utf8))
+    ring.noteRepairs(ringPath)
+    reportDamage(inspection, ring: ring)
 case "status":
     let fm = FileManager.default
     let crashDir = DataDirectory(dataDir).crash
     let crashFiles = (try? fm.contentsOfDirectory(atPath: crashDir)) ?? []
-    let inspection = inspectStore()
+    let inspection = inspectStore(optional: true)
     out("data directory: \(dataDir)")
-    out("stored requests: \(inspection.snapshots.count) (\(inspection.bytes) bytes)"
-        + (inspection.otherVersions > 0 ? ", and \(inspection.otherVersions) of another format version" : ""))
-    if let ring = try? fm.attributesOfItem(atPath: DataDirectory(dataDir).ring)[.size] as? Int {
-        out("event ring: \(ring) bytes on disk")
+    if let inspection {
+        out("stored requests: \(inspection.snapshots.count) (\(inspection.bytes) bytes)"
+            + (inspection.otherVersions > 0 ? ", and \(inspection.otherVersions) of another format version" : ""))
+    } else {
+        out("stored requests: none (no snapshot store)")
     }
+    let ringPath = DataDirectory(dataDir).ring
+    let ring = RingLook(ringPath)
+    switch ring {
+    case .absent: out("event ring: none")
+    case .read(let i): out("event ring: \(i.events) events waiting (\(i.used) of \(i.capacity) bytes used)")
+    case .unreadable: out("event ring: unreadable (see below)")
+    case .damaged: out("event ring: damaged (see below)")
+    }
+    ring.noteRepairs(ringPath)
     out("run records: \(crashFiles.filter { $0.hasPrefix("run-") }.count) (this run's, live runs', and runs not yet reported)")
     let reports = crashFiles.filter { $0.hasSuffix(".report") }.sorted()
     out("crash reports waiting: \(reports.count)")
@@ -109,7 +173,7 @@ case "status":
         let what = report.message ?? "signal \(report.signal)"
         out("  \(name): \(what)\(report.complete ? "" : " (partial)")")
     }
-    reportDamage(inspection)
+    reportDamage(inspection, ring: ring)
 case "report":
     let json = args.contains("--json")
     let files = args.dropFirst().filter { $0 != "--json" }

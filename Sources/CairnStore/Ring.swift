@@ -128,6 +128,42 @@ public final class Ring: @unchecked Sendable {
         public var dropSlotsRepaired: UInt32
     }
 
+    /// What waits in a ring file, as ``Ring/inspect(path:)`` found it.
+    public struct Inspection: Sendable, Equatable {
+        /// Data capacity in bytes (0 for an empty file).
+        public var capacity: UInt64
+        /// Bytes from the read cursor to the write cursor.
+        public var used: UInt64
+        /// Intact event records waiting (data and bare records).
+        public var events: UInt64
+        /// Intact context records waiting.
+        public var contexts: UInt64
+        /// Regions the next open skips as torn or damaged. In a ring a process has open,
+        /// a record being written at that moment reads as torn.
+        public var tornRegions: UInt64
+        /// Bytes in those regions.
+        public var tornBytes: UInt64
+        /// What the next open would repair in the header.
+        public var repairs: Repairs
+    }
+
+    /// Counts what waits in the ring file at `path` without opening it as a ring
+    /// (`cairn_ring_inspect`): a read-only mapping, no lock, nothing repaired or
+    /// written, so it works beside the process that has the ring open and on a
+    /// read-only directory.
+    ///
+    /// - Throws: ``CairnError`` with `ENOENT` when there is no file, ``CairnError/corrupt``
+    ///   for a file that is not a ring (the next open sets it aside),
+    ///   ``CairnError/version`` for a ring of a newer format, or another `errno` code.
+    public static func inspect(path: String) throws(CairnError) -> Inspection {
+        var i = cairn_ring_inspection_t()
+        let rc = path.withCString { cairn_ring_inspect($0, &i) }
+        guard rc == 0 else { throw CairnError(rc, function: "cairn_ring_inspect") }
+        return Inspection(capacity: i.capacity, used: i.write_pos - i.read_pos, events: i.events,
+                          contexts: i.contexts, tornRegions: i.torn_regions, tornBytes: i.torn_bytes,
+                          repairs: Repairs(rawValue: i.repairs))
+    }
+
     /// A drop reason's counters in the ring's drop table, which lives in the ring file
     /// and so outlives the process (a `kill -9` included).
     public struct Drop: Sendable, Equatable {

@@ -260,5 +260,6 @@ import Testing
         #expect(ring.status == 0 && ring.lines.isEmpty, "\(ring.lines.count) records left in the ring")
         let status = try ServiceProcessTests.run("cairn", ["status", dir.path])
         #expect(status.out.contains { $0.hasPrefix("stored requests: 0 ") }, "\(status.out)")
+        #expect(status.out.contains { $0.hasPrefix("event ring: 0 events waiting") }, "\(status.out)")
     }
 }

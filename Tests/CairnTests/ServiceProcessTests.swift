@@ -397,6 +397,8 @@ import Testing
         let status = try Self.cli(["status", dir.path])
         #expect(status.status == 0 && status.out.contains { $0.hasPrefix("stored requests: ") })
         #expect(status.out.contains("crash reports waiting: 0"))
+        // Without an upload URL every batch was stored: nothing waits in the ring.
+        #expect(status.out.contains { $0.hasPrefix("event ring: 0 events waiting (") }, "\(status.out)")
         // A real crash report, from the C crash child.
         try FileManager.default.createDirectory(atPath: dir.path + "/crash", withIntermediateDirectories: true)
         let crash = Process()

@@ -492,6 +492,41 @@ CAIRN_API int cairn_ring_sync(cairn_ring_t *ring);
  */
 CAIRN_API int cairn_ring_stats(const cairn_ring_t *ring, cairn_ring_stats_t *stats);
 
+/** What cairn_ring_inspect() found in a ring file: what waits in it, read as
+ *  cairn_ring_open() would take it in, without changing the file. */
+typedef struct cairn_ring_inspection {
+    uint64_t capacity;     /**< data capacity in bytes (0 for an empty file) */
+    uint64_t read_pos;     /**< read cursor: what a consumer has released ends here */
+    uint64_t write_pos;    /**< write cursor, past any records an open would take in */
+    uint64_t events;       /**< intact records waiting, of kinds CAIRN_RING_KIND_DATA and _BARE */
+    uint64_t contexts;     /**< intact records waiting, of kind CAIRN_RING_KIND_CONTEXT */
+    uint64_t torn_regions; /**< regions an open would skip as torn or damaged (in a ring a
+                                process has open, a record being written reads as torn) */
+    uint64_t torn_bytes;   /**< bytes in those regions */
+    uint32_t repairs;      /**< CAIRN_RING_REPAIR_* bits an open would make to the header */
+    uint32_t reserved;     /**< zero */
+} cairn_ring_inspection_t;
+
+/**
+ * Counts what waits in the ring file at `path` without opening it as a ring: the file
+ * is read through a read-only mapping, no lock is taken, nothing is repaired or
+ * written, and a process may have the ring open meanwhile (the result is then a
+ * snapshot that may be a moment old). A damaged header is read as cairn_ring_open()
+ * would repair it, and `repairs` says what it would change.
+ *
+ * @param path  Ring file path.
+ * @param out   Receives the inspection; zeroed first.
+ * @return 0; CAIRN_EVERSION for a ring written by a newer format version;
+ *         CAIRN_ECORRUPT for a file that is not a ring (cairn_ring_open() would set it
+ *         aside); CAIRN_EINVAL for NULL arguments or a path that is not a regular
+ *         file; CAIRN_ENOMEM; or an errno value (ENOENT, EACCES, ...).
+ *
+ * Ownership: the caller owns `out`.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no.
+ */
+CAIRN_API int cairn_ring_inspect(const char *path, cairn_ring_inspection_t *out);
+
 /**
  * The ring file's id: a random value chosen when the file was created (its salt) and
  * kept for the file's life, so that state kept elsewhere about ring positions (the
