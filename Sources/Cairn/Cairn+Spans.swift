@@ -38,7 +38,7 @@ extension Cairn {
         }
     }
 
-    /// The async form of `withSpan`.
+    /// The async form of ``withSpan(_:traceparent:operation:)-414c3``.
     public func withSpan<T>(_ name: String, traceparent: String? = nil,
                             operation: () async throws -> T) async rethrows -> T {
         let span = Self.childSpan(continuing: traceparent)

@@ -11,7 +11,7 @@ import Glibc
 import Synchronization
 
 extension Cairn {
-    /// Starts the SDK (and sets `Cairn.shared`). On the caller's thread it does only what
+    /// Starts the SDK (and sets ``Cairn/shared``). On the caller's thread it does only what
     /// must come before the first crash or event: checks the options, installs the crash
     /// handler, builds the processor with the common properties that need no file read,
     /// opens the event ring. This run's record, the rest of the common properties, the
@@ -20,14 +20,15 @@ extension Cairn {
     /// background thread.
     ///
     /// One instance runs at a time (there is one crash handler per process): once
-    /// ``shutdown(timeout:)`` has returned, `start` may be called again, and begins a new
+    /// ``shutdown(timeout:)`` has returned, ``start(_:)`` may be called again, and begins a new
     /// run (a new session) in the data directory it is given. A test suite can so start
     /// a fresh SDK per test, each in a directory of its own. The same directory again
     /// needs the earlier instance released first (its event ring stays open, and locked,
     /// while it lives).
     ///
-    /// - Throws: `CairnStartError`: which option is invalid and why; `.alreadyStarted`
-    ///   while another instance runs; `.disabled`; `.storage` when the data directory
+    /// - Throws: ``CairnStartError``: which option is invalid and why;
+    ///   ``CairnStartError/alreadyStarted`` while another instance runs;
+    ///   ``CairnStartError/disabled``; ``CairnStartError/storage(_:)`` when the data directory
     ///   cannot be used.
     @discardableResult
     public static func start(_ options: Options) throws(CairnStartError) -> Cairn {
@@ -49,7 +50,7 @@ extension Cairn {
         }
     }
 
-    /// Starts the SDK as `start` does, but never throws: when it cannot start (an
+    /// Starts the SDK as ``start(_:)`` does, but never throws: when it cannot start (an
     /// invalid option, a data directory it cannot use, `CAIRN_DISABLED=1`, a second
     /// start) it writes the reason to stderr once and returns a disabled SDK whose
     /// calls do nothing and cost next to nothing. The pattern for services that must
@@ -60,7 +61,7 @@ extension Cairn {
     /// if let error = cairn.startError { myLogger.warning("telemetry off: \(error)") }
     /// ```
     ///
-    /// A disabled SDK is not ``shared``. With `disabled` set (by choice), the note is
+    /// A disabled SDK is not ``shared``. With ``Options/disabled`` set (by choice), the note is
     /// written only with debug logging on.
     public static func startOrDisabled(_ options: Options) -> Cairn {
         do {
@@ -119,7 +120,7 @@ extension Cairn {
         return cairn
     }
 
-    /// The background half of `start`: store, uploader, previous runs, install
+    /// The background half of ``Cairn/start(_:)``: store, uploader, previous runs, install
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground(crash: CrashCapture, ring: Ring) {
         crash.finishSetup()  // first: the run record, and the OOM-kill baseline as early as it can

@@ -8,7 +8,7 @@ import Dispatch
 import Glibc
 import Synchronization
 
-/// How `setUserProperties(_:mode:)` changes the user's properties on the collector.
+/// How ``Cairn/setUserProperties(_:mode:identity:)`` changes the user's properties on the collector.
 public enum UserPropertyMode: String, Sendable, CaseIterable {
     /// Set the values (type `user_set`).
     case set
@@ -49,7 +49,7 @@ public protocol CairnEvent: Sendable {
     var name: String { get }
     /// Its properties (default: none).
     var properties: [String: CairnValue] { get }
-    /// How much it matters (default: `.sampled`).
+    /// How much it matters (default: ``Tier/sampled``).
     var tier: Tier { get }
     /// Whether it reports an error: errors are always kept by sampling and folded by
     /// deduplication (default: false).
@@ -80,7 +80,7 @@ extension CairnEvent {
 public final class Cairn: @unchecked Sendable {
     // @unchecked: mutable state lives in `state` (a lock) and atomics.
 
-    /// The started SDK, or nil before `start` (and after `shutdown`).
+    /// The started SDK, or nil before ``start(_:)`` (and after ``shutdown(timeout:)``).
     public static var shared: Cairn? { sharedInstance.withLock { $0 } }
     static let sharedInstance = Locked<Cairn?>(nil)
     // One instance at a time: set by a compare-and-exchange on the thread that calls
@@ -114,7 +114,7 @@ public final class Cairn: @unchecked Sendable {
         var record: InstallRecord?
     }
 
-    /// nil in a disabled SDK (`startOrDisabled` after a failed start).
+    /// nil in a disabled SDK (``startOrDisabled(_:)`` after a failed start).
     let ring: Ring?
     /// The path every event takes; nil in a disabled SDK.
     let pipeline: EventPipeline?
@@ -122,8 +122,8 @@ public final class Cairn: @unchecked Sendable {
     let crash: CrashCapture?
     /// Why this SDK is disabled (every call a no-op), or nil when it runs.
     public let startError: CairnStartError?
-    /// Whether this SDK runs; false for the disabled SDK `startOrDisabled` returns when
-    /// `start` failed, on which every call is a cheap no-op.
+    /// Whether this SDK runs; false for the disabled SDK ``startOrDisabled(_:)`` returns when
+    /// ``start(_:)`` failed, on which every call is a cheap no-op.
     public var isEnabled: Bool { ring != nil }
     let drops: DropCounters
     let state: Locked<State>
@@ -135,16 +135,17 @@ public final class Cairn: @unchecked Sendable {
         var store: SnapshotStore?
         var ready = false
         var stopped = false
-        /// `shutdown` stopped waiting for the background start: it must not start the
+        /// ``Cairn/shutdown(timeout:)`` stopped waiting for the background start: it must not start the
         /// uploader after that.
         var startAbandoned = false
-        /// What the first `shutdown` returned, once it has finished.
+        /// What the first ``Cairn/shutdown(timeout:)`` returned, once it has finished.
         var shutdownResult: Bool?
-        /// How long `start` took on the caller's thread, for the first `sdk_health`.
+        /// How long ``Cairn/start(_:)`` took on the caller's thread, for the first `sdk_health`.
         var startNanos: UInt64 = 0
     }
 
-    /// The task-local span: events tracked inside `withSpan` carry its trace and span ids.
+    /// The task-local span: events tracked inside
+    /// ``withSpan(_:traceparent:operation:)-414c3`` carry its trace and span ids.
     @TaskLocal public static var currentSpan: SpanContext?
 
     init(options: Options, crash: CrashCapture?, ring: Ring?, processor: Processor,
@@ -168,6 +169,6 @@ public final class Cairn: @unchecked Sendable {
     var uploader: Uploader? { pipeline?.sink.uploader.withLock { $0 } }
 
     /// Where the next `sdk_health` counts from; held while one is built and tracked, so
-    /// the periodic one and the final one at `shutdown` never interleave.
+    /// the periodic one and the final one at ``shutdown(timeout:)`` never interleave.
     let health: Locked<HealthState>
 }

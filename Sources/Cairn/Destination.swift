@@ -47,7 +47,7 @@ public struct FinishedEvent: Sendable, Equatable {
 /// `session_end` events of previous runs. Called on the SDK's background thread, with
 /// tracked events in the order they were tracked, after they left the service's thread;
 /// a Critical event is handed over on the thread that tracked it, once it is stored
-/// (see `Cairn.track(_:time:identity:)` for typed events). Return quickly (queue slow
+/// (see ``Cairn/track(_:time:identity:)`` for typed events). Return quickly (queue slow
 /// work). An event recovered after a crash may arrive again.
 public protocol Destination: Sendable {
     /// Receives finished events.

@@ -4,7 +4,7 @@ import CairnStore
 import FoundationEssentials
 import Glibc
 
-/// Drops counted by reason: in memory for `dropCounts` and `sdk_health` (this
+/// Drops counted by reason: in memory for ``Cairn/dropCounts`` and `sdk_health` (this
 /// process), and in the ring's drop table, which survives a `kill -9` until a request
 /// has reported them (the `Cairn-Dropped` header). What the sanitising and privacy
 /// rules changed is counted apart, in memory only: a changed event was not dropped.

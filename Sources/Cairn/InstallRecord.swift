@@ -33,7 +33,7 @@ package final class InstallRecord: Sendable {
     }
 
     /// Reads `<directory>/install.json`, creating it on the first start. Runs on the
-    /// caller's thread in `start`, so it reads the small file with the SDK's own reader
+    /// caller's thread in ``Cairn/start(_:)``, so it reads the small file with the SDK's own reader
     /// and writes it by hand rather than through Foundation's JSON (whose first use
     /// costs milliseconds).
     static func load(directory: String, release: String?) -> InstallRecord {

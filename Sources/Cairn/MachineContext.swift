@@ -28,8 +28,8 @@ extension CommonProperties {
         return p
     }
 
-    /// What `collect` reads without opening a file: host name, kernel and architecture
-    /// (`uname`) and the pid. `start` puts these into the first events and
+    /// What ``collect()`` reads without opening a file: host name, kernel and architecture
+    /// (`uname`) and the pid. ``Cairn/start(_:)`` puts these into the first events and
     /// the rest into later ones once the background thread has read it.
     public static func collectWithoutFiles() -> CommonProperties {
         var p = CommonProperties()

@@ -4,7 +4,7 @@ import CairnUploader
 public import FoundationEssentials
 import Glibc
 
-/// An environment variable whose value did not parse: `validate` reports it.
+/// An environment variable whose value did not parse: ``Cairn/Options/validate()`` reports it.
 struct EnvironmentProblem: Sendable {
     /// The option it sets.
     var option: String
@@ -16,14 +16,14 @@ struct EnvironmentProblem: Sendable {
     var expected: String
 }
 
-/// Why `Cairn.start` refused to start: which option, and why.
+/// Why ``Cairn/start(_:)`` refused to start: which option, and why.
 public enum CairnStartError: Error, Equatable, Sendable, CustomStringConvertible {
     /// An option is invalid.
     case invalidOption(name: String, reason: String)
     /// Another instance runs in this process (one SDK, one crash handler, at a time):
     /// shut it down first.
     case alreadyStarted
-    /// The SDK is disabled (`Options.disabled`, `CAIRN_DISABLED=1`).
+    /// The SDK is disabled (``Cairn/Options/disabled``, `CAIRN_DISABLED=1`).
     case disabled
     /// Something on disk could not be opened: what, and the underlying error.
     case storage(String)
@@ -40,8 +40,9 @@ public enum CairnStartError: Error, Equatable, Sendable, CustomStringConvertible
 }
 
 extension Cairn {
-    /// Everything `Cairn.start` needs. Only `appID` and `distinctID` have no default
-    /// that fits every service; `fromEnvironment()` reads the rest from `CAIRN_*`.
+    /// Everything ``Cairn/start(_:)`` needs. Only ``Cairn/Options/appID`` and
+    /// ``Cairn/Options/distinctID`` have no default that fits every service;
+    /// ``Cairn/Options/fromEnvironment(_:)`` reads the rest from `CAIRN_*`.
     public struct Options: Sendable {
         /// The application's id (required).
         public var appID: String
@@ -52,7 +53,7 @@ extension Cairn {
         /// `production`, `staging`, ...
         public var environment: String?
         /// The default identity of events: a host or instance id suits a service. Each
-        /// call may override it (`track(..., identity:)`). The SDK never invents a user id.
+        /// call may override it (``Cairn/track(_:properties:time:identity:)``). The SDK never invents a user id.
         public var distinctID: String
         /// Where batches are sent (HTTP POST); nil keeps events in the local store, up to
         /// its caps, and sends nothing.
@@ -63,7 +64,7 @@ extension Cairn {
         public var dataDirectory: String
         /// Print upload logs and notes to stderr.
         public var debugLogging: Bool
-        /// Start nothing: `Cairn.start` throws `.disabled`.
+        /// Start nothing: ``Cairn/start(_:)`` throws ``CairnStartError/disabled``.
         public var disabled: Bool
         /// Sampling rates by tier and event.
         public var sampling: SamplingOptions
@@ -113,7 +114,7 @@ extension Cairn {
         /// Receives the uploader's start and result logs.
         public var uploadObserver: (any UploadObserver)?
         /// How often the SDK reports on itself with an `sdk_health` event (docs/FORMATS.md,
-        /// "SDK health"), plus once at `shutdown`; nil turns it off. Default 60 s;
+        /// "SDK health"), plus once at ``Cairn/shutdown(timeout:)``; nil turns it off. Default 60 s;
         /// 100 ms ... 24 h.
         public var healthInterval: Duration? = .seconds(60)
         /// Signals on which the SDK shuts itself down before the process ends: it flushes
@@ -134,7 +135,7 @@ extension Cairn {
         /// what was stored while no URL was set is sent once one is. False pins every
         /// request to the URL and key it was built with.
         public var storedRequestsFollowDestination: Bool = true
-        /// `CAIRN_*` values that did not parse, reported by `validate`.
+        /// `CAIRN_*` values that did not parse, reported by ``validate()``.
         var environmentProblems: [EnvironmentProblem] = []
 
         /// Options with defaults: data in `./.cairn`, privacy on, everything kept.
@@ -189,7 +190,7 @@ extension Cairn {
         /// Every value is read without the white space around it (a trailing newline from
         /// a secrets file is harmless); an empty value counts as unset. Booleans are
         /// `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`, in any case. A value that does
-        /// not parse is not ignored: `validate()` (and so `start`) reports it with the
+        /// not parse is not ignored: ``validate()`` (and so ``Cairn/start(_:)``) reports it with the
         /// variable and the value as typed.
         public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) -> Options {
             var problems: [EnvironmentProblem] = []
@@ -265,7 +266,7 @@ extension Cairn {
             return o
         }
 
-        /// These options as `start` uses them: the upload URL, the API key and the CA file
+        /// These options as ``Cairn/start(_:)`` uses them: the upload URL, the API key and the CA file
         /// without the white space around them (an empty one is unset).
         func normalized() -> Options {
             var o = self
@@ -291,7 +292,7 @@ extension Cairn {
 
         /// Checks every option; the error names the first bad one and why, quoting the
         /// value as it was given. The upload URL, the API key and the CA file are checked
-        /// as `start` uses them: without surrounding white space.
+        /// as ``Cairn/start(_:)`` uses them: without surrounding white space.
         public func validate() throws(CairnStartError) {
             func bad(_ name: String, _ why: String) -> CairnStartError { .invalidOption(name: name, reason: why) }
             if let p = environmentProblems.first {

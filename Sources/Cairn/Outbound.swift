@@ -19,8 +19,8 @@ extension Cairn {
     /// Calls at least this slow are always kept, whatever the sampling rate.
     public static let slowOutboundCall: Duration = .seconds(1)
 
-    /// Begins an outbound call: inject `traceparent` into the request, then end it with
-    /// `endOutbound`.
+    /// Begins an outbound call: inject its ``OutboundCall/traceparent`` into the request,
+    /// then end it with ``endOutbound(_:method:url:status:error:)``.
     public func beginOutbound() -> OutboundCall {
         OutboundCall(span: Self.childSpan(), started: DispatchTime.now().uptimeNanoseconds)
     }
@@ -51,7 +51,8 @@ extension Cairn {
     }
 
     /// Runs an outbound call: `body` gets the `traceparent` to send and returns its
-    /// result and the HTTP status; the call is recorded as with `endOutbound` (a thrown
+    /// result and the HTTP status; the call is recorded as with
+    /// ``endOutbound(_:method:url:status:error:)`` (a thrown
     /// error is recorded, then rethrown).
     public func withOutbound<T>(method: String, url: String,
                                 _ body: (_ traceparent: String) throws -> (T, status: Int?)) rethrows -> T {

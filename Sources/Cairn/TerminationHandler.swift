@@ -3,7 +3,7 @@ import CCairn
 import CairnStore
 import Glibc
 
-/// Shuts the SDK down when the process is asked to stop (`Options.terminationSignals`),
+/// Shuts the SDK down when the process is asked to stop (``Cairn/Options/terminationSignals``),
 /// then hands the signal on to what was installed before (the C side,
 /// `cairn_term_install`, keeps its handler to one `write(2)`).
 enum TerminationHandler {

@@ -172,6 +172,9 @@ public final class SnapshotStore: @unchecked Sendable {
     /// zero-sized value on the object's header, which other threads read to retain it,
     /// and reported that as a race.)
     private let serial = Locked(0)
+    /// Fault injection for tests: while set, every write fails with `EIO`, as a failing
+    /// disk's would (a real store cannot be made to fail on demand).
+    package let failingWrites = Locked(false)
     private let damage: StoreDamage?
 
     /// The directory holding the environment.
@@ -545,6 +548,7 @@ public final class SnapshotStore: @unchecked Sendable {
     /// plus headroom) and runs `body` again.
     private func write(_ body: (OpaquePointer) throws(StoreError) -> Void,
                        committed: () -> Void = {}) throws(StoreError) {
+        if failingWrites.withLock({ $0 }) { throw StoreError(EIO, function: "mdb_txn_commit") }
         try serial.withLock { _ throws(StoreError) in
             for _ in 0..<8 {
                 var txn: OpaquePointer?

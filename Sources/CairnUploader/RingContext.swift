@@ -162,19 +162,22 @@ final class RingContexts {
     /// below `upto`. Call before releasing any record below `upto`. A failed write is
     /// tried again with the next batch; meanwhile the stored value does not cover the
     /// later cursor, and a new process falls back rather than use a stale context.
-    func persist(to store: SnapshotStore?, ring: Ring, upTo upto: UInt64) {
-        guard let store else { return }
+    /// Returns whether the store holds them.
+    @discardableResult
+    func persist(to store: SnapshotStore?, ring: Ring, upTo upto: UInt64) -> Bool {
+        guard let store else { return true }
         let read = ring.readPosition
         prune(before: read)
         // Records whose context record was not a fragment keep their entry (empty), so
         // that a later process falls back for them too rather than take the one before.
         let needed = entries.filter { $0.position < upto }
-        guard !needed.isEmpty else { return }
+        guard !needed.isEmpty else { return true }
         let positions = needed.map(\.position)
-        if let p = persisted, p.positions == positions, p.upto >= upto { return }
+        if let p = persisted, p.positions == positions, p.upto >= upto { return true }
         let mark = RingContextMark(ringID: ring.id, upto: upto, entries: needed)
-        guard (try? store.setMetadata(RingContextMark.metadataKey, mark.encoded())) != nil else { return }
+        guard (try? store.setMetadata(RingContextMark.metadataKey, mark.encoded())) != nil else { return false }
         persisted = (positions, upto)
+        return true
     }
 
     /// Forgets context records that can no longer be in force: all before `read` but

@@ -66,6 +66,11 @@ public struct UploaderOptions: Sendable {
     /// this one leaves unreported under this session (``DropSessions``). nil: drops are
     /// reported without a session.
     public var sessionID: String?
+    /// How long a batch waits for its mark to be kept in the snapshot store before it is
+    /// sent without one (docs/FORMATS.md, `ring_batch`): while the store refuses writes
+    /// (full, failing), batches wait this long, then delivery goes on at least once.
+    /// 10 s by default.
+    public var markPatience: Duration = .seconds(10)
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
@@ -122,6 +127,13 @@ public struct UploaderStats: Sendable, Equatable {
     /// Times a batch could not be put in the snapshot store (full disk, over the cap);
     /// its records stayed in the ring and it was tried again later.
     public var storeFailures = 0
+    /// Times a batch's mark (or the contexts its records need) could not be kept in the
+    /// snapshot store: the batch waited, and was tried again at the next pass.
+    public var markFailures = 0
+    /// Batches sent although their mark could not be kept for
+    /// ``UploaderOptions/markPatience``: a process killed before they are safe sends their
+    /// events again under another `Idempotency-Key` (with the same event ids).
+    public var unmarkedSends = 0
 
     /// All counts zero.
     public init() {}
@@ -469,6 +481,11 @@ public final class Uploader: @unchecked Sendable {
         var due: ContinuousClock.Instant
         var sending = false
         var done = false
+        /// Whether its mark, and the contexts its records need, are in the snapshot
+        /// store (``keepMarks()``); always with no store.
+        var marked = false
+        /// Counted in ``UploaderStats/unmarkedSends``.
+        var unmarkedCounted = false
         init(token: Int, request: UploadRequest?, mark: RingBatchMark, slot: Int, events: Int,
              reported: [DropReport], due: ContinuousClock.Instant, done: Bool = false) {
             self.token = token
@@ -594,8 +611,14 @@ public final class Uploader: @unchecked Sendable {
             let run = peeked
             if run.records.isEmpty {
                 // Padding only: released now when nothing waits before it, else with the
-                // next batch, whose mark starts before it.
-                if flights.isEmpty && run.next != ring.readPosition { try? ring.commit(upTo: run.next) }
+                // next batch, whose mark starts before it. The context in force goes on
+                // past it (the padding ends a lap, its run's records continue at the
+                // start): kept first to cover the new cursor, or a process killed now
+                // would start without it.
+                if flights.isEmpty && run.next != ring.readPosition
+                    && contexts.persist(to: store, ring: ring, upTo: run.next) {
+                    try? ring.commit(upTo: run.next)
+                }
                 firstSeen = nil
                 if flights.isEmpty {
                     markIdle(generation)
@@ -671,26 +694,29 @@ public final class Uploader: @unchecked Sendable {
         return (options.maxBatchEvents * batchScale, bytes)
     }
 
-    /// Frames `run` as the batch `mark` describes and adds it to the flights, after
-    /// recording the mark in metadata slot `slot`: a process killed before the batch is
-    /// safe rebuilds exactly this batch, with this key, at its next start
+    /// Frames `run` as the batch `mark` describes and adds it to the flights, with its
+    /// mark kept in metadata slot `slot` (``keepMarks()``): a process killed before the
+    /// batch is safe rebuilds exactly this batch, with this key, at its next start
     /// (``resumeMarkedBatches()``).
     private func startBatch(_ run: Ring.Run, mark: RingBatchMark, slot: Int, resumed: Bool = false) {
         // Bare records completed with their context; context records are not sent, but
         // the ones the next start may need are kept before any record is released.
         contexts.complete(run, into: &framing)
-        contexts.persist(to: store, ring: ring, upTo: run.next)
         if framing.fallbacks > 0 && options.debugLogging {
             let note = "[cairn] \(framing.fallbacks) events without the context of the run that tracked them "
                 + "(lost with the snapshot store's ring_context): sent with this process's, marked "
                 + "\"context_recovered\":false (\(contexts.fallbacks) since start)\n"
             writeStandardError(note)
         }
+        // Nothing to send (context records only, or records that cannot be framed): its
+        // records are released in turn. Its mark says so (as for a stored batch), so
+        // that a process killed before then goes on past it to the batches after.
+        var nothingToSend = mark
+        nothingToSend.stored = true
         guard framing.events > 0 else {
-            // Context records only: released in turn, nothing to send.
             nextToken += 1
-            flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
-                                  due: clock.now, done: true))
+            add(Flight(token: nextToken, request: nil, mark: nothingToSend, slot: slot, events: 0, reported: [],
+                       due: clock.now, done: true))
             return
         }
         do {
@@ -704,23 +730,75 @@ public final class Uploader: @unchecked Sendable {
             // The request holds the batch now: its ring pages need not stay in memory
             // while it is out (the ring file keeps them until they are released).
             try? ring.releasePages(from: mark.first, to: run.next)
-            try? store?.setMetadata(RingBatchMark.metadataKey(slot: slot), mark.encoded())
             // A resumed batch may already have reached the collector, which then drops this
             // copy as a duplicate: drops ride with a new batch instead, and with one
             // request at a time, so that no count is reported twice.
             let carrying = flights.contains { !$0.done && !$0.reported.isEmpty }
             let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed && !carrying)
             nextToken += 1
-            flights.append(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
-                                  events: framing.events, reported: built.reported, due: clock.now))
+            add(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
+                       events: framing.events, reported: built.reported, due: clock.now))
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
             count(drop: .unframeable, framing.events)
             nextToken += 1
-            flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0, reported: [],
-                                  due: clock.now, done: true))
+            add(Flight(token: nextToken, request: nil, mark: nothingToSend, slot: slot, events: 0, reported: [],
+                       due: clock.now, done: true))
         }
+    }
+
+    private func add(_ f: Flight) {
+        flights.append(f)
+        keepMarks()
+    }
+
+    /// Keeps in the snapshot store, for the flights not yet marked and in ring order,
+    /// what a process killed from now on needs to rebuild them exactly: the contexts
+    /// their records need, then their marks. A batch is sent, and records released,
+    /// only once it and every batch before it is marked (``advanceFlights()``,
+    /// ``releaseDone()``), so the next start finds the chain of marks from the read
+    /// cursor whole and no event goes out under two keys. A failed write (the store
+    /// full or failing) is counted and tried again at the next pass.
+    private func keepMarks() {
+        guard let last = flights.last, flights.contains(where: { !$0.marked }) else { return }
+        guard let store else {
+            for f in flights { f.marked = true }
+            return
+        }
+        var failure: String?
+        if !contexts.persist(to: store, ring: ring, upTo: last.mark.next) {
+            failure = "the contexts of its records"
+        } else {
+            for f in flights where !f.marked {
+                do {
+                    try store.setMetadata(RingBatchMark.metadataKey(slot: f.slot), f.mark.encoded())
+                    f.marked = true
+                } catch {
+                    failure = "its mark (\(error))"
+                    break
+                }
+            }
+        }
+        guard let failure else {
+            marksFailingSince = nil
+            return
+        }
+        marksFailingSince = marksFailingSince ?? clock.now
+        state.withLock { $0.stats.markFailures += 1 }
+        if options.debugLogging {
+            writeStandardError("[cairn] a batch waits: the snapshot store did not keep \(failure); tried again\n")
+        }
+    }
+
+    /// Since when the store has refused to keep marks; nil while it keeps them.
+    private var marksFailingSince: ContinuousClock.Instant?
+
+    /// Whether flight `f` may be sent or released: it is marked, or the store has
+    /// refused marks for longer than ``UploaderOptions/markPatience`` (then every batch
+    /// goes out as it comes, until a mark is kept again).
+    private func sendable(_ f: Flight) -> Bool {
+        f.marked || marksFailingSince.map { clock.now - $0 >= options.markPatience } ?? false
     }
 
     /// At start: batches the last process had formed but not yet made safe are formed
@@ -748,13 +826,12 @@ public final class Uploader: @unchecked Sendable {
                       (tail.records.first?.position ?? tail.next) == mark.next else { break }
             }
             if mark.stored {
-                // The store has this batch: its records are released in turn, once the
-                // contexts among them are kept.
+                // The store has this batch (or it had nothing to send): its records are
+                // released in turn, once the contexts among them are kept.
                 contexts.observe(run)
-                contexts.persist(to: store, ring: ring, upTo: mark.next)
                 nextToken += 1
-                flights.append(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0,
-                                      reported: [], due: clock.now, done: true))
+                add(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0,
+                           reported: [], due: clock.now, done: true))
             } else {
                 startBatch(run, mark: mark, slot: slot, resumed: true)
             }
@@ -767,7 +844,8 @@ public final class Uploader: @unchecked Sendable {
     /// Releases the ring records of the flights at the front that are done.
     private func releaseDone() {
         var upTo: UInt64?
-        while let f = flights.first, f.done {
+        keepMarks()
+        while let f = flights.first, f.done, sendable(f) {
             upTo = f.mark.next
             flights.removeFirst()
         }
@@ -786,9 +864,20 @@ public final class Uploader: @unchecked Sendable {
     /// paused, breaker open, store-only), and returns when a waiting attempt is due.
     private func advanceFlights() -> ContinuousClock.Instant? {
         var next: ContinuousClock.Instant?
+        keepMarks()
         for f in flights where !f.done && !f.sending {
             let now = clock.now
             guard let request = f.request else { continue }
+            // Nothing goes out before it and every batch before it is marked, or has
+            // waited long enough (then at least once, counted).
+            guard sendable(f) else {
+                next = min(next ?? now + .milliseconds(100), now + .milliseconds(100))
+                break
+            }
+            if !f.marked && !f.unmarkedCounted {
+                f.unmarkedCounted = true
+                state.withLock { $0.stats.unmarkedSends += 1 }
+            }
             let paused = state.withLock { ($0.pausedUntil ?? now) > now }
             // Paused while a flush waits, or the breaker open: store now rather than wait.
             if options.storeOnly || paused || f.attempts >= options.attempts || !breaker.allows(at: now) {

@@ -220,7 +220,7 @@ import Testing
 
         // Batches wait a long time to fill: the recovered events must not wait behind it.
         let received = try Self.nextStart(env, to: try CollectorProcess(), ["CAIRN_BATCH_AGE_MS": "3000"])
-        let end = try #require(received.firstIndex { $0["name"] as? String == "session_end" }, "\(received.count)")
+        let end = try #require(received.firstIndex { $0["name"] as? String == "session_end" }, "\(received.map { $0["name"] ?? "?" })")
         let events = received.indices.filter { received[$0]["name"] as? String == "child_event" }
         #expect(events.count == 20)
         #expect(events.allSatisfy { $0 < end }, "events at \(events), session_end at \(end)")

@@ -19,10 +19,13 @@ import Testing
         try collector.setDefault(["status": 500])
         let ring = try Ring(path: base + "/events.ring")        // 1 MiB, allocated up front
         let store = try SnapshotStore(directory: base + "/store", options: .init(maxBytes: 32 << 20))
-        let options = UploaderOptions(url: collector.baseURL + "/v1/batch", maxBatchEvents: 300,
+        var options = UploaderOptions(url: collector.baseURL + "/v1/batch", maxBatchEvents: 300,
                                       maxBatchAge: .milliseconds(20), attempts: 1,
                                       backoff: Backoff(base: .milliseconds(20), cap: .milliseconds(100)),
                                       breaker: CircuitBreaker(threshold: 1_000_000), requestTimeout: .seconds(5))
+        // Once the disk is full, batch marks may fail too: batches then wait this long
+        // before they go out (and, failing, are offered to the full store).
+        options.markPatience = .milliseconds(500)
         let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: options)
         uploader.start()
 

@@ -71,6 +71,46 @@ import Testing
     /// The collector is down: the batch is stored; the process ends; a new process
     /// (the child, in drain mode) replays it with the same bytes and key once the
     /// collector is up.
+    /// A batch goes out only once its mark is kept (docs/FORMATS.md, `ring_batch`), so
+    /// that a process killed meanwhile rebuilds it under the same key: while the store
+    /// refuses writes the batch waits, counted; once the store takes writes it is sent
+    /// under the key its mark names. A store that keeps failing delays delivery by
+    /// `markPatience` only, then the batch goes out unmarked, counted. The failing
+    /// writes are injected (`failingWrites`): a real store cannot fail on demand.
+    @Test func aBatchWaitsForItsMarkThenGoesOutUnderIt() throws {
+        let collector = try CollectorProcess()
+        let box = try Sandbox()
+        let ring = try box.ring()
+        let store = try box.store()
+        var options = Self.options(collector)
+        options.markPatience = .seconds(3)
+        let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(), options: options)
+        store.failingWrites.withLock { $0 = true }
+        for i in 0..<10 { try ring.append(Self.event(i)) }
+        uploader.start()
+        #expect(eventually(5) { uploader.stats.markFailures >= 3 })
+        #expect(try collector.requests().isEmpty, "a batch went out before its mark was kept")
+
+        store.failingWrites.withLock { $0 = false }
+        #expect(eventually(10) { uploader.stats.deliveredBatches == 1 })
+        let first = try collector.requests()
+        #expect(first.count == 1 && first.first?.records?.count == 10)
+        let mark = try #require(try store.metadata("ring_batch"))
+        #expect(String(decoding: mark.dropFirst(40), as: UTF8.self) == first.first?.idempotency_key)
+        #expect(uploader.stats.unmarkedSends == 0)
+
+        // The store fails for good: the next batch waits its patience, then goes out.
+        store.failingWrites.withLock { $0 = true }
+        for i in 10..<20 { try ring.append(Self.event(i)) }
+        usleep(1_000_000)
+        #expect(try collector.requests().count == 1, "sent before its patience ran out")
+        #expect(eventually(10) { uploader.stats.deliveredBatches == 2 })
+        #expect(uploader.stats.unmarkedSends == 1)
+        store.failingWrites.withLock { $0 = false }
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(try collector.requests().flatMap { $0.records ?? [] }.count == 20)
+    }
+
     @Test func storedWhileDownReplayedByTheNextProcess() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["status": 500])

@@ -171,6 +171,10 @@ case "serve":
     if let ms = env["CAIRN_TEST_FLUSH_MS"].flatMap({ Int($0) }) { _ = cairn.flush(timeout: .milliseconds(ms)) }
     let more = env["CAIRN_TEST_MORE"].flatMap { Int($0) } ?? 0
     for i in n..<n + more { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
+    // Ready once the background start has written this run's record: a process killed
+    // before then leaves no run to report (its events still wait in the ring).
+    let record = options.dataDirectory + "/crash/run-\(cairn.sessionID).json"
+    for _ in 0..<1000 where !FileManager.default.fileExists(atPath: record) { usleep(5_000) }
     say("ready")
     while true { pause() }
 case "shutdown":

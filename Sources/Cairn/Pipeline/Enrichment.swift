@@ -1,7 +1,7 @@
 import CairnProcessor
 
 /// The second stage: what the SDK adds to an event. Dynamic properties
-/// (`Options.dynamicProperties`) fill the keys a tracked event's call site did not set;
+/// (``Cairn/Options/dynamicProperties``) fill the keys a tracked event's call site did not set;
 /// they describe events, not users, so user-property requests go as they were set.
 /// (Identity, session and trace are given to the event where it is made; its time and
 /// the common properties when it is encoded.)

@@ -3,8 +3,8 @@ import CairnProcessor
 import Dispatch
 
 /// Folds repeats of an error event (same name and message) within a window into one
-/// summary: the first is kept and written, the repeats are counted as `deduplicated`
-/// drops, and when the window closes with repeats, the first event is written once more
+/// summary: the first is kept and written, the repeats are counted as
+/// ``DropReason/deduplicated`` drops, and when the window closes with repeats, the first event is written once more
 /// with `repeat_count` and `deduplicated: true` (docs/FORMATS.md, "Sampling, filtering
 /// and deduplication").
 final class ErrorFolding: Sendable {
@@ -15,7 +15,8 @@ final class ErrorFolding: Sendable {
     private let limit: Int
 
     /// A dictionary in a plain struct: `Locked<[UInt64: Event]>` would make the runtime
-    /// look up `UInt64: Hashable` while `start` runs; a non-generic wrapper does not.
+    /// look up `UInt64: Hashable` while ``Cairn/start(_:)`` runs; a non-generic wrapper
+    /// does not.
     private struct FirstEvents {
         var byFingerprint: [UInt64: Event] = [:]
     }

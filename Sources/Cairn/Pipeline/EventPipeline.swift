@@ -3,7 +3,7 @@ import CairnStore
 
 /// The one path every event takes: ``Admission`` (rules, shedding, folding) →
 /// ``Enrichment`` → ``EventSink`` (clean, encode, ring or store, destinations). The
-/// facade (`Cairn`) makes events from its calls and hands them here.
+/// facade (``Cairn``) makes events from its calls and hands them here.
 final class EventPipeline: Sendable {
     let admission: Admission
     let enrichment: Enrichment

@@ -25,8 +25,8 @@ final class EventSink: Sendable {
     let contextPending = Atomic<Bool>(true)
     /// Held while a context record is appended, so two never race.
     private let contextAppend = Locked(())
-    /// The uploader, once the background start has made it (its store takes Critical
-    /// events); set by ``attach(_:)``.
+    /// The uploader, set once the background start has made it (its store takes
+    /// Critical events).
     let uploader = Locked<Uploader?>(nil)
 
     init(ring: Ring, processor: Processor, drops: DropCounters, destinations: [any Destination], debugLogging: Bool) {
@@ -106,7 +106,7 @@ final class EventSink: Sendable {
     }
 
     /// A Critical event (cleaned) goes to the snapshot store at once, in a request of its
-    /// own with the Critical priority, synced before `track` returns: stored, it outlives
+    /// own with the Critical priority, synced before ``Cairn/track(_:time:identity:)`` returns: stored, it outlives
     /// the eviction of Sampled and Important requests when the store is full, and a crash
     /// right after. Destinations see it now. False when the store refuses it: the ring
     /// takes it instead (synced too), as it does before the background start has opened
