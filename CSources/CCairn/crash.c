@@ -14,8 +14,11 @@
  *     and tgkill through syscall(2), and prctl(PR_GET_NAME), which only reads;
  *   - libunwind's local unwinder (UNW_LOCAL_ONLY, unw_init_local2 with
  *     UNW_INIT_SIGNAL_FRAME), with per-thread caching so no global lock is taken;
- *   - one thread wins (compare-and-swap on the winner's thread id); others crashing
- *     at the same time wait, bounded, for the winner to end the process;
+ *   - one thread wins (compare-and-swap on the winner's thread id) and writes the
+ *     report; others crashing at the same time wait until it is committed (bounded:
+ *     10 s, for a winner stuck in a damaged process), then pass their own signal on
+ *     as the winner does, so every thread meets the earlier handler as it would
+ *     without Cairn and the process ends with the status it would have had;
  *   - SA_NODEFER lets a fault inside the handler re-enter it: the second entry writes
  *     a short NESTED section and finishes the report, a third exits at once;
  *   - afterwards the previous handler is restored and called, or the default action
@@ -96,6 +99,7 @@ extern const char **swift_getFatalErrorMessageBuffer(void) __attribute__((weak))
 /* Crash state. */
 static int winner_tid;   /* atomic */
 static int entries;      /* handler entries by the winner; atomic */
+static int report_done;  /* the winner committed the report; atomic */
 static int first_signal;
 static int report_fd = -1;
 
@@ -425,18 +429,10 @@ static void write_frames(ucontext_t *uc, uintptr_t pc, uintptr_t sp, uintptr_t f
     put_section(SEC_FRAMES, buf, 8 + 8 * n);
 }
 
-/* Finishes the report and ends the process the way it would have ended without Cairn. */
-static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int tid)
+/* Hands `sig` on as if Cairn's handler had not been there: to the handler installed
+ * before it, else to the default action. */
+static void pass_on(int sig, siginfo_t *info, void *uctx, int tid)
 {
-    unsigned char t[8];
-    cairn__put64(t, now_ns(CLOCK_MONOTONIC) - started);
-    put_section(SEC_TIMING, t, 8);
-    put_section(SEC_COMMIT, NULL, 0);
-    if (report_fd >= 0) {
-        fsync(report_fd);
-        close(report_fd);
-        report_fd = -1;
-    }
     int i = index_of(sig);
     if (i >= 0) {
         sigaction(sig, &previous[i], NULL);
@@ -456,6 +452,22 @@ static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int t
     _exit(128 + sig);
 }
 
+/* Finishes the report and ends the process the way it would have ended without Cairn. */
+static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int tid)
+{
+    unsigned char t[8];
+    cairn__put64(t, now_ns(CLOCK_MONOTONIC) - started);
+    put_section(SEC_TIMING, t, 8);
+    put_section(SEC_COMMIT, NULL, 0);
+    if (report_fd >= 0) {
+        fsync(report_fd);
+        close(report_fd);
+        report_fd = -1;
+    }
+    __atomic_store_n(&report_done, 1, __ATOMIC_RELEASE);
+    pass_on(sig, info, uctx, tid);
+}
+
 static void crash_handler(int sig, siginfo_t *info, void *uctx)
 {
     int saved_errno = errno;
@@ -473,10 +485,14 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx)
             finish(first_signal, NULL, uctx, started, tid);
             _exit(128 + first_signal);
         }
-        /* Another thread is writing the report and will end the process. */
+        /* Another thread is writing the report: once it is committed, this thread's
+         * signal goes on as it would without Cairn (to the earlier handler, which may
+         * still be running on the winner's thread, or to the default action). */
         struct timespec wait = {0, 10 * 1000 * 1000};
-        for (int i = 0; i < 300; i++) nanosleep(&wait, NULL);
-        _exit(128 + sig);
+        for (int i = 0; i < 1000 && !__atomic_load_n(&report_done, __ATOMIC_ACQUIRE); i++) nanosleep(&wait, NULL);
+        errno = saved_errno;
+        pass_on(sig, info, uctx, tid);
+        return;
     }
     __atomic_store_n(&entries, 1, __ATOMIC_RELEASE);
     first_signal = sig;

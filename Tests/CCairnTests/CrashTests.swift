@@ -18,7 +18,7 @@ import Testing
     /// Runs the child in `mode`; with `killWith`, sends that signal once it is ready.
     /// With `launcher`, the child runs under that command (for example `unshare`).
     static func crash(_ mode: String, killWith: Int32? = nil, child: String = "cairn-crash-child",
-                      launcher: [String] = []) throws -> (Outcome, TempDir) {
+                      launcher: [String] = [], exits: Bool = false) throws -> (Outcome, TempDir) {
         let dir = TempDir()
         let p = Process()
         let childPath = productsDirectory + "/" + child
@@ -56,7 +56,9 @@ import Testing
         var report = cairn_crash_report_t()
         let rc = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
         #expect(rc == 0, "\(mode): the report parses")
-        if launcher.isEmpty { #expect(p.terminationReason == .uncaughtSignal, "\(mode): died of a signal") }
+        if launcher.isEmpty {
+            #expect(p.terminationReason == (exits ? .exit : .uncaughtSignal), "\(mode): died as it would without Cairn")
+        }
         let errText = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         return (Outcome(signal: p.terminationStatus, report: report, bytes: bytes, crashFunction: fn, stderr: errText), dir)
     }
@@ -140,6 +142,20 @@ import Testing
     @Test func twentyThreadsCrashingAtOnceGiveExactlyOneReport() throws {
         let (o, dir) = try Self.crash("many")
         #expect(o.signal == SIGSEGV && o.report.complete == 1)
+        let reports = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".report") }
+        #expect(reports.count == 1)
+    }
+
+    /// Twenty threads crash at once under a handler installed before Cairn that takes
+    /// 4 s and then exits with its own status: the report is written once, the earlier
+    /// handler runs to its end (the threads that lost the race wait for the report,
+    /// then meet the earlier handler too, rather than end the process themselves), and
+    /// the process ends with the earlier handler's status, as it would without Cairn.
+    @Test func aSlowEarlierHandlerFinishesWhenManyThreadsCrash() throws {
+        let (o, dir) = try Self.crash("chain-many", exits: true)
+        #expect(o.signal == 42, "exit status \(o.signal), the earlier handler's is 42")
+        #expect(o.report.complete == 1 && o.report.signal == SIGSEGV)
+        #expect(o.stderr.contains("SLOW EARLIER HANDLER RAN"))
         let reports = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".report") }
         #expect(reports.count == 1)
     }

@@ -90,7 +90,7 @@ import Testing
             #expect(error.code == ENOENT)
         }
         let garbage = dir.path + "/garbage"
-        FileManager.default.createFile(atPath: garbage, contents: Data((0..<20000).map { UInt8(truncatingIfNeeded: $0 &* 7919) }))
+        _ = FileManager.default.createFile(atPath: garbage, contents: Data((0..<20000).map { UInt8(truncatingIfNeeded: $0 &* 7919) }))
         do {
             _ = try Ring.inspect(path: garbage)
             Issue.record("garbage read as a ring")
@@ -104,7 +104,7 @@ import Testing
             #expect(error.code == CairnError.invalid)
         }
         let empty = dir.path + "/empty"
-        FileManager.default.createFile(atPath: empty, contents: Data())
+        _ = FileManager.default.createFile(atPath: empty, contents: Data())
         #expect(try Ring.inspect(path: empty).events == 0)
     }
 }

@@ -7,7 +7,9 @@
  * background thread crashes while others run), chain (a handler installed before
  * Cairn's must still run), overflow (stack overflow on the main thread),
  * overflow-thread (on a worker thread given an alternate stack with
- * cairn_crash_prepare_thread), many (20 threads crash at the same instant), corrupt
+ * cairn_crash_prepare_thread), many (20 threads crash at the same instant),
+ * chain-many (20 threads crash at once under a handler installed before Cairn that
+ * takes 4 s, then exits with status 42), corrupt
  * (the handler itself faults: the Swift runtime's fatal-message slot, which the
  * handler reads, holds a wild pointer). */
 #define _GNU_SOURCE
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile int zero;
@@ -107,6 +110,18 @@ static void earlier_handler(int sig)
     signal(sig, SIG_DFL);
 }
 
+/* A slow earlier handler that ends the process itself, as some services' do (flush,
+ * then exit with their own status). */
+static void slow_earlier_handler(int sig)
+{
+    (void)sig;
+    static const char msg[] = "SLOW EARLIER HANDLER RAN\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing to do */ }
+    struct timespec wait = {4, 0};
+    while (nanosleep(&wait, &wait) != 0) { /* interrupted: go on sleeping */ }
+    _exit(42);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -115,6 +130,7 @@ int main(int argc, char **argv)
     }
     mode = argv[2];
     if (!strcmp(mode, "chain")) signal(SIGSEGV, earlier_handler);
+    if (!strcmp(mode, "chain-many")) signal(SIGSEGV, slow_earlier_handler);
     if (!strcmp(mode, "nomem")) {
         /* An install that fails (its context buffers cannot be allocated under a 1 GiB
            address-space limit) must leave nothing behind: no handler replaced. */
@@ -153,7 +169,7 @@ int main(int argc, char **argv)
         mode = "segv";
         pthread_create(&crasher, NULL, crashing_thread, NULL);
         pthread_join(crasher, NULL);
-    } else if (!strcmp(mode, "many")) {
+    } else if (!strcmp(mode, "many") || !strcmp(mode, "chain-many")) {
         mode = "segv";
         pthread_barrier_init(&start_line, NULL, 20);
         pthread_t t[20];
