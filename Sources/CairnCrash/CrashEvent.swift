@@ -53,8 +53,18 @@ enum CrashEvent {
     }
 
     /// The `crash` event for `report` (already read), with its frames symbolicated.
-    static func crash(report: CrashReport, rawBytes: [UInt8], start: RunStart?, identity: RunIdentity?,
+    static func crash(report raw: CrashReport, rawBytes: [UInt8], start: RunStart?, identity: RunIdentity?,
                       symbolizer: Symbolizer, fallbackMillis: UInt64) -> (event: EndedRunEvent, frames: [SymbolizedFrame]) {
+        // Each machine frame with the functions inlined at its address; `machine` keeps
+        // which machine frame each belongs to.
+        var frames: [SymbolizedFrame] = []
+        var machine: [Int] = []
+        for (i, address) in raw.frames.enumerated() {
+            let expanded = symbolizer.symbolizeInlined(address: address, index: i, modules: raw.modules)
+            frames += expanded
+            machine += Array(repeating: i, count: expanded.count)
+        }
+        let report = withRuntimeFailure(raw, frames: frames)
         let millis = report.timeNanos > 0 ? report.timeNanos / 1_000_000 : fallbackMillis
         let blob = CairnValue(json: report.context)
         let sessionID = start?.sessionID ?? blob?["session_id"]?.text
@@ -78,14 +88,11 @@ enum CrashEvent {
             p["thread"] = ["id": .int(Int64(report.tid)), "name": .string(report.threadName),
                            "main": .bool(report.tid == report.pid)]
         }
-        var frames: [SymbolizedFrame] = []
         if !report.frames.isEmpty {
-            frames = report.frames.enumerated().map { i, address in
-                symbolizer.symbolize(address: address, index: i, modules: report.modules)
-            }
             p["unwinder"] = .string(report.framesMethod == 2 ? "frame_pointers" : "libunwind")
-            p["frames"] = .array(frames.enumerated().map { frame($1, index: $0) })
+            p["frames"] = .array(zip(frames, machine).map { frame($0, index: $1) })
         }
+        p["headline"] = .string(CrashReport.headline(report: report, frames: frames))
         if !report.modules.isEmpty {
             p["modules"] = .array(report.modules.map { m in
                 ["path": .string(m.path), "load_address": .string(Hex.address(m.loadAddress)),
@@ -142,6 +149,16 @@ enum CrashEvent {
         }
     }
 
+    /// `report` with the message of a runtime check that trapped without one (release
+    /// builds): the name of the inlined `Swift runtime failure: …` frame at the crash.
+    static func withRuntimeFailure(_ report: CrashReport, frames: [SymbolizedFrame]) -> CrashReport {
+        guard report.message == nil, let first = report.frames.first else { return report }
+        var report = report
+        report.message = frames.prefix { $0.address == first }
+            .first { $0.inlined && $0.symbol?.hasPrefix("Swift runtime failure: ") == true }?.symbol
+        return report
+    }
+
     static func frame(_ f: SymbolizedFrame, index: Int) -> CairnValue {
         var m: [String: CairnValue] = ["index": .int(Int64(index)), "address": .string(Hex.address(f.address))]
         if let module = f.module { m["module"] = .string(module) }
@@ -156,6 +173,7 @@ enum CrashEvent {
         if let line = f.line { m["line"] = .int(Int64(line)) }
         if let column = f.column, column > 0 { m["column"] = .int(Int64(column)) }
         if let note = f.note { m["note"] = .string(note) }
+        if f.inlined { m["inlined"] = .bool(true) }
         return .object(m)
     }
 }

@@ -7,6 +7,8 @@ extension Symbolizer {
     /// `checkout(order:)`; an unlabelled parameter is `_:`; `closure #1 in …` keeps its
     /// prefix and shortens the rest; a C name stays as it is.
     public static func shortName(_ symbol: String) -> String {
+        // The compiler's name for a runtime check's trap says it all.
+        if symbol.hasPrefix("Swift runtime failure: ") { return symbol }
         var s = Substring(symbol)
         for prefix in ["generic specialization ", "function signature specialization ", "merged ",
                        "reabstraction thunk helper from "] where s.hasPrefix(prefix) {
@@ -44,6 +46,31 @@ extension Symbolizer {
             return "_:"
         }.filter { !$0.isEmpty }
         return name + "(" + labels.joined() + ")"
+    }
+
+    /// Whether a demangled name is the Swift standard library's (or its concurrency
+    /// library's), through the specialisations and thunks made of it:
+    /// `generic specialization <Swift.Int> of Swift.Array.subscript.getter …`,
+    /// `static Swift.String.== infix(…)`.
+    public static func isStandardLibrary(_ symbol: String) -> Bool {
+        var s = Substring(symbol)
+        var changed = true
+        while changed {
+            changed = false
+            for prefix in ["static ", "merged ", "outlined ", "partial apply forwarder for ", "partial apply for "]
+            where s.hasPrefix(prefix) {
+                s = s.dropFirst(prefix.count)
+                changed = true
+            }
+            for prefix in ["generic specialization ", "function signature specialization ",
+                           "reabstraction thunk helper from "] where s.hasPrefix(prefix) {
+                guard let of = topLevelRange(of: " of ", in: s) else { continue }
+                s = s[of.upperBound...]
+                changed = true
+            }
+        }
+        return ["Swift.", "(extension in Swift):", "_Concurrency.", "(extension in _Concurrency):"]
+            .contains { s.hasPrefix($0) }
     }
 
     /// The indices of `s` outside (), <> and [] (a closing bracket back at the top
@@ -108,7 +135,7 @@ extension CrashReport {
         let report = CrashReport(bytes: reportBytes)
         let built = CrashEvent.crash(report: report, rawBytes: reportBytes, start: RunStart(context: report),
                                      identity: nil, symbolizer: Symbolizer(), fallbackMillis: nowMillis())
-        return (built.event, report, built.frames)
+        return (built.event, CrashEvent.withRuntimeFailure(report, frames: built.frames), built.frames)
     }
 
     /// The report as a person reads it, like the Swift runtime's backtracer: the reason
@@ -142,18 +169,32 @@ extension CrashReport {
         if !frames.isEmpty {
             lines.append("")
             lines.append("Frames (frame 0 is where it stopped):")
-            for (i, f) in frames.enumerated() {
+            // Numbered by machine frame: a function inlined into the next shares its number.
+            var machine = 0
+            for f in frames {
                 let module = f.module.map { ($0.split(separator: "/").last.map(String.init) ?? $0) } ?? "?"
-                var line = "  " + String(i).leftPadded(to: 3) + "  " + (f.symbol.map(Symbolizer.shortName) ?? "???")
+                var line = "  " + String(machine).leftPadded(to: 3) + "  " + (f.inlined ? "[inlined] " : "")
+                    + (f.symbol.map(Symbolizer.shortName) ?? "???")
                 if let file = f.file, let l = f.line {
                     line += " at " + (file.split(separator: "/").last.map(String.init) ?? file) + ":\(l)"
                         + (f.column.map { $0 > 0 ? ":\($0)" : "" } ?? "")
                 }
                 line += "  [" + module + (f.moduleOffset.map { " + " + Hex.address($0) } ?? "") + "]"
                 lines.append(line)
+                if !f.inlined { machine += 1 }
             }
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The crash in one line: the reason, then the function that crashed in the
+    /// service's own code with its file:line (the `crash` event's `headline`).
+    ///
+    /// `Fatal error: Index out of range in trap(_:) at main.swift:20:9 (orders)`
+    public static func headline(report: CrashReport, frames: [SymbolizedFrame]) -> String {
+        let reason = CrashEvent.reason(report).split(separator: "\n").first.map(String.init) ?? ""
+        guard let culprit = frames.first(where: isServiceFrame) ?? frames.first else { return reason }
+        return reason + " in " + describe(culprit)
     }
 
     /// `checkout(order:) at OrderService.swift:49:22 (orders)`.
@@ -168,7 +209,8 @@ extension CrashReport {
     }
 
     /// A frame of the service's own code: symbolicated, not in the C library, the
-    /// dynamic loader, the Swift runtime or Cairn, and not the runtime's failure path.
+    /// dynamic loader, the Swift runtime or Cairn, and not the runtime's failure path nor
+    /// standard library code.
     private static func isServiceFrame(_ f: SymbolizedFrame) -> Bool {
         guard let symbol = f.symbol, let module = f.module else { return false }
         let name = module.split(separator: "/").last.map(String.init) ?? module
@@ -176,12 +218,12 @@ extension CrashReport {
                        "libFoundation", "libcairn", "libstdc++", "libgcc"] where name.hasPrefix(system) {
             return false
         }
-        for runtime in ["Swift._assertionFailure", "Swift.fatalError", "Swift._fatalErrorMessage", "swift_",
-                        "Swift._preconditionFailure", "Swift.preconditionFailure", "Swift.assertionFailure"]
-        where symbol.hasPrefix(runtime) {
+        // The runtime's failure path, and standard library code (inlined into the
+        // service's module in a release build: `Swift._checkSubscript(_:wasNativeTypeChecked:)`).
+        for runtime in ["Swift runtime failure: ", "swift_"] where symbol.hasPrefix(runtime) {
             return false
         }
-        return true
+        return !Symbolizer.isStandardLibrary(symbol)
     }
 }
 

@@ -39,6 +39,8 @@ final class DWARFLineTable {
         var directories: [StringRef]
         var files: [FileEntry]
         var programEnd: Int
+        /// Offset of the unit in `.debug_line` (what a compile unit's DW_AT_stmt_list holds).
+        var offset: Int = 0
     }
 
     private struct Sequence {
@@ -124,6 +126,7 @@ final class DWARFLineTable {
         let bytes = lines.bytes
         var offset = 0
         while offset < bytes.count {
+            let unitOffset = offset
             var c = ByteCursor(bytes, offset: offset)
             guard var length = try? UInt64(c.u32()) else { break }
             var offsetSize = 4
@@ -137,7 +140,8 @@ final class DWARFLineTable {
             let unitStart = c.offset
             let unitEnd = length > UInt64(bytes.count - unitStart) ? bytes.count : unitStart + Int(length)
             offset = unitEnd
-            guard let unit = try? readHeader(&c, unitEnd: unitEnd, offsetSize: offsetSize) else { continue }
+            guard var unit = try? readHeader(&c, unitEnd: unitEnd, offsetSize: offsetSize) else { continue }
+            unit.offset = unitOffset
             let unitIndex = units.count
             units.append(unit)
             var lowest = UInt64.max
@@ -369,6 +373,20 @@ final class DWARFLineTable {
     }
 
     // MARK: File names
+
+    /// The path of file `index` (numbered as DW_AT_call_file and DW_AT_decl_file number
+    /// files) of the line-program unit at `offset` in `.debug_line` (a compile unit's
+    /// DW_AT_stmt_list); nil when no unit starts there or it has no such file.
+    func path(ofFile index: UInt64, inUnitAt offset: UInt64) -> String? {
+        guard index <= UInt64(UInt32.max), let target = Int(exactly: offset) else { return nil }
+        var low = 0, high = units.count
+        while low < high {
+            let mid = (low + high) / 2
+            if units[mid].offset < target { low = mid + 1 } else { high = mid }
+        }
+        guard low < units.count, units[low].offset == target else { return nil }
+        return path(ofFile: UInt32(index), in: units[low])
+    }
 
     private func string(_ ref: StringRef) -> String? {
         switch ref.section {

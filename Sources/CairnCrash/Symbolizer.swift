@@ -52,6 +52,10 @@ public struct SymbolizedFrame: Sendable, Equatable {
     public var column: Int?
     /// Why something is missing, e.g. "build id differs from file on disk", "module file missing", "no symbol".
     public var note: String?
+    /// Whether this is a function the compiler inlined into the next frame (which has
+    /// the same address): its code has no frame of its own on the stack, the debug
+    /// information names it (``Symbolizer/symbolizeInlined(address:index:modules:)``).
+    public var inlined = false
 
     /// Creates a frame that holds only its address.
     public init(address: UInt64) {
@@ -76,6 +80,8 @@ public final class Symbolizer {
         let debugImage: ELFImage?
         private var lineTableLoaded = false
         private var cachedLineTable: DWARFLineTable?
+        private var inlineInfoLoaded = false
+        private var cachedInlineInfo: DWARFInlineInfo?
 
         init(image: ELFImage, debugImage: ELFImage?) {
             self.image = image
@@ -99,6 +105,18 @@ public final class Symbolizer {
                                                  strings: source.sectionBytes(named: ".debug_str"))
             }
             return cachedLineTable
+        }
+
+        /// The inlined-subroutine information, read on first use from the file that has
+        /// the debug information.
+        var inlineInfo: DWARFInlineInfo? {
+            if inlineInfoLoaded { return cachedInlineInfo }
+            inlineInfoLoaded = true
+            let source = image.hasDebugLine ? image : debugImage
+            if let source, source.sectionBytes(named: ".debug_info") != nil {
+                cachedInlineInfo = DWARFInlineInfo(image: source, lineTable: lineTable)
+            }
+            return cachedInlineInfo
         }
     }
 
@@ -179,6 +197,43 @@ public final class Symbolizer {
             frame.note = "no line information"
         }
         return frame
+    }
+
+    /// Symbolicates one frame of a crash report and expands it into the functions the
+    /// compiler inlined at its address, innermost first, as the Swift runtime's
+    /// backtracer and `llvm-symbolizer --inlining` show them: each inlined function is a
+    /// frame of its own with the same address, marked ``SymbolizedFrame/inlined``, named
+    /// from the debug information and placed at its line; the last frame is the
+    /// out-of-line function, placed at the call into them. In a release build a
+    /// runtime check's trap is an inlined `Swift runtime failure: …` frame.
+    ///
+    /// Without inline information (no `.debug_info`, or nothing inlined there), the one
+    /// frame ``symbolize(address:index:modules:)`` gives.
+    public func symbolizeInlined(address: UInt64, index: Int, modules: [CrashModule]) -> [SymbolizedFrame] {
+        let frame = symbolize(address: address, index: index, modules: modules)
+        let lookup = index == 0 ? address : address &- 1
+        guard frame.module != nil, frame.note != "build id differs from file on disk",
+              let path = frame.module, case .loaded(let loaded) = files[path] ?? .missing,
+              let module = modules.first(where: { $0.start <= lookup && lookup < $0.end }),
+              let chain = loaded.inlineInfo?.frames(for: lookup &- module.loadAddress), chain.count > 1
+        else { return [frame] }
+        return chain.enumerated().map { i, level in
+            var f = frame
+            f.file = level.file
+            f.line = level.line == 0 ? nil : level.line
+            f.column = level.column == 0 ? nil : level.column
+            guard i < chain.count - 1 else {
+                // The out-of-line function: the symbol table's name stands.
+                if f.symbol == nil, let name = level.name { f.symbol = Self.demangle(name) }
+                return f
+            }
+            f.inlined = true
+            f.symbolOffset = nil
+            f.symbol = level.name.map(Self.demangle)
+            f.mangledSymbol = level.name.flatMap { $0 == f.symbol ? nil : $0 }
+            f.note = f.symbol == nil ? "no symbol" : (f.line == nil ? "no line information" : nil)
+            return f
+        }
     }
 
     private func file(at path: String) -> CacheEntry {

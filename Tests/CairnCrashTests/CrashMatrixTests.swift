@@ -101,4 +101,60 @@ import Testing
             #expect((props["thread"] as? [String: Any])?["main"] as? Bool == false)
         }
     }
+
+    /// The crash child as `make bench` builds it, in release (-O -g): what services ship.
+    static let releaseChild = productsDirectory + "/../release/cairn-swift-crash-child"
+
+    /// The Swift runtime's checks in a release build trap without a message; the debug
+    /// information names the failure (an inlined `Swift runtime failure: …` function) and
+    /// where the service called it. Compared with the toolchain's
+    /// `llvm-symbolizer --inlining` on the same address: the event's message is the
+    /// failure's name (or, where the runtime still writes one, its message), and the
+    /// first frame in the service's code is the function that crashed, at the file:line
+    /// llvm-symbolizer gives. Runs where the release child exists (`make test` builds
+    /// it with the benchmarks, before the tests).
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: releaseChild), "needs the release build of make bench"),
+          arguments: ["unwrap", "index", "overflow", "divide", "precondition"])
+    func releaseBuildTrapsNameTheFailureAndTheLine(mode: String) throws {
+        let child = URL(fileURLWithPath: Self.releaseChild).standardizedFileURL.path
+        let dir = try TemporaryDirectory("cairn-release-crash")
+        let ended = try runToEnd(child, [dir.path, mode], environment: ["SWIFT_BACKTRACE": "enable=no"])
+        #expect(ended.status != 0)
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: dir.path).first { $0.hasSuffix(".report") })
+        let bytes = Array(try #require(FileManager.default.contents(atPath: dir.appending(name))))
+        let crash = CrashReport.symbolicated(reportBytes: bytes)
+        #expect(crash.report.signal == Self.trap, "\(mode): \(crash.report.signal)")
+
+        // The oracle: llvm-symbolizer's inline chain at the trap, names not demangled.
+        let pc = try #require(crash.report.frames.first)
+        let module = try #require(crash.report.modules.first { $0.start <= pc && pc < $0.end })
+        #expect(module.path == child)
+        let toolchain = try SymbolizerTests.toolchain()
+        let oracle = try runToEnd(toolchain + "/llvm-symbolizer", ["--inlining", "--no-demangle", "--obj=" + child,
+                                                                  "0x" + String(pc - module.loadAddress, radix: 16)])
+        let lines = oracle.out.split(separator: "\n").map(String.init)
+        let levels = stride(from: 0, to: lines.count - 1, by: 2).map { (function: lines[$0], place: lines[$0 + 1]) }
+        let failure = try #require(levels.first, "\(oracle.out)")
+        // The first level in the service's own module (not the runtime's failure path,
+        // nor standard library code inlined into it).
+        let service = try #require(levels.first { $0.function.contains("cairn_swift_crash_child") }, "\(levels)")
+        let message = crash.report.message ?? ""
+        if failure.function.hasPrefix("Swift runtime failure: ") {
+            #expect(message == failure.function, "\(mode): message \(message), oracle \(failure.function)")
+        } else {
+            #expect(message.hasPrefix("Fatal error"), "\(mode): the runtime's own message: \(message)")
+        }
+        // Ours: the same function and place.
+        let frames = crash.frames.prefix { $0.address == pc }
+        let ours = try #require(frames.first { $0.mangledSymbol == service.function || $0.symbol == service.function },
+                                "\(mode): \(service.function) among \(frames.map { $0.mangledSymbol ?? $0.symbol ?? "?" })")
+        let place = service.place.split(separator: ":")
+        let file = place.first.map { $0.split(separator: "/").last.map(String.init) ?? "" } ?? ""
+        #expect(ours.file?.hasSuffix("/" + file) == true && ours.line == place.dropFirst().first.flatMap { Int($0) },
+                "\(mode): ours \(ours.file ?? "?"):\(ours.line ?? 0), llvm-symbolizer \(service.place)")
+        // The event and the readable report say it in their first lines.
+        let headline = CrashReport.headline(report: crash.report, frames: crash.frames)
+        #expect(headline.hasPrefix(message) && headline.contains(" in trap(_:) at main.swift:\(ours.line ?? 0)"),
+                "\(mode): \(headline)")
+    }
 }

@@ -21,6 +21,29 @@ import Testing
              "closure #1 in withSpan(_:traceparent:operation:)"),
             ("orders.Service.run() async throws -> ()", "run()"),
         ]
+        // Type sugar, as swift-demangle prints it (the runtime's demangler does not).
+        let sugar = [
+            ("f(Swift.Optional<Swift.Int>) -> Swift.Array<Swift.String>", "f(Swift.Int?) -> [Swift.String]"),
+            ("g(Swift.Dictionary<Swift.String, Swift.Optional<Swift.Array<Swift.Int>>>)", "g([Swift.String : [Swift.Int]?])"),
+            ("h(Swift.Optional<() -> ()>)", "h((() -> ())?)"),
+            ("k(Swift.Optional<(Swift.Int) -> Swift.Optional<Swift.Int>>)", "k(((Swift.Int) -> Swift.Int?)?)"),
+            ("MySwift.Optional<Swift.Int>", "MySwift.Optional<Swift.Int>"),
+            ("broken(Swift.Optional<Swift.Int", "broken(Swift.Optional<Swift.Int"),
+        ]
+        for (plain, sugared) in sugar { #expect(Symbolizer.sugared(plain) == sugared, "\(plain)") }
+        // Standard library code, however it is specialised: not the service's own frame.
+        for library in ["generic specialization <Swift.Int> of Swift.Array._checkSubscript(_: Swift.Int, wasNativeTypeChecked: Swift.Bool) -> Swift._DependenceToken",
+                        "static Swift.String.== infix(Swift.String, Swift.String) -> Swift.Bool",
+                        "Swift._stringCompare(_: Swift._StringGuts, _: Swift._StringGuts, expecting: Swift._StringComparisonResult) -> Swift.Bool",
+                        "(extension in Swift):Swift.Collection.first.getter : A.Element?",
+                        "_Concurrency.Task.init(priority: Swift.TaskPriority?, operation: () async -> A) -> _Concurrency.Task<A, Swift.Never>"] {
+            #expect(Symbolizer.isStandardLibrary(library), "\(library)")
+        }
+        for service in ["cairn_swift_crash_child.trap(Swift.String) -> Swift.Int", "static orders.Order.== infix(orders.Order, orders.Order) -> Swift.Bool",
+                        "generic specialization <Swift.Int> of orders.Box.put(_: A) -> ()", "(extension in orders):Swift.Array.total.getter : Swift.Int",
+                        "crash_here", "main"] {
+            #expect(!Symbolizer.isStandardLibrary(service), "\(service)")
+        }
         for (symbol, short) in cases { #expect(Symbolizer.shortName(symbol) == short, "\(symbol)") }
     }
 
@@ -44,6 +67,10 @@ import Testing
         let json = try runToEnd(productsDirectory + "/cairn", ["report", "--json", dir.appending(report)])
         let event = try JSONSerialization.jsonObject(with: json.stdout) as? [String: Any]
         #expect(event?["type"] as? String == "crash")
+        // The event's one-line headline: the reason, the function, its file:line.
+        let headline = (event?["properties"] as? [String: Any])?["headline"] as? String ?? ""
+        #expect(headline.contains(message) && headline.contains(" in \(function) at \(source)"), "\(headline)")
+        #expect(!headline.contains("\n"))
     }
 
     @Test func helpAndDamage() throws {

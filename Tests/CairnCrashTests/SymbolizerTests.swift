@@ -481,8 +481,39 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
         let frame = Symbolizer().symbolize(address: cairnSymbolizerProbe().returnAddress, index: 1,
                                            modules: Fixture.currentModules())
         let mangled = try #require(frame.mangledSymbol)
-        let expected = try Fixture.run(["/opt/swift/usr/bin/swift-demangle", mangled])
+        let expected = try Fixture.run([Self.toolchain() + "/swift-demangle", mangled])
         #expect(expected.hasSuffix("\(Symbolizer.demangle(mangled))\n"))
         #expect(Symbolizer.demangle(mangled) != mangled && frame.symbol == Symbolizer.demangle(mangled))
+    }
+
+    /// The toolchain's directory (where `swift`, `swift-demangle` and `llvm-symbolizer` are).
+    static func toolchain() throws -> String {
+        try Fixture.run(["sh", "-c", "dirname \"$(readlink -f \"$(command -v swift)\")\""])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Every Swift function name of this test binary whose demangling has type sugar
+    /// (`T?`, `[T]`, `[K : V]`), and a sample of the others, demangled by us and by the
+    /// toolchain's `swift-demangle`: the same text.
+    @Test func demangledNamesMatchSwiftDemangleWithTypeSugar() throws {
+        let binary = try #require(try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        let names = try Fixture.functions(in: binary).map(\.name).filter { $0.hasPrefix("$s") }
+        #expect(names.count > 1000, "the test binary has Swift functions")
+        let theirs = try runToEnd(Self.toolchain() + "/swift-demangle", [],
+                                  stdin: Data(names.joined(separator: "\n").utf8 + [10]))
+        let lines = theirs.out.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        try #require(lines.count >= names.count)
+        var sugared = 0, compared = 0
+        var differ: [String] = []
+        for (i, name) in names.enumerated() {
+            let expected = lines[i]
+            let hasSugar = expected.contains("?") || expected.contains("[")
+            guard hasSugar || i % 20 == 0 else { continue }
+            compared += 1
+            if hasSugar { sugared += 1 }
+            if Symbolizer.demangle(name) != expected { differ.append("\(name): ours \(Symbolizer.demangle(name)) | swift-demangle \(expected)") }
+        }
+        #expect(sugared > 100, "names with sugar: \(sugared)")
+        #expect(differ.isEmpty, "\(differ.count) of \(compared) differ, e.g. \(differ.prefix(3))")
     }
 }

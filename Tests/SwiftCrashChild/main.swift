@@ -1,7 +1,11 @@
 // cairn-swift-crash-child: a Swift program that traps with Cairn's crash handler
 // installed, for the crash tests.
 //
-// Usage: cairn-swift-crash-child <report dir> fatal|index|unwrap
+// Usage: cairn-swift-crash-child <report dir> fatal|index|unwrap|overflow|divide|precondition
+//
+// Built in debug for the tests and in release (-O -g) by `make bench`: in a release
+// build the runtime's checks trap without a message, which only the debug information
+// names (an inlined `Swift runtime failure: …` frame).
 import CCairn
 import Foundation
 
@@ -21,6 +25,16 @@ FileHandle.standardOutput.write(Data("READY\n".utf8))
     case "index":
         let items = [1, 2, 3]
         return items[Int(mode.count) + 10]
+    case "overflow":
+        // Values the optimiser cannot know: the mode's length (8).
+        let big = Int.max - mode.count + 5
+        return big + mode.count
+    case "divide":
+        let zero = mode.count - 6
+        return 100 / zero
+    case "precondition":
+        precondition(mode.count > 100, "the order has no lines")
+        return 0
     default:
         let missing: Int? = mode == "unwrap" ? nil : 1
         return missing!
