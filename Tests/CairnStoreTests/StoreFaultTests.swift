@@ -352,7 +352,7 @@ import Testing
         var prefix: [String] = []
         if getuid() == 0 {
             prefix = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-            let probe = try Self.run(prefix + [productsDirectory + "/cairn", "status", "/nonexistent"])
+            let probe = try Self.run(prefix + [productsDirectory + "/cairn", "events", "/nonexistent"])
             try #require(probe.status == 3, "nobody cannot run the built cairn: \(probe.err)")
         } else {
             chmod(dir.store + "/data.mdb", 0)
