@@ -637,7 +637,7 @@ func benchSymbolicate(runs: Int) -> Double {
     }
     return percentile(times, 0.5)
 }
-record("crash_symbolicate_ms", "next start: read and symbolicate one crash report, inlined frames included",
+record("crash_symbolicate_ms", "next start: symbolicate a crash report, inlines too",
        benchSymbolicate(runs: quick ? 3 : 9),
        "ms", goal: "<= 50")
 
