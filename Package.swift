@@ -79,7 +79,7 @@ let package = Package(
         .testTarget(name: "CairnCrashTests",
                     dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
                                   "cairn-swift-crash-child",
-                                  "cairn-run-child", "cairn"],
+                                  "cairn-run-child", "cairn", "cairn-service-child"],
                     path: "Tests/CairnCrashTests"),
 
         // The public API: start, track, identity, user properties, spans, destinations.

@@ -14,6 +14,13 @@
  *     and tgkill through syscall(2), and prctl(PR_GET_NAME), which only reads;
  *   - libunwind's local unwinder (UNW_LOCAL_ONLY, unw_init_local2 with
  *     UNW_INIT_SIGNAL_FRAME), with per-thread caching so no global lock is taken;
+ *     it finds unwind tables with dl_iterate_phdr, which the handler also calls once
+ *     to add libraries loaded since install to the module list (the dynamic
+ *     linker's lock is recursive: a crash inside dlopen on this thread does not
+ *     deadlock; another thread's dlopen is waited for);
+ *   - memory the crash may have damaged (frame pointers past libunwind's last frame,
+ *     Swift async contexts) is read with process_vm_readv on the process itself,
+ *     which fails with EFAULT instead of faulting;
  *   - one thread wins (compare-and-swap on the winner's thread id) and writes the
  *     report; others crashing at the same time wait until it is committed (bounded:
  *     10 s, for a winner stuck in a damaged process), then pass their own signal on
@@ -45,6 +52,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -58,10 +66,16 @@ enum {
     SEC_MESSAGE = 6,
     SEC_NESTED = 7,
     SEC_TIMING = 8,
+    SEC_ASYNC = 9,
     SEC_COMMIT = 0x544D4F43, /* "COMT" */
 };
 
 #define MAX_FRAMES 128
+#define MAX_MODULES 1024
+/* Async context chains: looked for behind the first ASYNC_FRAMES machine frames, each
+ * followed for at most ASYNC_DEPTH links. */
+#define ASYNC_FRAMES 32
+#define ASYNC_DEPTH 64
 #define MAX_EXEC_RANGES 1024
 #define MODULES_BYTES (96 * 1024)
 #define ALT_STACK_SIZE (64 * 1024)
@@ -81,6 +95,8 @@ static size_t modules_len;
 static uint32_t module_count;
 static struct { uintptr_t start, end; } exec_ranges[MAX_EXEC_RANGES];
 static size_t exec_range_count;
+/* Load addresses of the listed modules, to tell a library loaded since. */
+static uintptr_t module_bases[MAX_MODULES];
 static unsigned char *context_buffers[2];
 static uint32_t context_capacity;
 static size_t context_lengths[2];
@@ -182,13 +198,22 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *arg)
     size_t mark = modules_len;
     unsigned char len2[2];
     cairn__put16(len2, path_len);
-    if (module_put(rec, sizeof rec) && module_put(build_id, build_id_len) && module_put(len2, 2) &&
-        module_put(path, path_len)) {
-        module_count++;
+    if (module_count < MAX_MODULES && module_put(rec, sizeof rec) && module_put(build_id, build_id_len) &&
+        module_put(len2, 2) && module_put(path, path_len)) {
+        module_bases[module_count++] = (uintptr_t)base;
     } else {
         modules_len = mark; /* out of room: the module is left out, the rest stays valid */
     }
     return 0;
+}
+
+/* In the handler: a module the list does not have yet (a library loaded after
+ * install) is added to it; the others are left as they are. */
+static int collect_late_module(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    for (uint32_t i = 0; i < module_count; i++)
+        if (module_bases[i] == (uintptr_t)info->dlpi_addr) return 0;
+    return collect_module(info, size, arg);
 }
 
 static void collect_modules(void)
@@ -394,39 +419,122 @@ static uint32_t registers_of(const ucontext_t *uc, uint64_t *regs, uint32_t *arc
 #endif
 }
 
+/* Reads one word at `addr` if the process can read it: process_vm_readv on itself
+ * fails with EFAULT instead of faulting. Where that call is refused (a seccomp
+ * filter), the word is read directly when it lies in the crashed thread's stack
+ * window, else not at all. */
+static int read_word(uintptr_t addr, uintptr_t sp, uintptr_t *out)
+{
+    static int direct_only; /* the call was refused once: do not ask again */
+    if (addr == 0 || (addr & (sizeof(uintptr_t) - 1)) != 0) return 0;
+    if (!direct_only) {
+        struct iovec local = {out, sizeof *out}, remote = {(void *)addr, sizeof *out};
+        ssize_t n = syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL);
+        if (n == (ssize_t)sizeof *out) return 1;
+        if (n < 0 && errno != ENOSYS && errno != EPERM) return 0;
+        direct_only = 1;
+    }
+    if (addr < sp || addr >= sp + (8u << 20)) return 0;
+    *out = *(const uintptr_t *)addr;
+    return 1;
+}
+
+/* Frame pointers from `fp`: each frame's saved frame pointer lies above the last,
+ * within 8 MiB of the stack pointer, and its return address inside a module. */
+static void walk_frame_pointers(uint64_t *ips, uint32_t *n, uintptr_t fp, uintptr_t sp)
+{
+    while (*n < MAX_FRAMES && fp >= sp && fp < sp + (8u << 20)) {
+        uintptr_t ret, next;
+        if (!read_word(fp + sizeof(uintptr_t), sp, &ret) || !read_word(fp, sp, &next)) break;
+        if (!valid_ip(ret)) break;
+        ips[(*n)++] = (uint64_t)ret;
+        if (next <= fp) break;
+        fp = next;
+    }
+}
+
+/* A Swift async function keeps its async context at [fp - 8] (on x86-64 and arm64
+ * alike). A context starts with its parent's context and the address where the
+ * parent resumes. For each of the first machine frames, the chain behind [fp - 8] is
+ * recorded while every link is readable and every resume address lies in a module:
+ * whether the frame was an async function is decided on the next start, from its
+ * symbol, so nothing here needs a symbol table. */
+static void write_async_chains(const uint64_t *fps, uint32_t n, uintptr_t sp)
+{
+    unsigned char buf[4 + ASYNC_FRAMES * (8 + 8 * ASYNC_DEPTH) / 4];
+    uint32_t len = 0, chains = 0;
+    for (uint32_t i = 0; i < n && i < ASYNC_FRAMES; i++) {
+        uintptr_t ctx;
+        if (fps[i] < 8 || !read_word((uintptr_t)fps[i] - 8, sp, &ctx)) continue;
+        uint32_t head = len, depth = 0;
+        if (len + 8 > sizeof buf) break;
+        len += 8;
+        for (uintptr_t at = ctx; at && depth < ASYNC_DEPTH && len + 8 <= sizeof buf; depth++) {
+            uintptr_t parent, resume;
+            if (!read_word(at, sp, &parent) || !read_word(at + sizeof(uintptr_t), sp, &resume) || !valid_ip(resume))
+                break;
+            cairn__put64(buf + len, (uint64_t)resume);
+            len += 8;
+            at = parent;
+        }
+        if (depth == 0) {
+            len = head;
+            continue;
+        }
+        cairn__put32(buf + head, i);
+        cairn__put32(buf + head + 4, depth);
+        chains++;
+    }
+    if (chains) put_section(SEC_ASYNC, buf, len);
+}
+
 static void write_frames(ucontext_t *uc, uintptr_t pc, uintptr_t sp, uintptr_t fp)
 {
-    uint64_t ips[MAX_FRAMES];
-    uint32_t n = 0, method = 1;
+    uint64_t ips[MAX_FRAMES], fps[MAX_FRAMES];
+    uint32_t n = 0, unwound = 0, method = 1;
     unw_cursor_t cursor;
     if (unw_init_local2(&cursor, (unw_context_t *)uc, UNW_INIT_SIGNAL_FRAME) == 0) {
-        do {
-            unw_word_t ip = 0;
+        for (;;) {
+            unw_word_t ip = 0, frame = 0, at_sp = 0;
             if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || ip == 0) break;
-            /* The first frame may be outside any module (a jump to garbage). */
-            if (n > 0 && !valid_ip((uintptr_t)ip)) break;
+#if defined(__x86_64__)
+            unw_get_reg(&cursor, UNW_X86_64_RBP, &frame);
+#elif defined(__aarch64__)
+            unw_get_reg(&cursor, UNW_AARCH64_X29, &frame);
+#endif
+            unw_get_reg(&cursor, UNW_REG_SP, &at_sp);
+            fps[n] = (uint64_t)frame;
             ips[n++] = (uint64_t)ip;
-        } while (n < MAX_FRAMES && unw_step(&cursor) > 0);
+            /* The first frame may be outside any module (a jump to garbage). Past it, an
+             * address no module holds (code without unwind information, such as
+             * generated code), or a step libunwind cannot take, ends what libunwind can
+             * do: the frame pointers go on from that frame. */
+            int step = n < MAX_FRAMES && (n == 1 || valid_ip((uintptr_t)ip)) ? unw_step(&cursor) : -1;
+            if (step > 0) continue;
+            if (step < 0 && n > 1 && n < MAX_FRAMES) {
+                unwound = n;
+                walk_frame_pointers(ips, &n, (uintptr_t)frame, (uintptr_t)at_sp);
+                if (n > unwound) method = 3;
+            }
+            break;
+        }
     }
+    if (!unwound) unwound = n;
     if (n < 2) {
-        /* Frame pointers: each frame's saved frame pointer lies above the last, close
-         * to the stack pointer, and its return address inside a module. */
+        /* libunwind found no caller: frame pointers from the signal frame. */
         method = 2;
         n = 0;
+        fps[0] = fp;
         ips[n++] = (uint64_t)pc;
-        while (n < MAX_FRAMES && fp >= sp && fp < sp + (8u << 20) && (fp & (sizeof(void *) - 1)) == 0) {
-            uintptr_t ret = ((uintptr_t *)fp)[1], next = ((uintptr_t *)fp)[0];
-            if (!valid_ip(ret)) break;
-            ips[n++] = (uint64_t)ret;
-            if (next <= fp) break;
-            fp = next;
-        }
+        unwound = 1;
+        walk_frame_pointers(ips, &n, fp, sp);
     }
     unsigned char buf[8 + 8 * MAX_FRAMES];
     cairn__put32(buf, method);
     cairn__put32(buf + 4, n);
     for (uint32_t i = 0; i < n; i++) cairn__put64(buf + 8 + 8 * i, ips[i]);
     put_section(SEC_FRAMES, buf, 8 + 8 * n);
+    write_async_chains(fps, unwound, sp);
 }
 
 /* Hands `sig` on as if Cairn's handler had not been there: to the handler installed
@@ -526,6 +634,11 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx)
     for (uint32_t i = 0; i < count; i++) cairn__put64(rb + 8 + 8 * i, regs[i]);
     put_section(SEC_REGISTERS, rb, 8 + 8 * count);
 
+    /* Libraries loaded since install join the module list first, so their frames are
+     * kept and can be symbolicated (dl_iterate_phdr is what libunwind itself calls
+     * for every step below). */
+    dl_iterate_phdr(collect_late_module, NULL);
+    cairn__put32(modules_section, module_count);
     write_frames((ucontext_t *)uctx, pc, sp, fp);
     put_section(SEC_MODULES, modules_section, (uint32_t)modules_len);
     int live = __atomic_load_n(&context_current, __ATOMIC_ACQUIRE);
@@ -605,6 +718,10 @@ int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t 
             break;
         case SEC_TIMING:
             if (n >= 8) out->handler_ns = cairn__le64(s);
+            break;
+        case SEC_ASYNC:
+            out->async_chains = s;
+            out->async_chains_len = n;
             break;
         case SEC_COMMIT:
             out->complete = 1;

@@ -59,10 +59,25 @@ enum CrashEvent {
         // which machine frame each belongs to.
         var frames: [SymbolizedFrame] = []
         var machine: [Int] = []
+        var chains = Dictionary(raw.asyncChains.map { ($0.frame, $0.resumes) }) { first, _ in first }
         for (i, address) in raw.frames.enumerated() {
             let expanded = symbolizer.symbolizeInlined(address: address, index: i, modules: raw.modules)
             frames += expanded
             machine += Array(repeating: i, count: expanded.count)
+            // The innermost async function's callers: where each resumes, looked up as
+            // is (a resume address is a function's entry, not a return address).
+            guard let resumes = chains[i], let symbol = expanded.last?.symbol, Symbolizer.isAsyncFunction(symbol)
+            else { continue }
+            chains = [:]
+            for resume in resumes {
+                let callers = symbolizer.symbolizeInlined(address: resume, index: 0, modules: raw.modules).map {
+                    var f = $0
+                    f.isAsync = true
+                    return f
+                }
+                frames += callers
+                machine += Array(repeating: i, count: callers.count)
+            }
         }
         let report = withRuntimeFailure(raw, frames: frames)
         let millis = report.timeNanos > 0 ? report.timeNanos / 1_000_000 : fallbackMillis
@@ -89,7 +104,8 @@ enum CrashEvent {
                            "main": .bool(report.tid == report.pid)]
         }
         if !report.frames.isEmpty {
-            p["unwinder"] = .string(report.framesMethod == 2 ? "frame_pointers" : "libunwind")
+            p["unwinder"] = .string(["libunwind", "libunwind", "frame_pointers", "libunwind+frame_pointers"][
+                Int(min(report.framesMethod, 3))])
             p["frames"] = .array(zip(frames, machine).map { frame($0, index: $1) })
         }
         p["headline"] = .string(CrashReport.headline(report: report, frames: frames))
@@ -174,6 +190,7 @@ enum CrashEvent {
         if let column = f.column, column > 0 { m["column"] = .int(Int64(column)) }
         if let note = f.note { m["note"] = .string(note) }
         if f.inlined { m["inlined"] = .bool(true) }
+        if f.isAsync { m["async"] = .bool(true) }
         return .object(m)
     }
 }

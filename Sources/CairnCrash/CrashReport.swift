@@ -28,8 +28,13 @@ public struct CrashReport: Sendable {
     public var registers: [UInt64]
     /// Instruction addresses, innermost first.
     public var frames: [UInt64]
-    /// 1 libunwind, 2 frame pointers.
+    /// 1 libunwind, 2 frame pointers, 3 libunwind then frame pointers.
     public var framesMethod: UInt32
+    /// Swift async context chains the handler found behind machine frames: for the
+    /// machine frame at index `frame`, the addresses where its async callers resume,
+    /// innermost first. Whether that frame was an async function is decided from its
+    /// symbol (see ``CrashReport/symbolicated(reportBytes:symbolizer:)``).
+    public var asyncChains: [(frame: Int, resumes: [UInt64])]
     /// Modules loaded at install time.
     public var modules: [CrashModule]
     /// The context blob set by the crashed run.
@@ -57,6 +62,7 @@ public struct CrashReport: Sendable {
         registers = []
         frames = []
         framesMethod = 0
+        asyncChains = []
         modules = []
         context = []
         nestedFaults = 0
@@ -81,6 +87,9 @@ public struct CrashReport: Sendable {
         registers = Self.words(r.registers, Int(r.register_count))
         frames = Self.words(r.frames, Int(r.frame_count))
         framesMethod = r.frames_method
+        if let a = r.async_chains {
+            asyncChains = Self.chains(UnsafeBufferPointer(start: a, count: r.async_chains_len))
+        }
         if let m = r.modules {
             modules = Self.modules(UnsafeBufferPointer(start: m, count: r.modules_len), count: Int(r.module_count))
         }
@@ -94,6 +103,24 @@ public struct CrashReport: Sendable {
     private static func words(_ p: UnsafePointer<UInt8>?, _ count: Int) -> [UInt64] {
         guard let p, count > 0 else { return [] }
         return (0..<count).map { i in (0..<8).reduce(UInt64(0)) { $0 | UInt64(p[i * 8 + $1]) << (8 * $1) } }
+    }
+
+    /// Async chain records: u32 frame index, u32 count, count × u64. A record cut short
+    /// ends the list.
+    private static func chains(_ b: UnsafeBufferPointer<UInt8>) -> [(frame: Int, resumes: [UInt64])] {
+        var out: [(frame: Int, resumes: [UInt64])] = []
+        var at = 0
+        func u32(_ i: Int) -> Int { (0..<4).reduce(0) { $0 | Int(b[i + $1]) << (8 * $1) } }
+        while b.count - at >= 8 {
+            let frame = u32(at), count = u32(at + 4)
+            guard count <= (b.count - at - 8) / 8 else { break }
+            let resumes = (0..<count).map { k in
+                (0..<8).reduce(UInt64(0)) { $0 | UInt64(b[at + 8 + 8 * k + $1]) << (8 * $1) }
+            }
+            out.append((frame, resumes))
+            at += 8 + 8 * count
+        }
+        return out
     }
 
     /// Module records: u64 load, u64 start, u64 end, u16 + build id, u16 + path. A record

@@ -10,6 +10,15 @@ extension Symbolizer {
         // The compiler's name for a runtime check's trap says it all.
         if symbol.hasPrefix("Swift runtime failure: ") { return symbol }
         var s = Substring(symbol)
+        // `(1) await resume partial function for f(x:)`: the part of an async function
+        // that runs after a suspension is that function.
+        if s.hasPrefix("("), let close = s.firstIndex(of: ")") {
+            let rest = s[s.index(after: close)...]
+            for kind in [" await resume partial function for ", " suspend resume partial function for "]
+            where rest.hasPrefix(kind) {
+                s = rest.dropFirst(kind.count)
+            }
+        }
         for prefix in ["generic specialization ", "function signature specialization ", "merged ",
                        "reabstraction thunk helper from "] where s.hasPrefix(prefix) {
             // "<...> of f(x:)": what it specialises.
@@ -30,7 +39,8 @@ extension Symbolizer {
             return parts.suffix(parts.count >= 2 ? 2 : 1).joined(separator: ".")
         }
         if let arrow = topLevelRange(of: " -> ", in: s) { s = s[..<arrow.lowerBound] }
-        // Effects (`async throws`), last first.
+        // Effects (`async throws`), last first; a typed throw's error type with them.
+        if s.hasSuffix(")"), let open = matchingOpen(s), s[..<open].hasSuffix(" throws") { s = s[..<open] }
         while let effect = [" throws", " rethrows", " async"].first(where: { s.hasSuffix($0) }) {
             s = s.dropLast(effect.count)
         }
@@ -46,6 +56,20 @@ extension Symbolizer {
             return "_:"
         }.filter { !$0.isEmpty }
         return name + "(" + labels.joined() + ")"
+    }
+
+    /// Whether a demangled name is a Swift async function, or a part of one that runs
+    /// after a suspension (`(1) await resume partial function for …`): a frame whose
+    /// async context chain leads to its callers.
+    public static func isAsyncFunction(_ symbol: String) -> Bool {
+        if symbol.contains(" resume partial function for ") { return true }
+        guard let arrow = topLevelRange(of: " -> ", in: Substring(symbol)) else { return false }
+        var effects = Substring(symbol)[..<arrow.lowerBound]
+        // Typed throws: `f() async throws(E) -> ()`.
+        if effects.hasSuffix(")"), let open = matchingOpen(effects), effects[..<open].hasSuffix(" async throws") {
+            effects = effects[..<open]
+        }
+        return effects.hasSuffix(" async") || effects.hasSuffix(" async throws") || effects.hasSuffix(" async rethrows")
     }
 
     /// Whether a demangled name is the Swift standard library's (or its concurrency
@@ -173,8 +197,9 @@ extension CrashReport {
             var machine = 0
             for f in frames {
                 let module = f.module.map { ($0.split(separator: "/").last.map(String.init) ?? $0) } ?? "?"
-                var line = "  " + String(machine).leftPadded(to: 3) + "  " + (f.inlined ? "[inlined] " : "")
-                    + (f.symbol.map(Symbolizer.shortName) ?? "???")
+                let marks = (f.inlined ? "[inlined] " : "") + (f.isAsync ? "[async] " : "")
+                var line = "  " + String(machine).leftPadded(to: 3) + "  " + marks
+                line += f.symbol.map(Symbolizer.shortName) ?? "???"
                 if let file = f.file, let l = f.line {
                     line += " at " + (file.split(separator: "/").last.map(String.init) ?? file) + ":\(l)"
                         + (f.column.map { $0 > 0 ? ":\($0)" : "" } ?? "")

@@ -56,6 +56,11 @@ public struct SymbolizedFrame: Sendable, Equatable {
     /// the same address): its code has no frame of its own on the stack, the debug
     /// information names it (``Symbolizer/symbolizeInlined(address:index:modules:)``).
     public var inlined = false
+    /// Whether this is an async caller of the frame before it, found through the
+    /// task's async context chain rather than on the machine stack: its address is
+    /// where the function resumes (``CrashReport/asyncChains``), as the Swift
+    /// runtime's backtracer shows `[async]` frames.
+    public var isAsync = false
 
     /// Creates a frame that holds only its address.
     public init(address: UInt64) {

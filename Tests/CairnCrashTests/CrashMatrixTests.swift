@@ -21,6 +21,8 @@ import Testing
         var prefix: [String] = []
         /// Text the event's reason must contain.
         var reason: String? = nil
+        /// The event's `unwinder`, when the case is about it.
+        var unwinder: String? = nil
         var description: String { "\(child) \(mode)" + (prefix.isEmpty ? "" : " under \(prefix[0])") }
     }
 
@@ -52,6 +54,7 @@ import Testing
         Case(child: "cairn-crash-child", mode: "corrupt", signal: SIGSEGV, symbols: ["crash_here", "main"]),
         Case(child: "cairn-crash-child", mode: "abort", signal: SIGABRT, symbols: ["abort", "crash_here", "main"],
              prefix: ["/usr/bin/unshare", "--pid", "--fork"]),
+    ] + jit + [
         Case(child: "cairn-swift-crash-child", mode: "fatal", signal: trap, symbols: [swiftTrap],
              reason: "Fatal error: the service gave up: fatal"),
         Case(child: "cairn-swift-crash-child", mode: "index", signal: trap, symbols: [swiftTrap],
@@ -59,6 +62,15 @@ import Testing
         Case(child: "cairn-swift-crash-child", mode: "unwrap", signal: trap, symbols: [swiftTrap],
              reason: "Fatal error: Unexpectedly found nil while unwrapping an Optional value"),
     ]
+
+    /// Generated code with frame pointers but no unwind information between
+    /// `crash_here` and `main`: libunwind stops there, the frame pointers go on.
+    #if arch(x86_64)
+    static let jit = [Case(child: "cairn-crash-child", mode: "jit", signal: SIGSEGV, symbols: ["crash_here", "main"],
+                           unwinder: "libunwind+frame_pointers")]
+    #else
+    static let jit: [Case] = []
+    #endif
 
     @Test(arguments: cases)
     func crashBecomesASymbolicatedEvent(_ c: Case) throws {
@@ -97,6 +109,12 @@ import Testing
                     "\(c): a Swift frame has its file: \(top ?? [:])")
         }
         if c.mode == "corrupt" { #expect(props["nested_faults"] as? Int == 1) }
+        if let unwinder = c.unwinder {
+            #expect(props["unwinder"] as? String == unwinder)
+            // The generated code's frame, which no module holds, between the two.
+            #expect(frames.count > 2 && frames[1]["note"] as? String == "no module contains the address"
+                    && frames[2]["symbol"] as? String == "main", "\(frames)")
+        }
         if c.mode == "thread" || c.mode == "overflow-thread" || c.mode == "many" {
             #expect((props["thread"] as? [String: Any])?["main"] as? Bool == false)
         }

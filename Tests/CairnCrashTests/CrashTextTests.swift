@@ -47,6 +47,27 @@ import Testing
         for (symbol, short) in cases { #expect(Symbolizer.shortName(symbol) == short, "\(symbol)") }
     }
 
+    /// Which frames' async context chains lead to their callers: async functions and
+    /// their resume parts (names as the runtime's `swift_demangle` gives them), not a
+    /// synchronous function that merely takes an async closure.
+    @Test func asyncFunctions() {
+        let async = [
+            ("orders.asyncLevel3(Swift.Int) async -> Swift.Int", "asyncLevel3(_:)"),
+            ("(1) await resume partial function for orders.asyncLevel2(Swift.Int) async -> Swift.Int", "asyncLevel2(_:)"),
+            ("(2) suspend resume partial function for orders.Shop.load(id: Swift.String) async throws -> ()", "load(id:)"),
+            ("orders.fetch() async throws(orders.FetchError) -> Swift.Int", "fetch()"),
+            ("closure #1 () async -> () in orders.main() -> ()", "closure #1 in main()"),
+        ]
+        for (symbol, short) in async {
+            #expect(Symbolizer.isAsyncFunction(symbol), "\(symbol)")
+            #expect(Symbolizer.shortName(symbol) == short, "\(symbol)")
+        }
+        for symbol in ["orders.run(_: () async -> ()) -> ()", "orders.asyncLevel(Swift.Int) -> Swift.Int", "crash_here",
+                       "(1) orders.partial()", "swift_job_run"] {
+            #expect(!Symbolizer.isAsyncFunction(symbol), "\(symbol)")
+        }
+    }
+
     /// From the crash matrix: the runtime's message, the crashing function's short name
     /// and its file:line in the first five lines of `cairn report`; `--json` gives the
     /// event.

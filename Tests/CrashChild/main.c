@@ -9,7 +9,8 @@
  * overflow-thread (on a worker thread given an alternate stack with
  * cairn_crash_prepare_thread), many (20 threads crash at the same instant),
  * chain-many (20 threads crash at once under a handler installed before Cairn that
- * takes 4 s, then exits with status 42), corrupt
+ * takes 4 s, then exits with status 42), jit (x86-64: crash_here is called through
+ * generated code that has frame pointers but no unwind information), corrupt
  * (the handler itself faults: the Swift runtime's fatal-message slot, which the
  * handler reads, holds a wild pointer). */
 #define _GNU_SOURCE
@@ -175,6 +176,19 @@ int main(int argc, char **argv)
         pthread_t t[20];
         for (int i = 0; i < 20; i++) pthread_create(&t[i], NULL, crowd_thread, NULL);
         for (int i = 0; i < 20; i++) pthread_join(t[i], NULL);
+    } else if (!strcmp(mode, "jit")) {
+#if defined(__x86_64__)
+        /* push %rbp; mov %rsp,%rbp; call *%rdi; pop %rbp; ret */
+        static const unsigned char code[] = {0x55, 0x48, 0x89, 0xe5, 0xff, 0xd7, 0x5d, 0xc3};
+        unsigned char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED) _exit(3);
+        memcpy(page, code, sizeof code);
+        if (mprotect(page, 4096, PROT_READ | PROT_EXEC) != 0) _exit(3);
+        mode = "segv";
+        ((void (*)(void (*)(void)))(void *)page)(crash_here);
+#else
+        _exit(3);
+#endif
     } else if (!strcmp(mode, "corrupt")) {
         const char **(*slot)(void) = (const char **(*)(void))dlsym(RTLD_DEFAULT, "swift_getFatalErrorMessageBuffer");
         if (!slot) _exit(3);

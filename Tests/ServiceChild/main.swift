@@ -15,6 +15,9 @@
 //                 can; print the drop counts as JSON; exit without flushing
 //   crash         flush (the SDK is then ready), then write through a bad pointer
 //   fatal         flush, then fatalError("no account for alice@example.com")
+//   async         flush, then crash in a Task three async calls deep (Crashes.swift)
+//   plugin <path> flush, then dlopen the library at path and crash in its
+//                 plugin_handle(int) (Crashes.swift)
 //   critical <n>  flush (ready), track one Critical "payment_captured", then n rounds of
 //                 500 Sampled "bulk" events of 2 KB of random hex each, flushing after
 //                 each round; shut down
@@ -135,6 +138,19 @@ case "crash":
     _ = cairn.flush(timeout: .seconds(10))
     let bad = UnsafeMutablePointer<Int>(bitPattern: n == 0 ? 8 : 16)
     bad?.pointee = n
+    exit(4)
+case "async":
+    _ = cairn.flush(timeout: .seconds(10))
+    let finished = DispatchSemaphore(value: 0)
+    Task.detached {
+        _ = await asyncLevel1(n)
+        finished.signal()
+    }
+    finished.wait()
+    exit(4)
+case "plugin":
+    _ = cairn.flush(timeout: .seconds(10))
+    _ = runPlugin(at: args.count > 2 ? args[2] : "", value: 7)
     exit(4)
 case "fatal":
     _ = cairn.flush(timeout: .seconds(10))

@@ -972,7 +972,7 @@ typedef struct cairn_crash_report {
     const unsigned char *registers; /**< register_count little-endian u64 */
     uint32_t frame_count;    /**< frames in `frames` */
     const unsigned char *frames; /**< frame_count little-endian u64 instruction pointers, innermost first */
-    uint32_t frames_method;  /**< 1 libunwind, 2 frame pointers */
+    uint32_t frames_method;  /**< 1 libunwind, 2 frame pointers, 3 libunwind then frame pointers */
     uint32_t module_count;   /**< modules in `modules` */
     const unsigned char *modules; /**< module records (docs/FORMATS.md) */
     size_t modules_len;      /**< bytes at `modules` */
@@ -981,6 +981,8 @@ typedef struct cairn_crash_report {
     const unsigned char *message; /**< a fatal-error message, if any */
     size_t message_len;      /**< its length */
     uint32_t nested;         /**< signals that hit while the handler ran */
+    const unsigned char *async_chains; /**< async context chains behind machine frames (docs/FORMATS.md), or NULL */
+    size_t async_chains_len; /**< bytes at `async_chains` */
 } cairn_crash_report_t;
 
 /**

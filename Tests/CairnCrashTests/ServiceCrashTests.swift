@@ -1,0 +1,149 @@
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// Crashes of a service that uses only the public API (`cairn-service-child`), in the
+/// debug build and in the release build (`-O -g`, built by `make bench` before the
+/// tests), each turned into a `crash` event by the next start (another real process)
+/// and compared with an oracle Cairn did not write: the toolchain's `llvm-symbolizer
+/// --inlining` for every frame's function and line, the Swift runtime's own backtracer
+/// for async frames.
+@Suite struct ServiceCrashTests {
+    static let debugChild = productsDirectory + "/cairn-service-child"
+    static let releaseChild = URL(fileURLWithPath: productsDirectory + "/../release/cairn-service-child")
+        .standardizedFileURL.path
+    /// The builds to test: the release one where `make bench` has built it.
+    static let builds: [String] = [debugChild] + (FileManager.default.fileExists(atPath: releaseChild) ? [releaseChild] : [])
+
+    struct Crashed {
+        var ended: Finished
+        /// The next start's `crash` and `session_end` events.
+        var crash: [String: Any]
+        var sessionEnd: [String: Any]?
+        var frames: [[String: Any]] { (crash["properties"] as? [String: Any])?["frames"] as? [[String: Any]] ?? [] }
+        var functions: [String] { frames.compactMap { $0["function"] as? String } }
+    }
+
+    /// Runs `child` with `args` in a fresh data directory until it crashes, then starts
+    /// it once more (`run 0`, events printed on stdout) and returns what it reported.
+    static func crash(_ child: String, _ args: [String], backtracer: Bool = false) throws -> Crashed {
+        let dir = try TemporaryDirectory("cairn-service-crash")
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
+                   "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+                   "SWIFT_BACKTRACE": "enable=no"]
+        if backtracer {
+            // The Swift runtime's backtracer, installed before Cairn: Cairn's handler
+            // passes the crash on to it once its report is written.
+            env["SWIFT_BACKTRACE"] = "enable=yes,interactive=no,color=no,threads=crashed,registers=none,images=none,output-to=stderr"
+        }
+        let ended = try runToEnd(child, args, environment: env)
+        env["CAIRN_TEST_STDOUT"] = "1"
+        let next = try runToEnd(child, ["run", "0"], environment: env)
+        #expect(next.status == 0, "\(next.err)")
+        let events = next.out.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+        let crash = try #require(events.first { $0["type"] as? String == "crash" }, "no crash event: \(ended.err)")
+        return Crashed(ended: ended, crash: crash, sessionEnd: events.first { $0["name"] as? String == "session_end" })
+    }
+
+    /// Each frame in a module of the service (its binary or a library it loaded), and
+    /// the functions inlined at it, compared with llvm-symbolizer's inline chain at the
+    /// same address: the same functions (linkage names), files and lines.
+    /// An async frame's address is where its function resumes, looked up as is.
+    static func expectFramesMatchTheSymbolizer(_ c: Crashed, modules: [String]) throws {
+        let toolchain = try SymbolizerTests.toolchain()
+        // A machine frame with the functions inlined at it: frames of one index and address.
+        var groups: [[[String: Any]]] = []
+        for f in c.frames {
+            if let last = groups.last?.last, last["index"] as? Int == f["index"] as? Int,
+               last["address"] as? String == f["address"] as? String {
+                groups[groups.count - 1].append(f)
+            } else {
+                groups.append([f])
+            }
+        }
+        var compared = 0
+        for group in groups {
+            guard let index = group.last?["index"] as? Int, let module = group.last?["module"] as? String,
+                  modules.contains(module), let offsetText = group.last?["offset"] as? String,
+                  let offset = UInt64(offsetText.dropFirst(2), radix: 16)
+            else { continue }
+            let lookup = index == 0 || group.last?["async"] as? Bool == true ? offset : offset - 1
+            let oracle = try runToEnd(toolchain + "/llvm-symbolizer", ["--inlining", "--no-demangle", "--obj=" + module,
+                                                                      "0x" + String(lookup, radix: 16)])
+            let lines = oracle.out.split(separator: "\n").map(String.init)
+            let theirs = stride(from: 0, to: lines.count - 1, by: 2).map { i -> String in
+                let place = lines[i + 1].split(separator: ":")
+                let file = place.first.map { $0.split(separator: "/").last.map(String.init) ?? "" } ?? ""
+                let line = place.count > 1 ? String(place[1]) : "0"
+                // Line 0: no line (llvm-symbolizer then names the unit's object file).
+                return lines[i] + " " + (line == "0" ? "??" : file) + ":" + line
+            }
+            let ours = group.map { f -> String in
+                let name = (f["mangled"] as? String) ?? (f["symbol"] as? String) ?? "??"
+                guard let line = f["line"] as? Int, let path = f["file"] as? String else { return name + " ??:0" }
+                return name + " " + (path.split(separator: "/").last.map(String.init) ?? path) + ":\(line)"
+            }
+            #expect(ours == theirs, "frame \(index) at \(offsetText) in \(module)")
+            compared += 1
+        }
+        #expect(compared >= 3, "frames in \(modules): \(c.functions)")
+    }
+
+    /// A crash inside a Task, three async calls deep, each resumed after a suspension:
+    /// only the task's async context chain still knows the callers. The event names all
+    /// three (the two callers as `async` frames, where they resume), and its async
+    /// frames are the Swift runtime backtracer's `[async]` frames, address for address.
+    @Test(arguments: builds)
+    func aCrashThreeAsyncCallsDeepNamesAllThree(child: String) throws {
+        let c = try Self.crash(child, ["async", "1"], backtracer: true)
+        #expect(c.ended.signaled && c.ended.status == SIGSEGV, "\(c.ended.status) \(c.ended.err)")
+        #expect((c.sessionEnd?["properties"] as? [String: Any])?["reason"] as? String == "crashed")
+        let functions = c.functions
+        let level3 = try #require(functions.firstIndex(of: "asyncLevel3(_:)"), "\(functions)")
+        let level2 = try #require(functions.firstIndex(of: "asyncLevel2(_:)"), "\(functions)")
+        let level1 = try #require(functions.firstIndex(of: "asyncLevel1(_:)"), "\(functions)")
+        #expect(level3 < level2 && level2 < level1)
+        #expect(c.frames[level2]["async"] as? Bool == true && c.frames[level1]["async"] as? Bool == true)
+        #expect((c.frames[level2]["file"] as? String)?.hasSuffix("Tests/ServiceChild/Crashes.swift") == true)
+
+        // The oracle: the backtracer's `[async]` lines, `  1 [async]  0x… asyncLevel2(_:) in …`.
+        let theirs = c.ended.err.split(separator: "\n").filter { $0.contains("[async]") }.compactMap { line in
+            line.split(separator: " ").first { $0.hasPrefix("0x") }.flatMap { UInt64($0.dropFirst(2), radix: 16) }
+        }
+        let ours = c.frames.filter { $0["async"] as? Bool == true && $0["inlined"] as? Bool != true }.compactMap {
+            ($0["address"] as? String).flatMap { UInt64($0.dropFirst(2), radix: 16) }
+        }
+        #expect(!theirs.isEmpty && ours == theirs, "ours \(ours), the backtracer's \(theirs): \(c.ended.err)")
+        try Self.expectFramesMatchTheSymbolizer(c, modules: [child])
+    }
+
+    /// A NULL write in a library loaded with dlopen after `Cairn.start`: the library
+    /// joins the module list in the handler, so its frames are kept and symbolicated, and
+    /// the unwinding goes on through the service's callers down to `main`.
+    @Test(arguments: builds)
+    func aCrashInALibraryLoadedAfterStartNamesItAndItsCallers(child: String) throws {
+        let dir = try TemporaryDirectory("cairn-plugin")
+        let source = dir.appending("plugin.c"), library = dir.appending("libplugin.so")
+        try """
+        #include <stddef.h>
+        __attribute__((noinline)) int plugin_store(int *slot, int value) { *slot = value; return value; }
+        __attribute__((noinline)) int plugin_handle(int value) { return plugin_store((int *)(size_t)(value & 0), value) + 1; }
+        """.write(toFile: source, atomically: true, encoding: .utf8)
+        let cc = try runToEnd(try SymbolizerTests.toolchain() + "/clang", ["-g", "-O0", "-fPIC", "-shared", source, "-o", library])
+        #expect(cc.status == 0, "\(cc.err)")
+        let c = try Self.crash(child, ["plugin", library])
+        #expect(c.ended.signaled && c.ended.status == SIGSEGV, "\(c.ended.status) \(c.ended.err)")
+        let functions = c.functions
+        let want = ["plugin_store", "plugin_handle", "handOverToPlugin(_:_:)", "runPlugin(at:value:)"]
+        let found = want.compactMap { functions.firstIndex(of: $0) }
+        #expect(found.count == want.count && found == found.sorted(), "\(want) in order among \(functions)")
+        #expect(functions.contains { $0.hasPrefix("cairn_service_child_main") || $0 == "main" }, "\(functions)")
+        let first = try #require(c.frames.first)
+        #expect(first["module"] as? String == library && (first["file"] as? String)?.hasSuffix("plugin.c") == true)
+        let modules = (c.crash["properties"] as? [String: Any])?["modules"] as? [[String: Any]] ?? []
+        #expect(modules.contains { $0["path"] as? String == library }, "the library is in the module list")
+        try Self.expectFramesMatchTheSymbolizer(c, modules: [child, library])
+    }
+}

@@ -1,0 +1,38 @@
+// Crashes the service child can have, in functions of its own so that the tests can
+// look for their names in the crash event's frames.
+import Foundation
+
+/// Three async calls deep, each resumed after a suspension (so that no caller is on
+/// the machine stack any more: only the task's async context chain knows them), the
+/// innermost writes through a bad pointer.
+@inline(never) func asyncLevel1(_ n: Int) async -> Int {
+    await Task.yield()
+    return await asyncLevel2(n + 1) + 1
+}
+
+@inline(never) func asyncLevel2(_ n: Int) async -> Int {
+    await Task.yield()
+    return await asyncLevel3(n + 1) + 1
+}
+
+@inline(never) func asyncLevel3(_ n: Int) async -> Int {
+    await Task.yield()
+    let bad = UnsafeMutablePointer<Int>(bitPattern: 8 + (n & 0x0))
+    bad?.pointee = n
+    return n
+}
+
+/// Loads the library at `path` now (after `Cairn.start`) and calls its
+/// `plugin_handle(int)` through two functions of the service.
+@inline(never) func runPlugin(at path: String, value: Int32) -> Int32 {
+    guard let library = dlopen(path, RTLD_NOW | RTLD_LOCAL), let symbol = dlsym(library, "plugin_handle") else {
+        FileHandle.standardError.write(Data("plugin: \(String(cString: dlerror()))\n".utf8))
+        exit(3)
+    }
+    // Work after the call, so that a release build keeps this frame (no tail call).
+    return handOverToPlugin(unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self), value) &* 2
+}
+
+@inline(never) func handOverToPlugin(_ handle: @convention(c) (Int32) -> Int32, _ value: Int32) -> Int32 {
+    handle(value) + 1
+}
