@@ -143,7 +143,7 @@ LIB_DIR := .build/lib
 CAIRN_VERSION := $(shell sed -n 's/^\#define CAIRN_VERSION_STRING "\(.*\)"$$/\1/p' CSources/CCairn/include/CCairn.h)
 CAIRN_MAJOR := $(firstword $(subst ., ,$(CAIRN_VERSION)))
 LIB_OBJECTS := $(patsubst CSources/CCairn/%.c,$(LIB_DIR)/obj/%.o,$(CORE_SOURCES))
-LIB_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
+LIB_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -DCAIRN_NO_THREAD_HOOK -Wall -Wextra -Werror \
               -ICSources/CCairn/include -ICSources/CCairn $(shell pkg-config --cflags libzstd libunwind 2>/dev/null)
 LIB_LIBS := $(shell pkg-config --libs libzstd libunwind 2>/dev/null) -lpthread
 

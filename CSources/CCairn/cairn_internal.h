@@ -17,6 +17,13 @@ uint32_t cairn__crc32c(uint32_t crc, const void *data, size_t len);
  * `len` bytes of `data`: a ring record's checksum in one call. */
 uint32_t cairn__crc32c_after(uint64_t w, uint32_t v, const void *data, size_t len);
 
+/* Gives the calling thread an alternate signal stack unless it has one; with
+ * `release_at_exit`, the stack is unmapped when the thread ends (altstack.c). */
+int cairn__prepare_thread(int release_at_exit);
+
+/* Whether threads created from now on get an alternate signal stack (altstack.c). */
+void cairn__thread_stacks(int on);
+
 /* Little-endian loads and stores of the on-disk formats (the core targets
  * little-endian machines; these keep the intent explicit and alignment-safe). */
 static inline uint16_t cairn__le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }

@@ -78,7 +78,6 @@ enum {
 #define ASYNC_DEPTH 64
 #define MAX_EXEC_RANGES 1024
 #define MODULES_BYTES (96 * 1024)
-#define ALT_STACK_SIZE (64 * 1024)
 
 static const char report_magic[8] = {'C', 'A', 'I', 'R', 'N', 'C', 'R', 'S'};
 static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT, SIGSYS, SIGQUIT};
@@ -237,25 +236,6 @@ static void warm_up_unwinder(void)
     if (unw_getcontext(&ctx) == 0 && unw_init_local(&cursor, &ctx) == 0) unw_step(&cursor);
 }
 
-int cairn_crash_prepare_thread(void)
-{
-    stack_t current;
-    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE) && current.ss_size >= ALT_STACK_SIZE)
-        return 0; /* the thread has one already: never replace it */
-    long ps = sysconf(_SC_PAGESIZE);
-    size_t page = ps > 0 ? (size_t)ps : 4096;
-    unsigned char *mem = mmap(NULL, ALT_STACK_SIZE + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return errno;
-    mprotect(mem, page, PROT_NONE); /* guard page below the stack */
-    stack_t ss = {.ss_sp = mem + page, .ss_size = ALT_STACK_SIZE, .ss_flags = 0};
-    if (sigaltstack(&ss, NULL) != 0) {
-        int err = errno;
-        munmap(mem, ALT_STACK_SIZE + page);
-        return err;
-    }
-    return 0;
-}
-
 static void crash_handler(int sig, siginfo_t *info, void *uctx);
 
 /* `<dir>/<name>`, or `<dir>/crash-<pid>.report` without a name, into `out`. */
@@ -307,6 +287,8 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
         }
     }
     installed = 1;
+    /* Threads created from now on get an alternate stack of their own (altstack.c). */
+    cairn__thread_stacks(!(install_flags & CAIRN_CRASH_NO_THREAD_STACKS));
     return 0;
 
 undo_signals:

@@ -91,9 +91,11 @@ extension Cairn {
         if let environment = options.environment { attributes["environment"] = environment }
         let crash: CrashCapture
         do {
-            crash = try CrashCapture.start(.init(directory: layout.crash, release: options.release,
-                                                 attributes: attributes, captureSIGQUIT: options.captureSIGQUIT,
-                                                 deferSetup: true))
+            var crashOptions = CrashCapture.Options(directory: layout.crash, release: options.release,
+                                                    attributes: attributes, captureSIGQUIT: options.captureSIGQUIT,
+                                                    deferSetup: true)
+            crashOptions.alternateStacksForNewThreads = options.alternateStacksForNewThreads
+            crash = try CrashCapture.start(crashOptions)
         } catch .alreadyStarted {
             throw .alreadyStarted
         } catch {

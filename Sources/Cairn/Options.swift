@@ -109,6 +109,12 @@ extension Cairn {
         public var destinations: [any Destination]
         /// Also capture SIGQUIT as a crash.
         public var captureSIGQUIT: Bool
+        /// Give every thread created after `start` an alternate signal stack, so that a
+        /// stack overflow on it is reported (threads of libdispatch and of the Swift
+        /// concurrency runtime included): 68 KiB of address space per thread, not
+        /// resident until used, and a few microseconds per thread creation. On by
+        /// default; ``CrashCapture/Options/alternateStacksForNewThreads``.
+        public var alternateStacksForNewThreads = true
         /// Properties evaluated for every event; call-site properties win.
         public var dynamicProperties: (@Sendable () -> [String: CairnValue])?
         /// Receives the uploader's start and result logs.

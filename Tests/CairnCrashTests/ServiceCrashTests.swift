@@ -26,7 +26,8 @@ import Testing
 
     /// Runs `child` with `args` in a fresh data directory until it crashes, then starts
     /// it once more (`run 0`, events printed on stdout) and returns what it reported.
-    static func crash(_ child: String, _ args: [String], backtracer: Bool = false) throws -> Crashed {
+    static func crash(_ child: String, _ args: [String], backtracer: Bool = false,
+                      env extra: [String: String] = [:]) throws -> Crashed {
         let dir = try TemporaryDirectory("cairn-service-crash")
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
@@ -36,6 +37,7 @@ import Testing
             // passes the crash on to it once its report is written.
             env["SWIFT_BACKTRACE"] = "enable=yes,interactive=no,color=no,threads=crashed,registers=none,images=none,output-to=stderr"
         }
+        env.merge(extra) { $1 }
         let ended = try runToEnd(child, args, environment: env)
         env["CAIRN_TEST_STDOUT"] = "1"
         let next = try runToEnd(child, ["run", "0"], environment: env)
@@ -43,8 +45,10 @@ import Testing
         let events = next.out.split(separator: "\n").compactMap {
             (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
         }
-        let crash = try #require(events.first { $0["type"] as? String == "crash" }, "no crash event: \(ended.err)")
-        return Crashed(ended: ended, crash: crash, sessionEnd: events.first { $0["name"] as? String == "session_end" })
+        let sessionEnd = events.first { $0["name"] as? String == "session_end" }
+        let crash = events.first { $0["type"] as? String == "crash" }
+        return Crashed(ended: ended, crash: try #require(crash, "no crash event; session_end \(sessionEnd ?? [:]): \(ended.err)"),
+                       sessionEnd: sessionEnd)
     }
 
     /// Each frame in a module of the service (its binary or a library it loaded), and
@@ -145,5 +149,59 @@ import Testing
         let modules = (c.crash["properties"] as? [String: Any])?["modules"] as? [[String: Any]] ?? []
         #expect(modules.contains { $0["path"] as? String == library }, "the library is in the module list")
         try Self.expectFramesMatchTheSymbolizer(c, modules: [child, library])
+    }
+
+    struct Overflow: CustomStringConvertible, Sendable {
+        var child: String
+        var mode: String
+        var description: String { mode + (child == ServiceCrashTests.releaseChild ? " (release)" : "") }
+    }
+    static let overflows = builds.flatMap { child in ["overflow-task", "overflow-thread"].map { Overflow(child: child, mode: $0) } }
+
+    /// A stack overflow inside a Task (a libdispatch worker of the Swift concurrency
+    /// runtime's pool) and on a thread of plain `pthread_create`, neither of which the
+    /// service could prepare: every thread created after `Cairn.start` has an alternate
+    /// signal stack, so the handler runs and the next start reports a `crash` in
+    /// `recurse(_:)` and `session_end crashed`.
+    @Test(arguments: overflows)
+    func aStackOverflowOnAnyThreadIsReported(_ o: Overflow) throws {
+        let c = try Self.crash(o.child, [o.mode])
+        #expect(c.ended.signaled && c.ended.status == SIGSEGV, "\(c.ended.status) \(c.ended.err)")
+        #expect((c.sessionEnd?["properties"] as? [String: Any])?["reason"] as? String == "crashed")
+        let props = c.crash["properties"] as? [String: Any] ?? [:]
+        #expect(props["signal"] as? String == "SIGSEGV" && (props["thread"] as? [String: Any])?["main"] as? Bool == false)
+        #expect(c.functions.filter { $0 == "recurse(_:)" }.count > 10, "\(c.functions.prefix(20))")
+    }
+
+    /// The control: with `alternateStacksForNewThreads` off, the same overflow on a new
+    /// thread leaves no report (the kernel cannot run a handler on a full stack), and
+    /// the run ends `abnormal`.
+    @Test func withoutAlternateStacksAnOverflowOnANewThreadIsNotReported() throws {
+        let dir = try TemporaryDirectory("cairn-service-crash")
+        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "SWIFT_BACKTRACE": "enable=no",
+                   "CAIRN_TEST_NO_ALT_STACKS": "1"]
+        let ended = try runToEnd(Self.debugChild, ["overflow-thread"], environment: env)
+        #expect(ended.signaled && ended.status == SIGSEGV)
+        env["CAIRN_TEST_STDOUT"] = "1"
+        let next = try runToEnd(Self.debugChild, ["run", "0"], environment: env)
+        let events = next.out.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+        #expect(!events.contains { $0["type"] as? String == "crash" })
+        let end = events.first { $0["name"] as? String == "session_end" }
+        #expect((end?["properties"] as? [String: Any])?["reason"] as? String == "abnormal", "\(events)")
+    }
+
+    /// Threads created after install get an alternate stack of 64 KiB, and give it back
+    /// when they end: 2000 threads started and joined leave the address space as it was
+    /// (unreleased, they would hold 136 MB of it).
+    @Test func newThreadsGetAnAlternateStackAndGiveItBack() throws {
+        let dir = try TemporaryDirectory("cairn-threads")
+        let ended = try runToEnd(productsDirectory + "/cairn-crash-child", [dir.path, "threads"])
+        #expect(ended.status == 0 && !ended.signaled, "\(ended.err)")
+        let lines = ended.out.split(separator: "\n")
+        #expect(lines.contains("ALT 65536"), "\(ended.out)")
+        let vm = try #require(lines.first { $0.hasPrefix("VM ") }).split(separator: " ").compactMap { Int($0) }
+        #expect(vm.count == 2 && vm[1] - vm[0] < 16 * 1024, "address space before and after, kB: \(vm)")
     }
 }

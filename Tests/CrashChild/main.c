@@ -10,7 +10,9 @@
  * cairn_crash_prepare_thread), many (20 threads crash at the same instant),
  * chain-many (20 threads crash at once under a handler installed before Cairn that
  * takes 4 s, then exits with status 42), jit (x86-64: crash_here is called through
- * generated code that has frame pointers but no unwind information), corrupt
+ * generated code that has frame pointers but no unwind information), threads (no
+ * crash: prints "ALT <size>" of a new thread's alternate signal stack, then "VM <kB>
+ * <kB>": the address space before and after 2000 threads started and ended), corrupt
  * (the handler itself faults: the Swift runtime's fatal-message slot, which the
  * handler reads, holds a wild pointer). */
 #define _GNU_SOURCE
@@ -123,6 +125,32 @@ static void slow_earlier_handler(int sig)
     _exit(42);
 }
 
+static void *report_alt_stack(void *arg)
+{
+    (void)arg;
+    stack_t ss;
+    sigaltstack(NULL, &ss);
+    printf("ALT %zu\n", (ss.ss_flags & SS_DISABLE) ? (size_t)0 : ss.ss_size);
+    return NULL;
+}
+
+static void *nothing(void *arg)
+{
+    return arg;
+}
+
+/* VmSize of this process, kB. */
+static long address_space(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -176,6 +204,17 @@ int main(int argc, char **argv)
         pthread_t t[20];
         for (int i = 0; i < 20; i++) pthread_create(&t[i], NULL, crowd_thread, NULL);
         for (int i = 0; i < 20; i++) pthread_join(t[i], NULL);
+    } else if (!strcmp(mode, "threads")) {
+        pthread_t t;
+        pthread_create(&t, NULL, report_alt_stack, NULL);
+        pthread_join(t, NULL);
+        long before = address_space();
+        for (int i = 0; i < 2000; i++) {
+            if (pthread_create(&t, NULL, nothing, NULL) != 0) _exit(3);
+            pthread_join(t, NULL);
+        }
+        printf("VM %ld %ld\n", before, address_space());
+        return 0;
     } else if (!strcmp(mode, "jit")) {
 #if defined(__x86_64__)
         /* push %rbp; mov %rsp,%rbp; call *%rdi; pop %rbp; ret */

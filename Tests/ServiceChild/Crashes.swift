@@ -36,3 +36,29 @@ import Foundation
 @inline(never) func handOverToPlugin(_ handle: @convention(c) (Int32) -> Int32, _ value: Int32) -> Int32 {
     handle(value) + 1
 }
+
+/// Written by every level of `recurse`, so that no build can fold the recursion away.
+nonisolated(unsafe) var recursionSink = 0
+
+@inline(never) func touch(_ p: UnsafeMutableRawPointer, _ depth: Int) {
+    p.storeBytes(of: depth, as: Int.self)
+    recursionSink &+= p.load(as: Int.self)
+}
+
+/// Recurses until the thread's stack is exhausted: a stack overflow.
+@inline(never) func recurse(_ depth: Int) -> Int {
+    var pad = (depth, depth, depth, depth, depth, depth, depth, depth)
+    withUnsafeMutableBytes(of: &pad) { touch($0.baseAddress!, depth) }
+    return recurse(depth + 1) &+ pad.0 &+ recursionSink
+}
+
+/// A stack overflow on a thread started with plain `pthread_create`.
+func overflowOnAThread() {
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { _ in
+        _ = recurse(0)
+        return nil
+    }, nil)
+    guard rc == 0 else { exit(3) }
+    pthread_join(thread, nil)
+}

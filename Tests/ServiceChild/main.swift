@@ -18,6 +18,9 @@
 //   async         flush, then crash in a Task three async calls deep (Crashes.swift)
 //   plugin <path> flush, then dlopen the library at path and crash in its
 //                 plugin_handle(int) (Crashes.swift)
+//   overflow-task flush, then overflow the stack in a Task
+//   overflow-thread  flush, then overflow the stack of a pthread_create thread
+//                 (CAIRN_TEST_NO_ALT_STACKS=1 turns alternateStacksForNewThreads off)
 //   critical <n>  flush (ready), track one Critical "payment_captured", then n rounds of
 //                 500 Sampled "bulk" events of 2 KB of random hex each, flushing after
 //                 each round; shut down
@@ -107,6 +110,7 @@ if mode == "restart" {
 }
 
 var options = Cairn.Options.fromEnvironment()
+if ProcessInfo.processInfo.environment["CAIRN_TEST_NO_ALT_STACKS"] == "1" { options.alternateStacksForNewThreads = false }
 if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.destinations = [StdoutDestination()] }
 let env = ProcessInfo.processInfo.environment
 if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as nohup'd jobs are
@@ -151,6 +155,19 @@ case "async":
 case "plugin":
     _ = cairn.flush(timeout: .seconds(10))
     _ = runPlugin(at: args.count > 2 ? args[2] : "", value: 7)
+    exit(4)
+case "overflow-task":
+    _ = cairn.flush(timeout: .seconds(10))
+    let finished = DispatchSemaphore(value: 0)
+    Task.detached {
+        _ = recurse(0)
+        finished.signal()
+    }
+    finished.wait()
+    exit(4)
+case "overflow-thread":
+    _ = cairn.flush(timeout: .seconds(10))
+    overflowOnAThread()
     exit(4)
 case "fatal":
     _ = cairn.flush(timeout: .seconds(10))

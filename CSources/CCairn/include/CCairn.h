@@ -855,6 +855,12 @@ CAIRN_API int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, si
 /** Leave libunwind's set-up to cairn_crash_warm_up(), which the caller runs soon after
  *  on another thread, so that installing takes less time on the caller's. */
 #define CAIRN_CRASH_DEFER_WARM_UP 0x2u
+/** Leave threads created after install without an alternate signal stack: by default
+ *  the Swift package's C core gives every new thread one (through its
+ *  `pthread_create`), so a stack overflow is reported on any thread, libdispatch's
+ *  and the Swift concurrency runtime's included. libcairn has no such hook: a C host
+ *  calls cairn_crash_prepare_thread() in its threads. */
+#define CAIRN_CRASH_NO_THREAD_STACKS 0x4u
 
 /** Options for cairn_crash_install(). */
 typedef struct cairn_crash_options {
@@ -877,7 +883,8 @@ typedef struct cairn_crash_options {
  * previous handlers, which are called after the report is written. Everything the
  * handler needs is prepared here: the report path, buffers, the list of loaded modules
  * and libunwind. The calling thread gets an alternate stack (see
- * cairn_crash_prepare_thread()).
+ * cairn_crash_prepare_thread()), and in the Swift package's build so does every thread
+ * created afterwards, unless CAIRN_CRASH_NO_THREAD_STACKS is given.
  *
  * After a crash the process still dies with the same signal as without Cairn.
  *
@@ -932,8 +939,8 @@ CAIRN_API int cairn_crash_warm_up(void);
  *
  * @return 0; or an errno from mmap or sigaltstack.
  *
- * Ownership: the stack is freed when the thread is not using it any more only at
- *            process exit (a few pages per thread).
+ * Ownership: the stack is unmapped when the thread ends (the main thread's at process
+ *            exit).
  * Thread-safety: affects the calling thread only.
  * Async-signal-safe: no.
  */
