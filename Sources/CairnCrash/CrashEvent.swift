@@ -160,9 +160,21 @@ enum CrashEvent {
         let code = SignalNames.code(r.signal, r.code)
         if r.code <= 0 { return "\(name) sent by \(r.code == -6 || r.code == -1 ? "the process itself" : "another process")" + (code.map { " (\($0))" } ?? "") }
         switch r.signal {
+        case SIGSEGV where isStackOverflow(r):
+            return "\(name) (\(code ?? String(r.code))): stack overflow, bad access at \(Hex.address(r.faultAddress))"
         case SIGSEGV, SIGBUS: return "\(name) (\(code ?? String(r.code))): bad access at \(Hex.address(r.faultAddress))"
         default: return "\(name) (\(code ?? String(r.code))) at \(Hex.address(r.faultAddress))"
         }
+    }
+
+    /// A fault just below the crashed thread's stack pointer (within 64 KiB under it, or
+    /// at most a page above): the thread ran into the guard page under its stack.
+    static func isStackOverflow(_ r: CrashReport) -> Bool {
+        let names = SignalNames.registers(arch: r.arch)
+        guard r.faultAddress != 0, r.registers.count == names.count,
+              let at = names.firstIndex(of: r.arch == 1 ? "rsp" : "sp") else { return false }
+        let sp = r.registers[at]
+        return sp >= 64 * 1024 && r.faultAddress >= sp - 64 * 1024 && r.faultAddress <= sp &+ 4096
     }
 
     /// `report` with the message of a runtime check that trapped without one (release

@@ -170,6 +170,7 @@ import Testing
         #expect((c.sessionEnd?["properties"] as? [String: Any])?["reason"] as? String == "crashed")
         let props = c.crash["properties"] as? [String: Any] ?? [:]
         #expect(props["signal"] as? String == "SIGSEGV" && (props["thread"] as? [String: Any])?["main"] as? Bool == false)
+        #expect((props["reason"] as? String)?.contains("stack overflow") == true, "\(props["reason"] ?? "")")
         #expect(c.functions.filter { $0 == "recurse(_:)" }.count > 10, "\(c.functions.prefix(20))")
     }
 
