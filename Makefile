@@ -31,7 +31,10 @@ CORE_SOURCES := $(wildcard CSources/CCairn/*.c)
 CORE_HEADERS := $(wildcard CSources/CCairn/*.h CSources/CCairn/include/*.h)
 HTTP_SOURCES := $(wildcard CSources/CCairnHTTP/*.c)
 HTTP_HEADERS := $(wildcard CSources/CCairnHTTP/*.h CSources/CCairnHTTP/include/*.h)
-FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c))
+FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c)) dwarf
+SWIFTC ?= swiftc
+DWARF_FUZZ_SOURCES := Sources/CairnCrash/ELFImage.swift Sources/CairnCrash/DWARFLineTable.swift \
+                      Sources/CairnCrash/DWARFInlineInfo.swift Tests/Fuzz/fuzz_dwarf.swift
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
@@ -105,10 +108,23 @@ $(FUZZ_DIR)/fuzz_http_response: CSources/Fuzz/fuzz_http_response.c $(HTTP_SOURCE
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP $(HTTP_SOURCES) $< -o $@
 
+# The DWARF readers' fuzzer is Swift: the three source files, built with swiftc's
+# libFuzzer support; its seeds are the DWARF 4 and 5 sections of a small program with
+# inlined functions (Tests/Fuzz/seed.c), packed by Tests/Fuzz/dwarf_seed.py.
+$(FUZZ_DIR)/fuzz_dwarf: $(DWARF_FUZZ_SOURCES) Tests/Fuzz/seed.c Tests/Fuzz/dwarf_seed.py
+	@mkdir -p $(FUZZ_DIR)/seeds-dwarf
+	$(SWIFTC) -sanitize=fuzzer,address -parse-as-library -O -g -use-ld=lld -I CSources/CZstd \
+	  $(DWARF_FUZZ_SOURCES) -lzstd -o $@
+	for v in 4 5; do \
+	  $(CLANG) -g -gdwarf-$$v -O2 Tests/Fuzz/seed.c -o $(FUZZ_DIR)/seed-dwarf$$v && \
+	  python3 Tests/Fuzz/dwarf_seed.py $(FUZZ_DIR)/seed-dwarf$$v $(FUZZ_DIR)/seeds-dwarf/dwarf$$v || exit 1; \
+	done
+
 fuzz-smoke: deps fuzzers
 	@for f in $(FUZZERS); do \
 	  mkdir -p $(FUZZ_DIR)/corpus-$$f; \
 	  seeds=""; [ -d CSources/Fuzz/corpus/$$f ] && seeds=CSources/Fuzz/corpus/$$f; \
+	  [ -d $(FUZZ_DIR)/seeds-$$f ] && seeds="$$seeds $(FUZZ_DIR)/seeds-$$f"; \
 	  echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
 	  $(FUZZ_DIR)/fuzz_$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    -artifact_prefix=$(FUZZ_DIR)/$$f- $(FUZZ_DIR)/corpus-$$f $$seeds \

@@ -363,6 +363,11 @@ final class DWARFInlineInfo {
                                       line: Self.clamped(callee.callLine), column: Self.clamped(callee.callColumn),
                                       isInlined: isInlined))
         }
+        // The chain ends with the first function that was not inlined; in damaged (or
+        // unusual) DWARF whose outermost level is an inlined subroutine with no function
+        // around it, that level stands for the out-of-line code.
+        if let outOfLine = frames.firstIndex(where: { !$0.isInlined }) { frames.removeSubrange((outOfLine + 1)...) }
+        frames[frames.count - 1].isInlined = false
         return frames
     }
 
