@@ -55,7 +55,8 @@ import Testing
     /// the functions inlined at it, compared with llvm-symbolizer's inline chain at the
     /// same address: the same functions (linkage names), files and lines.
     /// An async frame's address is where its function resumes, looked up as is.
-    static func expectFramesMatchTheSymbolizer(_ c: Crashed, modules: [String]) throws {
+    static func expectFramesMatchTheSymbolizer(_ c: Crashed, modules: [String], atLeast: Int = 3,
+                                               atMost: Int = 64) throws {
         let toolchain = try SymbolizerTests.toolchain()
         // A machine frame with the functions inlined at it: frames of one index and address.
         var groups: [[[String: Any]]] = []
@@ -68,7 +69,7 @@ import Testing
             }
         }
         var compared = 0
-        for group in groups {
+        for group in groups where compared < atMost {
             guard let index = group.last?["index"] as? Int, let module = group.last?["module"] as? String,
                   modules.contains(module), let offsetText = group.last?["offset"] as? String,
                   let offset = UInt64(offsetText.dropFirst(2), radix: 16)
@@ -92,7 +93,7 @@ import Testing
             #expect(ours == theirs, "frame \(index) at \(offsetText) in \(module)")
             compared += 1
         }
-        #expect(compared >= 3, "frames in \(modules): \(c.functions)")
+        #expect(compared >= atLeast, "frames in \(modules): \(c.functions)")
     }
 
     /// A crash inside a Task, three async calls deep, each resumed after a suspension:
@@ -172,6 +173,7 @@ import Testing
         #expect(props["signal"] as? String == "SIGSEGV" && (props["thread"] as? [String: Any])?["main"] as? Bool == false)
         #expect((props["reason"] as? String)?.contains("stack overflow") == true, "\(props["reason"] ?? "")")
         #expect(c.functions.filter { $0 == "recurse(_:)" }.count > 10, "\(c.functions.prefix(20))")
+        try Self.expectFramesMatchTheSymbolizer(c, modules: [o.child], atMost: 8)
     }
 
     /// The control: with `alternateStacksForNewThreads` off, the same overflow on a new
@@ -204,5 +206,51 @@ import Testing
         #expect(lines.contains("ALT 65536"), "\(ended.out)")
         let vm = try #require(lines.first { $0.hasPrefix("VM ") }).split(separator: " ").compactMap { Int($0) }
         #expect(vm.count == 2 && vm[1] - vm[0] < 16 * 1024, "address space before and after, kB: \(vm)")
+    }
+
+    struct Check: CustomStringConvertible, Sendable {
+        var child: String
+        var kind: String
+        var description: String { kind + (child == ServiceCrashTests.releaseChild ? " (release)" : "") }
+    }
+    static let checks = builds.flatMap { child in
+        ["unwrap", "index", "overflow", "divide", "precondition", "fatal"].map { Check(child: child, kind: $0) }
+    }
+
+    #if arch(x86_64)
+    static let trap = SIGILL
+    #else
+    static let trap = SIGTRAP
+    #endif
+
+    /// A runtime check failing in the service's own code, in the debug and the release
+    /// build: the event's message is the runtime's own (`Fatal error: …`), or where it
+    /// left none (release builds, arithmetic overflow in any build) the name of the
+    /// inlined `Swift runtime failure: …` function llvm-symbolizer finds at the trap;
+    /// every frame in the service's module has llvm-symbolizer's functions and lines;
+    /// the headline names `failCheck(_:)` at its file:line.
+    @Test(arguments: checks)
+    func aFailedRuntimeCheckNamesTheFailureTheFunctionAndTheLine(_ k: Check) throws {
+        let c = try Self.crash(k.child, ["check", k.kind])
+        #expect(c.ended.signaled && c.ended.status == Self.trap, "\(c.ended.status) \(c.ended.err)")
+        let props = c.crash["properties"] as? [String: Any] ?? [:]
+        let first = try #require(c.frames.first)
+        let module = try #require(first["module"] as? String)
+        let offset = try #require((first["offset"] as? String).flatMap { UInt64($0.dropFirst(2), radix: 16) })
+        let oracle = try runToEnd(try SymbolizerTests.toolchain() + "/llvm-symbolizer",
+                                  ["--inlining", "--no-demangle", "--obj=" + module, "0x" + String(offset, radix: 16)])
+        let innermost = oracle.out.split(separator: "\n").first.map(String.init) ?? ""
+        let message = props["message"] as? String ?? ""
+        if innermost.hasPrefix("Swift runtime failure: ") {
+            #expect(message == innermost, "\(k): message \(message), llvm-symbolizer \(innermost)")
+        } else {
+            // `Swift/ContiguousArrayBuffer.swift:692: Fatal error: Index out of range`.
+            #expect(message.contains(": Fatal error: ") || message.contains(": Precondition failed: "),
+                    "\(k): \(message), llvm-symbolizer \(innermost)")
+        }
+        try Self.expectFramesMatchTheSymbolizer(c, modules: [k.child], atLeast: 2)
+        let headline = props["headline"] as? String ?? ""
+        let reason = message.split(separator: "\n").first.map(String.init) ?? ""
+        #expect(headline.hasPrefix(reason) && headline.contains(" in failCheck(_:) at Crashes.swift:"), "\(k): \(headline)")
     }
 }

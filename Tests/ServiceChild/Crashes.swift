@@ -62,3 +62,28 @@ func overflowOnAThread() {
     guard rc == 0 else { exit(3) }
     pthread_join(thread, nil)
 }
+
+/// The Swift runtime's checks failing in the service's own code, by `kind`: `unwrap`
+/// (nil), `index` (out of range), `overflow` (arithmetic), `divide` (by zero),
+/// `precondition`, `fatal` (fatalError). Values come from `seed` (the kind's length)
+/// so that no build can see the failure coming.
+@inline(never) func failCheck(_ kind: String) -> Int {
+    let seed = kind.count
+    switch kind {
+    case "unwrap":
+        let account: Int? = seed > 0 ? nil : seed
+        return account! + 1
+    case "index":
+        let lines = [seed, seed + 1]
+        return lines[seed]
+    case "overflow":
+        return (Int.max - 3) + seed
+    case "divide":
+        return 1000 / (seed - 6)
+    case "precondition":
+        precondition(seed > 40, "an order needs a line")
+        return seed
+    default:
+        fatalError("the ledger is closed")
+    }
+}

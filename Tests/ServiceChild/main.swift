@@ -18,6 +18,8 @@
 //   async         flush, then crash in a Task three async calls deep (Crashes.swift)
 //   plugin <path> flush, then dlopen the library at path and crash in its
 //                 plugin_handle(int) (Crashes.swift)
+//   check <kind>  flush, then fail a runtime check in failCheck(_:) (Crashes.swift):
+//                 unwrap, index, overflow, divide, precondition or fatal
 //   overflow-task flush, then overflow the stack in a Task
 //   overflow-thread  flush, then overflow the stack of a pthread_create thread
 //                 (CAIRN_TEST_NO_ALT_STACKS=1 turns alternateStacksForNewThreads off)
@@ -155,6 +157,10 @@ case "async":
 case "plugin":
     _ = cairn.flush(timeout: .seconds(10))
     _ = runPlugin(at: args.count > 2 ? args[2] : "", value: 7)
+    exit(4)
+case "check":
+    _ = cairn.flush(timeout: .seconds(10))
+    print(failCheck(args.count > 2 ? args[2] : ""))
     exit(4)
 case "overflow-task":
     _ = cairn.flush(timeout: .seconds(10))
