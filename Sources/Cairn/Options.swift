@@ -113,7 +113,7 @@ extension Cairn {
         /// stack overflow on it is reported (threads of libdispatch and of the Swift
         /// concurrency runtime included): 68 KiB of address space per thread, not
         /// resident until used, and a few microseconds per thread creation. On by
-        /// default; ``CrashCapture/Options/alternateStacksForNewThreads``.
+        /// default (CairnCrash's `CrashCapture.Options.alternateStacksForNewThreads`).
         public var alternateStacksForNewThreads = true
         /// Properties evaluated for every event; call-site properties win.
         public var dynamicProperties: (@Sendable () -> [String: CairnValue])?
