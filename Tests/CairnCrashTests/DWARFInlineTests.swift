@@ -6,7 +6,7 @@ import Testing
 @testable import CairnCrash
 
 /// Builds fixtures and asks the toolchain about them.
-private enum InlineFixture {
+enum InlineFixture {
     /// A tool that exited with a failure status.
     struct ToolFailed: Error, CustomStringConvertible {
         var command: String

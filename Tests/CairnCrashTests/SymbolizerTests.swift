@@ -487,10 +487,7 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
     }
 
     /// The toolchain's directory (where `swift`, `swift-demangle` and `llvm-symbolizer` are).
-    static func toolchain() throws -> String {
-        try Fixture.run(["sh", "-c", "dirname \"$(readlink -f \"$(command -v swift)\")\""])
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-    }
+    static func toolchain() throws -> String { try InlineFixture.toolchain() }
 
     /// Every Swift function name of this test binary whose demangling has type sugar
     /// (`T?`, `[T]`, `[K : V]`), and a sample of the others, demangled by us and by the
