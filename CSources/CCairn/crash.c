@@ -76,6 +76,7 @@ enum {
  * followed for at most ASYNC_DEPTH links. */
 #define ASYNC_FRAMES 32
 #define ASYNC_DEPTH 64
+#define ASYNC_BYTES (4 * 1024) /* room for the section; chains past it are left out */
 #define MAX_EXEC_RANGES 1024
 #define MODULES_BYTES (96 * 1024)
 
@@ -443,7 +444,7 @@ static void walk_frame_pointers(uint64_t *ips, uint32_t *n, uintptr_t fp, uintpt
  * symbol, so nothing here needs a symbol table. */
 static void write_async_chains(const uint64_t *fps, uint32_t n, uintptr_t sp)
 {
-    unsigned char buf[4 + ASYNC_FRAMES * (8 + 8 * ASYNC_DEPTH) / 4];
+    unsigned char buf[ASYNC_BYTES];
     uint32_t len = 0, chains = 0;
     for (uint32_t i = 0; i < n && i < ASYNC_FRAMES; i++) {
         uintptr_t ctx;

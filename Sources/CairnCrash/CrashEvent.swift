@@ -59,16 +59,17 @@ enum CrashEvent {
         // which machine frame each belongs to.
         var frames: [SymbolizedFrame] = []
         var machine: [Int] = []
-        var chains = Dictionary(raw.asyncChains.map { ($0.frame, $0.resumes) }) { first, _ in first }
+        let chains = Dictionary(raw.asyncChains.map { ($0.frame, $0.resumes) }) { first, _ in first }
+        var followedChain = false
         for (i, address) in raw.frames.enumerated() {
             let expanded = symbolizer.symbolizeInlined(address: address, index: i, modules: raw.modules)
             frames += expanded
             machine += Array(repeating: i, count: expanded.count)
             // The innermost async function's callers: where each resumes, looked up as
             // is (a resume address is a function's entry, not a return address).
-            guard let resumes = chains[i], let symbol = expanded.last?.symbol, Symbolizer.isAsyncFunction(symbol)
-            else { continue }
-            chains = [:]
+            guard !followedChain, let resumes = chains[i], let symbol = expanded.last?.symbol,
+                  Symbolizer.isAsyncFunction(symbol) else { continue }
+            followedChain = true
             for resume in resumes {
                 let callers = symbolizer.symbolizeInlined(address: resume, index: 0, modules: raw.modules).map {
                     var f = $0
@@ -104,8 +105,11 @@ enum CrashEvent {
                            "main": .bool(report.tid == report.pid)]
         }
         if !report.frames.isEmpty {
-            p["unwinder"] = .string(["libunwind", "libunwind", "frame_pointers", "libunwind+frame_pointers"][
-                Int(min(report.framesMethod, 3))])
+            switch report.framesMethod {
+            case 2: p["unwinder"] = "frame_pointers"
+            case 3: p["unwinder"] = "libunwind+frame_pointers"
+            default: p["unwinder"] = "libunwind"
+            }
             p["frames"] = .array(zip(frames, machine).map { frame($0, index: $1) })
         }
         p["headline"] = .string(CrashReport.headline(report: report, frames: frames))

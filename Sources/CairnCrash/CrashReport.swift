@@ -33,7 +33,7 @@ public struct CrashReport: Sendable {
     /// Swift async context chains the handler found behind machine frames: for the
     /// machine frame at index `frame`, the addresses where its async callers resume,
     /// innermost first. Whether that frame was an async function is decided from its
-    /// symbol (see ``CrashReport/symbolicated(reportBytes:symbolizer:)``).
+    /// symbol (see ``CrashReport/symbolicated(reportBytes:)``).
     public var asyncChains: [(frame: Int, resumes: [UInt64])]
     /// Modules loaded at install time.
     public var modules: [CrashModule]
@@ -114,10 +114,7 @@ public struct CrashReport: Sendable {
         while b.count - at >= 8 {
             let frame = u32(at), count = u32(at + 4)
             guard count <= (b.count - at - 8) / 8 else { break }
-            let resumes = (0..<count).map { k in
-                (0..<8).reduce(UInt64(0)) { $0 | UInt64(b[at + 8 + 8 * k + $1]) << (8 * $1) }
-            }
-            out.append((frame, resumes))
+            out.append((frame, words(b.baseAddress.map { $0 + at + 8 }, count)))
             at += 8 + 8 * count
         }
         return out

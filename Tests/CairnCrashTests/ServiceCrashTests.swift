@@ -24,10 +24,11 @@ import Testing
         var functions: [String] { frames.compactMap { $0["function"] as? String } }
     }
 
-    /// Runs `child` with `args` in a fresh data directory until it crashes, then starts
-    /// it once more (`run 0`, events printed on stdout) and returns what it reported.
-    static func crash(_ child: String, _ args: [String], backtracer: Bool = false,
-                      env extra: [String: String] = [:]) throws -> Crashed {
+    /// Runs `child` with `args` in a fresh data directory until it ends, then starts it
+    /// once more (`run 0`, events printed on stdout): how it ended and the next start's
+    /// events.
+    static func runThenRestart(_ child: String, _ args: [String], backtracer: Bool = false,
+                               env extra: [String: String] = [:]) throws -> (ended: Finished, events: [[String: Any]]) {
         let dir = try TemporaryDirectory("cairn-service-crash")
         var env = ["CAIRN_APP_ID": "orders", "CAIRN_DISTINCT_ID": "host-7", "CAIRN_DATA_DIR": dir.path,
                    "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
@@ -45,6 +46,14 @@ import Testing
         let events = next.out.split(separator: "\n").compactMap {
             (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
         }
+        return (ended, events)
+    }
+
+    /// ``runThenRestart(_:_:backtracer:env:)`` for a run that crashes: its `crash` event
+    /// (required) and `session_end`.
+    static func crash(_ child: String, _ args: [String], backtracer: Bool = false,
+                      env extra: [String: String] = [:]) throws -> Crashed {
+        let (ended, events) = try runThenRestart(child, args, backtracer: backtracer, env: extra)
         let sessionEnd = events.first { $0["name"] as? String == "session_end" }
         let crash = events.first { $0["type"] as? String == "crash" }
         return Crashed(ended: ended, crash: try #require(crash, "no crash event; session_end \(sessionEnd ?? [:]): \(ended.err)"),
@@ -180,16 +189,9 @@ import Testing
     /// thread leaves no report (the kernel cannot run a handler on a full stack), and
     /// the run ends `abnormal`.
     @Test func withoutAlternateStacksAnOverflowOnANewThreadIsNotReported() throws {
-        let dir = try TemporaryDirectory("cairn-service-crash")
-        var env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "SWIFT_BACKTRACE": "enable=no",
-                   "CAIRN_TEST_NO_ALT_STACKS": "1"]
-        let ended = try runToEnd(Self.debugChild, ["overflow-thread"], environment: env)
+        let (ended, events) = try Self.runThenRestart(Self.debugChild, ["overflow-thread"],
+                                                      env: ["CAIRN_TEST_NO_ALT_STACKS": "1"])
         #expect(ended.signaled && ended.status == SIGSEGV)
-        env["CAIRN_TEST_STDOUT"] = "1"
-        let next = try runToEnd(Self.debugChild, ["run", "0"], environment: env)
-        let events = next.out.split(separator: "\n").compactMap {
-            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
-        }
         #expect(!events.contains { $0["type"] as? String == "crash" })
         let end = events.first { $0["name"] as? String == "session_end" }
         #expect((end?["properties"] as? [String: Any])?["reason"] as? String == "abnormal", "\(events)")
