@@ -23,8 +23,11 @@ ASAN_CRASH_OPTIONS := handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigil
 # The toolchain's lld links sanitizer builds without gold's export warnings.
 LLD := -Xswiftc -use-ld=lld
 
-APT_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libssl-dev libmbedtls-dev openssl ca-certificates \
-                lmdb-utils zstd
+# What a package that depends on Cairn needs to build (the README lists them, and
+# `make readme-packages` checks that it does), then what the tests need besides.
+BUILD_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libmbedtls-dev libssl-dev
+TEST_PACKAGES := openssl ca-certificates lmdb-utils zstd
+APT_PACKAGES := $(BUILD_PACKAGES) $(TEST_PACKAGES)
 PIP_MODULES := zstandard lmdb
 
 CORE_SOURCES := $(wildcard CSources/CCairn/*.c)
@@ -38,7 +41,7 @@ DWARF_FUZZ_SOURCES := Sources/CairnCrash/ELFImage.swift Sources/CairnCrash/DWARF
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
               -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
 
-.PHONY: docs all deps build demo test test-swift cwarn clib lib install consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
+.PHONY: readme-packages docs all deps build demo test test-swift cwarn clib lib install consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
 all: build
 
@@ -60,7 +63,11 @@ build: deps
 
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.
-test: build cwarn clib consumer docs fuzz-smoke sanitize bench-quick test-swift
+test: build readme-packages cwarn clib consumer docs fuzz-smoke sanitize bench-quick test-swift
+
+# The README's package lists are the ones `make deps` installs.
+readme-packages:
+	$(PYTHON) Tests/Tools/readme_packages.py README.md "$(BUILD_PACKAGES)" "$(APT_PACKAGES)"
 
 # A package that depends on a tagged Cairn as a user's does builds every Swift snippet of
 # the README, and runs the quick start, copied verbatim, with `import Cairn` alone
@@ -159,9 +166,11 @@ LIB_DIR := .build/lib
 CAIRN_VERSION := $(shell sed -n 's/^\#define CAIRN_VERSION_STRING "\(.*\)"$$/\1/p' CSources/CCairn/include/CCairn.h)
 CAIRN_MAJOR := $(firstword $(subst ., ,$(CAIRN_VERSION)))
 LIB_OBJECTS := $(patsubst CSources/CCairn/%.c,$(LIB_DIR)/obj/%.o,$(CORE_SOURCES))
-LIB_CFLAGS := -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -DCAIRN_NO_THREAD_HOOK -Wall -Wextra -Werror \
-              -ICSources/CCairn/include -ICSources/CCairn $(shell pkg-config --cflags libzstd libunwind 2>/dev/null)
-LIB_LIBS := $(shell pkg-config --libs libzstd libunwind 2>/dev/null) -lpthread
+# Recursive (=), not immediate: pkg-config must run when a rule runs, after `make deps`
+# has installed the -dev packages, not when make parses this file on a new machine.
+LIB_CFLAGS = -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -DCAIRN_NO_THREAD_HOOK -Wall -Wextra -Werror \
+             -ICSources/CCairn/include -ICSources/CCairn $(shell pkg-config --cflags libzstd libunwind)
+LIB_LIBS = $(shell pkg-config --libs libzstd libunwind) -lpthread
 
 lib: $(LIB_DIR)/libcairn.so $(LIB_DIR)/libcairn.a
 
@@ -205,12 +214,15 @@ clib: deps lib
 # API documentation for the Cairn module with the toolchain's docc: symbol graphs from
 # the compiler, the catalog in Sources/Cairn/Cairn.docc; the site lands in .build/docs.
 DOCC ?= $(shell command -v docc 2>/dev/null || echo $(dir $(shell command -v swift))docc)
+# The symbol graphs live inside the docs build's scratch path: an up-to-date build writes
+# none, so they must survive from the build that did (and go when that build is removed).
+DOCS_BUILD := .build/docs-build
 docs: deps
-	@rm -rf .build/symbol-graphs && mkdir -p .build/symbol-graphs
-	$(SWIFT) build --target Cairn --scratch-path .build/docs-build -Xswiftc -emit-symbol-graph \
-	  -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/.build/symbol-graphs
+	@mkdir -p $(DOCS_BUILD)/symbol-graphs
+	$(SWIFT) build --target Cairn --scratch-path $(DOCS_BUILD) -Xswiftc -emit-symbol-graph \
+	  -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/$(DOCS_BUILD)/symbol-graphs
 	@rm -rf .build/symbol-graphs-cairn && mkdir -p .build/symbol-graphs-cairn
-	cp .build/symbol-graphs/Cairn.symbols.json .build/symbol-graphs/Cairn@*.symbols.json .build/symbol-graphs-cairn/
+	cp $(DOCS_BUILD)/symbol-graphs/Cairn.symbols.json $(DOCS_BUILD)/symbol-graphs/Cairn@*.symbols.json .build/symbol-graphs-cairn/
 	$(DOCC) convert Sources/Cairn/Cairn.docc --fallback-display-name Cairn --fallback-bundle-identifier org.cairn.Cairn \
 	  --additional-symbol-graph-dir .build/symbol-graphs-cairn --output-path .build/docs --warnings-as-errors
 	@echo "docs: .build/docs (serve it, or open documentation/cairn/index.html through a web server)"

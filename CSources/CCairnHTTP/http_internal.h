@@ -67,4 +67,30 @@ typedef struct cairn_http__tls_library {
 extern const cairn_http__tls_library cairn_http__openssl;
 extern const cairn_http__tls_library cairn_http__mbedtls;
 
+/* A library whose headers were missing when Cairn was built: every call says so (tls.c
+ * defines its functions; a back end that cannot build points its table at them). */
+int cairn_http__tls_unbuilt_available(const char *library, const char *package, char *message,
+                                      size_t cap);
+int cairn_http__tls_unbuilt_loaded(void);
+void cairn_http__tls_unbuilt_context_free(void *context);
+
+/* Defines `name`, the table of a library built without its headers. */
+#define CAIRN_HTTP_UNBUILT_TLS_LIBRARY(name, library, package)                              \
+    static int name##_unbuilt(char *message, size_t cap)                                  \
+    {                                                                                     \
+        return cairn_http__tls_unbuilt_available(library, package, message, cap);         \
+    }                                                                                     \
+    static void *name##_unbuilt_context(const char *ca_file, char *message, size_t cap)   \
+    {                                                                                     \
+        (void)ca_file;                                                                    \
+        name##_unbuilt(message, cap);                                                     \
+        return NULL;                                                                      \
+    }                                                                                     \
+    const cairn_http__tls_library name = {                                                \
+        .available = name##_unbuilt,                                                      \
+        .loaded = cairn_http__tls_unbuilt_loaded,                                         \
+        .context_new = name##_unbuilt_context,                                            \
+        .context_free = cairn_http__tls_unbuilt_context_free,                             \
+    }
+
 #endif /* CAIRN_HTTP_INTERNAL_H */

@@ -43,6 +43,19 @@ typedef struct tls_session {
     void *impl;
 } tls_session;
 
+int cairn_http__tls_unbuilt_available(const char *library, const char *package, char *message,
+                                      size_t cap)
+{
+    snprintf(message, cap,
+             "TLS is unavailable: Cairn was built without %s's headers (install %s and rebuild)",
+             library, package);
+    return 0;
+}
+
+int cairn_http__tls_unbuilt_loaded(void) { return 0; }
+
+void cairn_http__tls_unbuilt_context_free(void *context) { (void)context; }
+
 int cairn_http_tls_loaded(void)
 {
     return (cairn_http__openssl.loaded() ? CAIRN_HTTP_TLS_OPENSSL : 0)

@@ -24,6 +24,13 @@
  */
 #include "http_internal.h"
 
+/* Without the headers (the -dev package was missing at build time) this library
+ * builds as one that says so at its first use: the package still builds, and the
+ * other library, or a clear error, serves https. */
+#if !__has_include(<mbedtls/ssl.h>)
+CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__mbedtls, "mbedTLS", "libmbedtls-dev");
+#else
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -427,3 +434,5 @@ const cairn_http__tls_library cairn_http__mbedtls = {
     .read = mbed_read,
     .write = mbed_write,
 };
+
+#endif /* __has_include(<mbedtls/ssl.h>) */

@@ -18,6 +18,13 @@
  */
 #include "http_internal.h"
 
+/* Without the headers (the -dev package was missing at build time) this library
+ * builds as one that says so at its first use: the package still builds, and the
+ * other library, or a clear error, serves https. */
+#if !__has_include(<openssl/ssl.h>)
+CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__openssl, "OpenSSL", "libssl-dev");
+#else
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -335,3 +342,5 @@ const cairn_http__tls_library cairn_http__openssl = {
     .read = ossl_read,
     .write = ossl_write,
 };
+
+#endif /* __has_include(<openssl/ssl.h>) */
