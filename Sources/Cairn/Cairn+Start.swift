@@ -68,11 +68,14 @@ extension Cairn {
             return try start(options)
         } catch {
             if error != .disabled || options.debugLogging {
-                writeStandardError("[cairn] not started: \(error); tracking calls do nothing\n")
+                options.notices?("[cairn] not started: \(error); tracking calls do nothing")
             }
             return disabled(options, error)
         }
     }
+
+    /// The default of ``Options/notices``: each line on stderr.
+    public static let standardErrorNotices: @Sendable (String) -> Void = { writeStandardError($0 + "\n") }
 
     /// A disabled SDK: no files, no threads, no handlers.
     private static func disabled(_ options: Options, _ error: CairnStartError) -> Cairn {
@@ -126,6 +129,10 @@ extension Cairn {
     /// properties; then upkeep (deduplication summaries) until shutdown.
     private func startInBackground(crash: CrashCapture, ring: Ring) {
         crash.finishSetup()  // first: the run record, and the OOM-kill baseline as early as it can
+        if let url = options.uploadURL, options.apiKey == nil {
+            options.notices?("[cairn] an upload URL (\(DeliveryStatus.display(url))) is set without an API key "
+                + "(CAIRN_API_KEY): requests are sent without Authorization")
+        }
         if let error = crash.runRecordError {
             // Crashes are still reported; how the run ended otherwise is not.
             drops.add(.runRecordUnavailable, 1)
@@ -145,7 +152,7 @@ extension Cairn {
         } catch {
             // Events still flow: undelivered batches wait in the ring instead.
             drops.add(.storeUnavailable, 1)
-            if options.debugLogging { writeStandardError("[cairn] snapshot store: \(error)\n") }
+            options.notices?("[cairn] snapshot store unavailable: \(error); undelivered batches wait in the event ring")
         }
         let destinations = options.destinations
         var tap: (@Sendable ([[UInt8]]) -> Void)?
@@ -157,6 +164,7 @@ extension Cairn {
                                             maxBatchBytes: options.maxBatchBytes, maxBatchAge: options.maxBatchAge)
         uploadOptions.debugLogging = options.debugLogging
         uploadOptions.observer = options.uploadObserver
+        uploadOptions.notice = options.notices
         uploadOptions.storeOnly = options.uploadURL == nil
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap

@@ -119,6 +119,20 @@ extension Cairn {
         public var dynamicProperties: (@Sendable () -> [String: CairnValue])?
         /// Receives the uploader's start and result logs.
         public var uploadObserver: (any UploadObserver)?
+        /// Where the SDK tells the service's operator what needs their attention, debug
+        /// logging or not: delivery failing (since when, why, how many requests wait on
+        /// disk), refused by the collector (a wrong key or URL, a redirect: nothing is
+        /// dropped, requests wait on disk until the configuration changes), recovered; an
+        /// upload URL without an API key; a snapshot store that cannot be opened; an SDK
+        /// that did not start. One line each (`[cairn] …`, without a newline), when the
+        /// state changes, never one per attempt. Default: stderr
+        /// (``Cairn/standardErrorNotices``). Give a function to route them to the
+        /// service's own log, or nil (`CAIRN_NOTICES=0`) to silence them.
+        ///
+        /// ```swift
+        /// options.notices = { line in logger.warning("\(line)") }
+        /// ```
+        public var notices: (@Sendable (String) -> Void)? = Cairn.standardErrorNotices
         /// How often the SDK reports on itself with an `sdk_health` event (docs/FORMATS.md,
         /// "SDK health"), plus once at ``Cairn/shutdown(timeout:)``; nil turns it off. Default 60 s;
         /// 100 ms ... 24 h.
@@ -186,7 +200,7 @@ extension Cairn {
         /// Options from the environment, the way services are configured:
         /// `CAIRN_APP_ID`, `CAIRN_DISTINCT_ID` (default: the host name), `CAIRN_RELEASE`,
         /// `CAIRN_BUILD`, `CAIRN_ENVIRONMENT`, `CAIRN_UPLOAD_URL`, `CAIRN_API_KEY`,
-        /// `CAIRN_DATA_DIR`, `CAIRN_DEBUG`, `CAIRN_DISABLED`, `CAIRN_PRIVACY` (false turns
+        /// `CAIRN_DATA_DIR`, `CAIRN_DEBUG`, `CAIRN_NOTICES` (0 silences ``notices``), `CAIRN_DISABLED`, `CAIRN_PRIVACY` (false turns
         /// the privacy rules off), `CAIRN_HANDLE_TERMINATION` (see
         /// ``terminationSignals``), `CAIRN_SAMPLE_RATE` (0...1, the sampled tier),
         /// `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`, `CAIRN_HEALTH_INTERVAL_MS` (0 turns
@@ -245,6 +259,7 @@ extension Cairn {
             }
             if let dir = value("CAIRN_DATA_DIR") { o.dataDirectory = dir }
             if let b = flag("CAIRN_DEBUG", option: "debugLogging") { o.debugLogging = b }
+            if flag("CAIRN_NOTICES", option: "notices") == false { o.notices = nil }
             if let b = flag("CAIRN_DISABLED", option: "disabled") { o.disabled = b }
             if let b = flag("CAIRN_PRIVACY", option: "privacy.enabled") { o.privacy.enabled = b }
             if flag("CAIRN_HANDLE_TERMINATION", option: "terminationSignals") == true {

@@ -156,6 +156,12 @@ case "status":
     } else {
         out("stored requests: none (no snapshot store)")
     }
+    if let saved = inspection?.metadata.first(where: { $0.key == DeliveryStatus.metadataKey })
+        .flatMap({ DeliveryStatus.Saved($0.value) }) {
+        out("delivery: \(saved.description)")
+    } else {
+        out("delivery: no failure recorded")
+    }
     let ringPath = DataDirectory(dataDir).ring
     let ring = RingLook(ringPath)
     switch ring {

@@ -10,15 +10,25 @@ public enum DeliveryAction: Sendable, Equatable {
     case retry
     /// Try again later, and pause every upload first (rate limiting, overload).
     case pauseAndRetry
-    /// The collector refused the batch for good: drop it, counted as `reason`.
+    /// The collector refused the batch for good: drop it, counted as `reason`. Only for
+    /// what the payload itself makes final (400, 413, 422): nothing else is ever dropped.
     case drop(reason: DropReason)
+    /// The configuration was refused (a redirect, a refused key, a wrong path, a proxy
+    /// asking for credentials, a status nobody expected, a request that cannot be sent as
+    /// configured): keep the request stored, wait long (``UploaderOptions/holdBackoff``),
+    /// and probe again with one request. A process whose URL or key differs tries every
+    /// stored request at once, so fixing the configuration rescues what waits on disk.
+    case hold
 }
 
 /// The table from HTTP status codes to actions: data, not scattered `if`s, so that
 /// remote configuration can change it.
 ///
-/// The default: 2xx delivered; 408 and 5xx retried; 429 and 503 pause the uploader and
-/// are retried; every other status dropped as `rejected_<status>`.
+/// The default (docs/FORMATS.md, "Status codes"): 2xx delivered; 408 and 5xx retried;
+/// 429 and 503 pause the uploader and are retried; 400, 413 and 422, which say the
+/// payload itself is bad, dropped as `rejected_<status>` (counted); every other status
+/// (3xx, 401, 403, 404, 407, anything unknown) held: kept on disk until the URL or the
+/// credentials change. Redirects are never followed (the API key must not travel).
 public struct StatusPolicy: Sendable, Equatable {
     /// One row: statuses in `range` map to `action`.
     public struct Rule: Sendable, Equatable {
@@ -36,7 +46,7 @@ public struct StatusPolicy: Sendable, Equatable {
     /// Rules, first match wins.
     public var rules: [Rule]
 
-    /// Creates a policy from rules; unmatched statuses are dropped.
+    /// Creates a policy from rules; unmatched statuses are held (``DeliveryAction/hold``).
     public init(rules: [Rule]) { self.rules = rules }
 
     /// The default table.
@@ -46,11 +56,14 @@ public struct StatusPolicy: Sendable, Equatable {
         Rule(503...503, .pauseAndRetry),
         Rule(408...408, .retry),
         Rule(500...599, .retry),
+        Rule(400...400, .drop(reason: .rejected(status: 400))),
+        Rule(413...413, .drop(reason: .rejected(status: 413))),
+        Rule(422...422, .drop(reason: .rejected(status: 422))),
     ])
 
     /// The action for `status`.
     public func action(for status: Int) -> DeliveryAction {
-        rules.first { $0.range.contains(status) }?.action ?? .drop(reason: .rejected(status: status))
+        rules.first { $0.range.contains(status) }?.action ?? .hold
     }
 }
 
@@ -175,6 +188,14 @@ public struct CircuitBreaker: Sendable, Equatable {
     public mutating func succeeded() {
         failures = 0
         state = .closed
+    }
+
+    /// Opens the breaker until `until`, whatever the count: the collector refused the
+    /// configuration, and only a probe after that tells whether it still does.
+    public mutating func hold(until: ContinuousClock.Instant) {
+        if case .open = state {} else { openings += 1 }
+        failures = max(failures, threshold)
+        state = .open(until: until)
     }
 
     /// Records a failed attempt at `now`.

@@ -22,6 +22,15 @@ public struct UploaderOptions: Sendable {
     public var backoff: Backoff
     /// The longest pause a `Retry-After` can impose.
     public var maxPause: Duration
+    /// Waits while the collector refuses the configuration (``DeliveryAction/hold``):
+    /// after the n-th refusal in a row, a random time between half and all of
+    /// min(cap, base × 2^n) passes before one stored request probes again; 30 s to 10 min
+    /// by default.
+    public var holdBackoff = Backoff(base: .seconds(30), cap: .seconds(600))
+    /// Receives one line (without a newline) whenever delivery changes state: failing
+    /// (since when, why, how many requests wait on disk), refused (a configuration fault:
+    /// nothing is dropped), recovered. Never one per attempt. nil: nothing is said.
+    public var notice: (@Sendable (String) -> Void)?
     /// Opens after repeated failures; probes before closing.
     public var breaker: CircuitBreaker
     /// Status code → action.
@@ -122,6 +131,9 @@ public struct UploaderStats: Sendable, Equatable {
     public var dropped: [DropReason: Int] = [:]
     /// Times the circuit breaker opened.
     public var breakerOpenings = 0
+    /// Attempts whose answer refused the configuration (``DeliveryAction/hold``): their
+    /// requests were kept.
+    public var holds = 0
     /// Times a `Retry-After` or 429/503 paused the uploader.
     public var pauses = 0
     /// Times a batch could not be put in the snapshot store (full disk, over the cap);
@@ -212,6 +224,12 @@ public final class Uploader: @unchecked Sendable {
     private let outcomes = Locked<[Outcome]>([])
 
     private var breaker: CircuitBreaker
+    /// Refusals of the configuration in a row (``DeliveryAction/hold``).
+    private var holds = 0
+    /// Until when the last refusal holds stored requests (milliseconds since 1970).
+    private var heldUntil: UInt64 = 0
+    /// What the operator was last told about delivery.
+    private var deliveryStatus = DeliveryStatus()
     private var encoder: FrameEncoder?
     /// The contexts of bare records (``RingContexts``).
     private let contexts: RingContexts
@@ -543,6 +561,7 @@ public final class Uploader: @unchecked Sendable {
         if let d = store?.stats.damage { count(drop: .storeCorrupt, d.lost ?? 1) }
         _ = try? store?.evictExpired()
         dropSessions = noteDropSession()
+        deliveryStatus.restore(try? store?.metadata(DeliveryStatus.metadataKey))
         contexts.restore(from: store, ring: ring)
         resumeMarkedBatches()
         while !state.withLock({ $0.stopping }) {
@@ -1046,7 +1065,7 @@ public final class Uploader: @unchecked Sendable {
                 // Refused: its drop counts were not taken, the next batch reports them.
                 f.done = true
                 count(drop: reason, f.events)
-            case .pauseAndRetry:
+            case .pauseAndRetry, .hold:
                 storeFlight(f)
             case .retry:
                 let delay = options.backoff.delay(afterAttempt: f.attempts - 1, random: Double.random(in: 0..<1))
@@ -1080,6 +1099,9 @@ public final class Uploader: @unchecked Sendable {
             count(drop: reason, request.events)
             // The drops it reported were never taken: count them again for the next batch.
             for (r, n) in request.reportedDrops { count(drop: DropReason(name: r), n, inStats: false) }
+        case .hold:
+            replayAllDue = false
+            try? store.recordAttempt(snapshot.id, nextAttemptAt: heldUntil)
         case .retry, .pauseAndRetry:
             replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.
@@ -1100,7 +1122,9 @@ public final class Uploader: @unchecked Sendable {
                 pause = response.header("Retry-After").flatMap { StatusPolicy.parseRetryAfter($0) } ?? options.backoff.base
             }
         case .failure(let failure):
-            action = failure.kind == .invalidRequest ? .drop(reason: .invalidRequest) : .retry
+            // A request that cannot be sent as configured (the URL, a proxy variable)
+            // is a configuration fault: kept, never dropped.
+            action = failure.kind == .invalidRequest ? .hold : .retry
         }
         if let log = outcome.job.log {
             let finished = UploadResultLog(start: log, result: outcome.result, duration: outcome.duration,
@@ -1112,8 +1136,22 @@ public final class Uploader: @unchecked Sendable {
         let now = clock.now
         switch action {
         case .delivered, .drop:
+            holds = 0
             breaker.succeeded()
             state.withLock { $0.collectorFailing = false }
+        case .hold:
+            // Nothing is sent (stored requests wait) until one probe after the wait.
+            holds += 1
+            let wait = options.holdBackoff.delay(afterAttempt: holds - 1, random: Double.random(in: 0.5..<1))
+            heldUntil = SnapshotStore.nowMillis() + milliseconds(wait)
+            let before = breaker.openings
+            breaker.hold(until: now + wait)
+            state.withLock {
+                $0.collectorFailing = true
+                $0.stats.failedAttempts += 1
+                $0.stats.holds += 1
+                if breaker.openings > before { $0.stats.breakerOpenings += 1 }
+            }
         case .retry, .pauseAndRetry:
             let before = breaker.openings
             breaker.failed(at: now)
@@ -1123,6 +1161,7 @@ public final class Uploader: @unchecked Sendable {
                 if breaker.openings > before { $0.stats.breakerOpenings += 1 }
             }
         }
+        noteDeliveryState(action, outcome)
         if let pause {
             let until = now + min(pause, options.maxPause)
             state.withLock { s in
@@ -1131,6 +1170,17 @@ public final class Uploader: @unchecked Sendable {
             }
         }
         return action
+    }
+
+    /// Tells the operator when delivery changes state (``DeliveryStatus``), and keeps the
+    /// state in the store for `cairn status`.
+    private func noteDeliveryState(_ action: DeliveryAction, _ outcome: Outcome) {
+        let nowMillis = SnapshotStore.nowMillis()
+        guard let line = deliveryStatus.record(action, outcome.result, url: outcome.job.request.url, now: nowMillis,
+                                               waiting: { store?.stats.count })
+        else { return }
+        options.notice?("[cairn] " + line)
+        try? store?.setMetadata(DeliveryStatus.metadataKey, deliveryStatus.encoded(now: nowMillis))
     }
 
     // MARK: Coordination

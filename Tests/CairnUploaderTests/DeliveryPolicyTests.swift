@@ -12,10 +12,26 @@ import Testing
         #expect(p.action(for: 429) == .pauseAndRetry && p.action(for: 503) == .pauseAndRetry)
         #expect(p.action(for: 400) == .drop(reason: .rejected(status: 400)))
         #expect(p.action(for: 413) == .drop(reason: .rejected(status: 413)))
-        #expect(p.action(for: 301) == .drop(reason: .rejected(status: 301)))
+        #expect(p.action(for: 422) == .drop(reason: .rejected(status: 422)))
+        // A configuration fault (or a status nobody expected) never deletes data: held.
+        for status in [301, 302, 307, 308, 401, 403, 404, 405, 407, 409, 410, 418, 499, 600, 0, 100] {
+            #expect(p.action(for: status) == .hold, "\(status)")
+        }
         // The table is data: a collector that wants 409 treated as delivered says so.
         let custom = StatusPolicy(rules: [.init(409...409, .delivered)] + StatusPolicy.standard.rules)
         #expect(custom.action(for: 409) == .delivered)
+    }
+
+    @Test func holdOpensTheBreakerUntilItsTimeWhateverTheCount() {
+        var b = CircuitBreaker(threshold: 5, probeAfter: .seconds(30))
+        let now = ContinuousClock.now
+        b.hold(until: now + .seconds(600))
+        #expect(b.openings == 1 && !b.allows(at: now + .seconds(599)))
+        b.hold(until: now + .seconds(900))
+        #expect(b.openings == 1, "a hold while open is the same opening")
+        #expect(b.allows(at: now + .seconds(900)) && b.state == .halfOpen, "then one probe")
+        b.succeeded()
+        #expect(b.state == .closed && b.failures == 0)
     }
 
     @Test func backoffIsExponentialWithFullJitterAndCapped() {

@@ -35,6 +35,10 @@ Control:
                                                          response, then close
   POST /_control/default   one such object, used when the script is empty
                            (initially {"status": 200})
+  POST /_control/expect    what a real collector checks before anything else:
+                           {"api_key": "k"} answers 401 to a request without
+                           `Authorization: Bearer k`; {"path": "/v1/batch"} answers 404
+                           to a request for another path (the script is not used up)
   GET  /_control/requests  every recorded attempt, oldest first (JSON list)
   GET  /_control/events    records of attempts answered 2xx, each with its
                            idempotency key: [{"idempotency_key": k, "batch_id": b,
@@ -179,6 +183,7 @@ class State:
         self.attempts = []
         self.script = []
         self.default = {"status": 200}
+        self.expect = {}
         self.connections = 0
 
     def new_connection(self):
@@ -190,7 +195,13 @@ class State:
         """Stores an attempt and returns the response it gets (the next scripted one)."""
         with self.lock:
             attempt["seq"] = len(self.attempts)
-            response = self.script.pop(0) if self.script else dict(self.default)
+            authorization = dict((k.lower(), v) for k, v in attempt["headers"]).get("authorization")
+            if "path" in self.expect and attempt["path"] != self.expect["path"]:
+                response = {"status": 404}
+            elif "api_key" in self.expect and authorization != "Bearer " + self.expect["api_key"]:
+                response = {"status": 401}
+            else:
+                response = self.script.pop(0) if self.script else dict(self.default)
             attempt["response"] = response
             attempt["answered"] = False
             self.attempts.append(attempt)
@@ -201,6 +212,7 @@ class State:
             self.attempts = []
             self.script = []
             self.default = {"status": 200}
+            self.expect = {}
 
     def snapshot(self):
         with self.lock:
@@ -300,6 +312,14 @@ class Handler(BaseHTTPRequestHandler):
             if problem is None:
                 with STATE.lock:
                     STATE.script = list(value)
+        elif self.path == "/_control/expect":
+            if isinstance(value, dict) and set(value) <= {"api_key", "path"} \
+                    and all(isinstance(v, str) for v in value.values()):
+                problem = None
+                with STATE.lock:
+                    STATE.expect = value
+            else:
+                problem = "expect takes {\"api_key\": str, \"path\": str}"
         elif self.path == "/_control/default":
             problem = validate_response(value)
             if problem is None:

@@ -209,6 +209,13 @@ public final class CollectorProcess {
         try post("/_control/default", json: response)
     }
 
+    /// What the collector checks first, as a real one does: `["api_key": "k"]` answers 401
+    /// to requests without `Authorization: Bearer k`, `["path": "/v1/batch"]` 404 to
+    /// requests for another path.
+    public func expect(_ checks: [String: String]) throws {
+        try post("/_control/expect", json: checks)
+    }
+
     /// Forgets all attempts and the script.
     public func reset() throws {
         try post("/_control/reset", json: [String: Any]())

@@ -1,0 +1,120 @@
+import CairnTestSupport
+import Foundation
+import Testing
+
+/// A configuration fault a user makes in their first hour (a wrong API key, a mistyped
+/// path, a collector that redirects) through the public API of a real service process
+/// (`cairn-service-child`), against the test collector checking keys and paths as a real
+/// one does: nothing accepted is lost, the operator is told once on stderr (without
+/// debug logging), `cairn status` says why, and fixing the configuration delivers
+/// everything that waited on disk.
+@Suite(.serialized) struct ConfigurationFaultTests {
+    typealias Child = ServiceProcessTests
+
+    /// The `[cairn]` lines a run wrote on stderr.
+    static func notices(_ err: String) -> [String] {
+        err.split(separator: "\n").map(String.init).filter { $0.hasPrefix("[cairn]") }
+    }
+
+    /// `cairn status` of `dir`.
+    static func status(_ dir: String) throws -> (status: Int32, out: [String], err: String) {
+        try Child.run("cairn", ["status", dir])
+    }
+
+    /// A run of `events` events with a faulty `env` (stored, said once), then a run with
+    /// `fixed`: every event arrives, each once.
+    static func faultThenFix(_ collector: CollectorProcess, events: Int, faulty: [String: String],
+                             fixed: [String: String], said: String) throws {
+        let dir = try TemporaryDirectory("cairn-fault")
+        let base = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path]
+        let first = try Child.child(["run", "\(events)"], env: base.merging(faulty) { $1 })
+        #expect(first.status == 0, "\(first.err)")
+        #expect(try collector.events().isEmpty, "nothing was acknowledged")
+        let lines = notices(first.err)
+        #expect(lines.count == 1, "one line for the whole run: \(lines)")
+        #expect(lines.first?.contains(said) == true, "\(lines)")
+        #expect(lines.first?.contains("nothing is dropped") == true, "\(lines)")
+        let refused = try collector.requests().filter { !$0.acknowledged }
+        #expect(!refused.isEmpty && refused.count <= 3, "one probe, not a request per batch: \(refused.count)")
+
+        let shown = try status(dir.path)
+        #expect(shown.status == 0, "\(shown.err)")
+        let delivery = shown.out.first { $0.hasPrefix("delivery:") } ?? ""
+        #expect(delivery.contains("failing since") && delivery.contains(said), "\(shown.out)")
+        #expect(shown.out.contains { $0.hasPrefix("stored requests: ") && !$0.hasPrefix("stored requests: 0") },
+                "\(shown.out)")
+
+        let second = try Child.child(["run", "0"], env: base.merging(fixed) { $1 })
+        #expect(second.status == 0, "\(second.err)")
+        let recovered = notices(second.err)
+        #expect(recovered.count == 1 && recovered.first?.contains("recovered") == true, "\(recovered)")
+        let received = try LifecycleTests.received(collector)
+        let indexes = LifecycleTests.childIndexes(received)
+        #expect(indexes.sorted() == Array(0..<events), "every event, each once: \(indexes.count) of \(events)")
+        #expect(received.contains { $0["name"] as? String == "session_end" }, "the faulty run's end too")
+        let after = try status(dir.path)
+        #expect(after.out.contains { $0.hasPrefix("delivery: ok since") && $0.contains(said) }, "\(after.out)")
+        #expect(after.out.contains("stored requests: 0 (0 bytes)"), "\(after.out)")
+    }
+
+    @Test func aRefusedKeyKeepsEverythingUntilTheKeyIsRotated() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.expect(["api_key": "rotated-key"])
+        let url = collector.baseURL + "/v1/batch"
+        try Self.faultThenFix(collector, events: 40,
+                              faulty: ["CAIRN_UPLOAD_URL": url, "CAIRN_API_KEY": "revoked-key"],
+                              fixed: ["CAIRN_UPLOAD_URL": url, "CAIRN_API_KEY": "rotated-key"],
+                              said: "HTTP 401, the API key was refused")
+    }
+
+    @Test func aWrongPathKeepsEverythingUntilTheURLIsFixed() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.expect(["path": "/v1/batch"])
+        try Self.faultThenFix(collector, events: 25,
+                              faulty: ["CAIRN_UPLOAD_URL": collector.baseURL + "/v1/btach", "CAIRN_API_KEY": "k"],
+                              fixed: ["CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_API_KEY": "k"],
+                              said: "HTTP 404, no such path on the collector")
+    }
+
+    /// A redirect is not followed (the key must not travel to another place), and not
+    /// taken for a refusal of the payload either.
+    @Test func aRedirectIsNotFollowedAndLosesNothing() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let moved = collector.baseURL + "/v2/batch"
+        try collector.setDefault(["status": 307, "headers": ["Location": moved]])
+        let dir = try TemporaryDirectory("cairn-fault")
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_API_KEY": "k",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"]
+        let first = try Child.child(["run", "30"], env: env)
+        #expect(first.status == 0, "\(first.err)")
+        let lines = Self.notices(first.err)
+        #expect(lines.count == 1 && lines.first?.contains("HTTP 307, a redirect to \(moved), not followed") == true,
+                "\(lines)")
+        #expect(try collector.requests().allSatisfy { $0.path == "/v1/batch" }, "never followed")
+        try collector.setDefault(["status": 200])
+        let second = try Child.child(["run", "0"], env: env)
+        #expect(second.status == 0, "\(second.err)")
+        let indexes = LifecycleTests.childIndexes(try LifecycleTests.received(collector))
+        #expect(indexes.sorted() == Array(0..<30), "every event, each once: \(indexes.count)")
+    }
+
+    /// An upload URL without an API key is said at start, once.
+    @Test func anUploadURLWithoutAKeyIsSaidOnce() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let dir = try TemporaryDirectory("cairn-fault")
+        let r = try Child.child(["run", "3"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                    "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"])
+        #expect(r.status == 0, "\(r.err)")
+        let lines = Self.notices(r.err)
+        #expect(lines.count == 1 && lines.first?.contains("without an API key") == true, "\(lines)")
+        #expect(LifecycleTests.childIndexes(try LifecycleTests.received(collector)).sorted() == [0, 1, 2])
+        let quiet = try Child.child(["run", "1"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                        "CAIRN_NOTICES": "0",
+                                                        "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"])
+        #expect(quiet.status == 0 && Self.notices(quiet.err).isEmpty, "CAIRN_NOTICES=0 silences it: \(quiet.err)")
+    }
+}
