@@ -5,18 +5,31 @@ import Glibc
 package enum SmallFile {
     /// The file's bytes, up to `limit`; nil when it cannot be opened.
     package static func bytes(_ path: String, limit: Int = 64 * 1024) -> [UInt8]? {
+        try? read(path, limit: limit).get()
+    }
+
+    /// The errno of a failed read, as an error.
+    package struct Failure: Error, Equatable {
+        /// The errno value.
+        package var code: Int32
+    }
+
+    /// The file's bytes, up to `limit`, or the errno of the call that failed (`EISDIR`
+    /// for a directory, which `open` accepts and `read` refuses).
+    package static func read(_ path: String, limit: Int = 64 * 1024) -> Result<[UInt8], Failure> {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return .failure(Failure(code: errno)) }
         defer { close(fd) }
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while out.count < limit {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - out.count)) }
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, min($0.count, limit - out.count)) }
             if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
+            if n < 0 { return .failure(Failure(code: errno)) }
+            if n == 0 { break }
             out += chunk[0..<n]
         }
-        return out
+        return .success(out)
     }
 
     /// The file as UTF-8 text (invalid bytes repaired); nil when it cannot be opened.
@@ -26,8 +39,9 @@ package enum SmallFile {
 }
 
 extension SmallFile {
-    /// Creates `path` and its missing parents (mode 0755); errno of the first failure,
-    /// or 0.
+    /// Creates `path` and its missing parents, mode 0700 (what Cairn keeps, ids included,
+    /// is for the service's user alone; a directory that exists keeps its mode); errno of
+    /// the first failure, or 0.
     package static func makeDirectories(_ path: String) -> Int32 {
         var st = stat()
         if stat(path, &st) == 0 { return (st.st_mode & S_IFMT) == S_IFDIR ? 0 : ENOTDIR }
@@ -37,7 +51,7 @@ extension SmallFile {
             let rc = makeDirectories(parent)
             if rc != 0 { return rc }
         }
-        if mkdir(path, 0o755) != 0 && errno != EEXIST { return errno }
+        if mkdir(path, 0o700) != 0 && errno != EEXIST { return errno }
         return 0
     }
 

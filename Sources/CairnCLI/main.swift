@@ -31,12 +31,21 @@ import CairnStore
 import CairnUploader
 import Foundation
 
+// Everything printed for people passes TerminalText: a damaged report or store must not
+// send control sequences to the operator's terminal.
 func fail(_ message: String, status: Int32 = 1) -> Never {
-    FileHandle.standardError.write(Data("cairn: \(message)\n".utf8))
+    note(message)
     exit(status)
 }
 
-func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+/// A line on stderr.
+func note(_ message: String) {
+    FileHandle.standardError.write(Data("cairn: \(TerminalText.escaped(message, keepingNewlines: true))\n".utf8))
+}
+
+func out(_ line: String) {
+    FileHandle.standardOutput.write(Data((TerminalText.escaped(line, keepingNewlines: true) + "\n").utf8))
+}
 
 let usage = """
     usage: cairn events [<data dir>]      the stored events, one JSON object per line
@@ -110,11 +119,11 @@ enum RingLook {
     func noteRepairs(_ path: String) {
         guard case .read(let i) = self else { return }
         if i.tornRegions > 0 {
-            FileHandle.standardError.write(Data(("cairn: \(path): \(i.tornRegions) torn regions (\(i.tornBytes) bytes); "
-                + "skipped and counted as ring_corrupt at the next start, or a record being written now\n").utf8))
+            note("\(path): \(i.tornRegions) torn regions (\(i.tornBytes) bytes); "
+                + "skipped and counted as ring_corrupt at the next start, or a record being written now")
         }
         if !i.repairs.isEmpty {
-            FileHandle.standardError.write(Data("cairn: \(path): header damaged; repaired at the next start\n".utf8))
+            note("\(path): header damaged; repaired at the next start")
         }
     }
 }
@@ -129,7 +138,7 @@ case "events":
     for snapshot in inspection.snapshots {
         guard let request = UploadRequest(record: snapshot.record),
               let records = try? decoder.decodeRecords(request.body).records else {
-            FileHandle.standardError.write(Data("cairn: snapshot \(snapshot.id) is not a stored batch; skipped\n".utf8))
+            note("snapshot \(snapshot.id) is not a stored batch; skipped")
             continue
         }
         for record in records {
@@ -139,13 +148,17 @@ case "events":
     }
     let ringPath = DataDirectory(dataDir).ring
     let ring = RingLook(ringPath)
-    FileHandle.standardError.write(Data(("cairn: \(count) events stored"
-        + (ring.events > 0 ? "; \(ring.events) more wait in the event ring (not printed: sent or stored by the service)" : "")
-        + "\n").utf8))
+    note("\(count) events stored"
+        + (ring.events > 0 ? "; \(ring.events) more wait in the event ring (not printed: sent or stored by the service)" : ""))
     ring.noteRepairs(ringPath)
     reportDamage(inspection, ring: ring)
 case "status":
     let fm = FileManager.default
+    var isDirectory: ObjCBool = false
+    guard fm.fileExists(atPath: dataDir, isDirectory: &isDirectory) else {
+        fail("no data directory at \(dataDir) (a mistyped path, or CAIRN_DATA_DIR of another service?)", status: 3)
+    }
+    guard isDirectory.boolValue else { fail("\(dataDir) is not a directory", status: 3) }
     let crashDir = DataDirectory(dataDir).crash
     let crashFiles = (try? fm.contentsOfDirectory(atPath: crashDir)) ?? []
     let inspection = inspectStore(optional: true)
@@ -176,7 +189,7 @@ case "status":
     out("crash reports waiting: \(reports.count)")
     for name in reports {
         let report = CrashReport(bytes: Array(fm.contents(atPath: crashDir + "/" + name) ?? Data()))
-        let what = report.message ?? "signal \(report.signal)"
+        let what = CrashEvent.reason(report).split(separator: "\n").first.map(String.init) ?? ""
         out("  \(name): \(what)\(report.complete ? "" : " (partial)")")
     }
     reportDamage(inspection, ring: ring)
@@ -184,17 +197,20 @@ case "report":
     let json = args.contains("--json")
     let files = args.dropFirst().filter { $0 != "--json" }
     guard files.count == 1, let file = files.first else { fail(usage, status: 2) }
-    guard let data = FileManager.default.contents(atPath: file) else {
-        fail("cannot read \(file): \(String(cString: strerror(errno)))")
+    let data: [UInt8]
+    // Reports are small; 64 MiB bounds a file that is not one.
+    switch SmallFile.read(file, limit: 64 << 20) {
+    case .success(let bytes): data = bytes
+    case .failure(let failure): fail("cannot read \(file): \(String(cString: strerror(failure.code)))")
     }
-    let crash = CrashReport.symbolicated(reportBytes: Array(data))
+    let crash = CrashReport.symbolicated(reportBytes: data)
     if json {
         var changed = RuleCounts()
         out(String(decoding: Processor().record(endedRun: crash.event.event, context: crash.event.context, counts: &changed),
                    as: UTF8.self))
     } else {
-        FileHandle.standardOutput.write(Data(CrashReport.text(report: crash.report, frames: crash.frames,
-                                                              event: crash.event.event).utf8))
+        let text = CrashReport.text(report: crash.report, frames: crash.frames, event: crash.event.event)
+        FileHandle.standardOutput.write(Data(TerminalText.escaped(text, keepingNewlines: true).utf8))
     }
     if let why = crash.report.unreadable { fail("\(file) is not a readable crash report: \(why)") }
 default:

@@ -24,7 +24,7 @@ public struct EndedRunEvent: Sendable {
 /// "Crash and session-end events"). Event ids are derived from the run and the report,
 /// so an event stored twice (a crash between storing it and deleting the report) has
 /// the same `event_id` both times and the collector keeps one.
-enum CrashEvent {
+package enum CrashEvent {
     /// A stable event id: time-ordered (UUIDv7) with its random bits from `key`.
     static func stableID(millis: UInt64, key: [UInt8]) -> (UInt64, UInt64) {
         EventIDGenerator.id(millis: millis, random: (FNV1a.hash(key), FNV1a.hash(key, seed: 0x9e37_79b9_7f4a_7c15)))
@@ -154,7 +154,7 @@ enum CrashEvent {
     }
 
     /// One line an operator reads first: the runtime's message, or the signal explained.
-    static func reason(_ r: CrashReport) -> String {
+    package static func reason(_ r: CrashReport) -> String {
         if let why = r.unreadable { return "unreadable crash report: \(why)" }
         if let message = r.message?.trimmingWhiteSpace, !message.isEmpty {
             return message

@@ -158,6 +158,16 @@ enum SignalNames {
         case SIGABRT: return "SIGABRT"
         case SIGSYS: return "SIGSYS"
         case SIGQUIT: return "SIGQUIT"
+        case SIGKILL: return "SIGKILL"
+        case SIGTERM: return "SIGTERM"
+        case SIGINT: return "SIGINT"
+        case SIGHUP: return "SIGHUP"
+        case SIGPIPE: return "SIGPIPE"
+        case SIGALRM: return "SIGALRM"
+        case SIGUSR1: return "SIGUSR1"
+        case SIGUSR2: return "SIGUSR2"
+        case SIGXCPU: return "SIGXCPU"
+        case SIGXFSZ: return "SIGXFSZ"
         default: return "signal \(sig)"
         }
     }

@@ -242,7 +242,7 @@ final class LockedFile {
             _ = ftruncate(taken.fd, 0)
         }
         let tmp = path + ".tmp"
-        let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .io("open \(tmp)", errno) }
         guard flock(fd, LOCK_EX) == 0 else {
             let e = errno
@@ -265,7 +265,7 @@ final class LockedFile {
     /// Leaves an empty file at `spare` for the next `create` to take, unless one is
     /// there. Best effort: without it, the next start creates its record itself.
     static func makeSpare(_ spare: String) {
-        let fd = open(spare, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        let fd = open(spare, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         if fd >= 0 { close(fd) }
     }
 

@@ -129,9 +129,9 @@ package struct DeliveryStatus {
             case 500...599: why = "the collector failed"
             default: why = "a status Cairn does not expect"
             }
-            return ("HTTP \(s), \(why)", "http \(s)")
+            return (TerminalText.escaped("HTTP \(s), \(why)"), "http \(s)")
         case .failure(let f):
-            return ("\(f.kind.rawValue): \(f.message)", f.kind.rawValue)
+            return (TerminalText.escaped("\(f.kind.rawValue): \(f.message)"), f.kind.rawValue)
         }
     }
 

@@ -1,6 +1,6 @@
 import CairnBase
 import CCairnHTTP
-public import CairnStore
+import CairnStore
 import Glibc
 
 /// The default ``Transport``: Cairn's own HTTP/1.1 client (the C target `CCairnHTTP`).

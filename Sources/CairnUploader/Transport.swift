@@ -1,4 +1,4 @@
-public import CairnStore
+import CairnStore
 
 /// Sends one attempt of an ``UploadRequest`` and reports what happened.
 ///

@@ -1,4 +1,4 @@
-public import CairnStore
+import CairnStore
 public import FoundationEssentials
 
 /// Receives the uploader's logs, unchanged, so a service can show them in its own

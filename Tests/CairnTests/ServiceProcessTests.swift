@@ -40,6 +40,31 @@ import Testing
         lines.compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
     }
 
+    /// Everything a service's data directory holds is its user's alone: the directories
+    /// Cairn makes are 0700, every file 0600 (ids, events and crash reports are not for
+    /// every local user), whatever the umask lets through.
+    @Test func theDataDirectoryIsPrivate() throws {
+        let parent = try DataDir()
+        let dir = parent.appending("var/lib/orders/cairn")
+        // The most permissive umask: only Cairn's own modes limit access.
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir, "CAIRN_TEST_UMASK": "0"]
+        let r = try Self.child(["crash"], env: env)
+        #expect(r.status != 0, "it crashed")
+        let next = try Self.child(["run", "1"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        var checked = 0
+        let walker = try #require(FileManager.default.enumerator(atPath: parent.path))
+        for case let name as String in walker {
+            var st = stat()
+            #expect(lstat(parent.appending(name), &st) == 0)
+            let directory = (st.st_mode & S_IFMT) == S_IFDIR
+            #expect(st.st_mode & 0o077 == 0, "\(name) is \(String(st.st_mode & 0o777, radix: 8))")
+            #expect(directory || st.st_mode & 0o100 == 0, "\(name) is not executable")
+            checked += 1
+        }
+        #expect(checked >= 8, "the directories, ring, store, run records, install record: \(checked)")
+    }
+
     @Test func samplingDecisionsAgreeAcrossProcesses() throws {
         let a = try Self.child(["sample", "5000"], env: [:])
         let b = try Self.child(["sample", "5000"], env: [:])
@@ -411,6 +436,19 @@ import Testing
         let report = dir.path + "/crash/crash-\(crash.processIdentifier).report"
         let status2 = try Self.cli(["status", dir.path])
         #expect(status2.out.contains("crash reports waiting: 1"), "\(status2.out)")
+        #expect(status2.out.contains { $0.hasSuffix(".report: SIGSEGV (SEGV_MAPERR): bad access at 0x0") },
+                "the signal named, with its reason: \(status2.out)")
+        // Bytes from a damaged or hostile file never reach the terminal as control codes.
+        let hostile = dir.path + "/crash/crash-\u{1b}]0;owned\u{07}\u{1b}[2J.report"
+        try Data("\u{1b}[31m not a report".utf8).write(to: URL(fileURLWithPath: hostile))
+        let shown = try Self.cli(["status", dir.path])
+        #expect(shown.out.contains { $0.contains("crash-\\e]0;owned\\u{7}\\e[2J.report") }, "\(shown.out)")
+        let hostileReport = try Self.cli(["report", hostile])
+        for text in shown.out + hostileReport.out + [shown.err, hostileReport.err] {
+            #expect(!text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" && $0 != "\t" || $0.value == 0x7f },
+                    "\(text.debugDescription)")
+        }
+        try FileManager.default.removeItem(atPath: hostile)
         let readable = try Self.cli(["report", report]).out.joined(separator: "\n")
         #expect(readable.hasPrefix("SIGSEGV (SEGV_MAPERR)") && readable.contains("Crashed in crash_here at main.c:"),
                 "\(readable)")
@@ -420,6 +458,11 @@ import Testing
         #expect((props["frames"] as? [[String: Any]])?.first?["symbol"] as? String == "crash_here")
         let missing = try Self.cli(["events", dir.path + "/nowhere"])
         #expect(missing.status == 3 && missing.err.contains("no snapshot store"))
+        // A mistyped directory is not a healthy, empty one.
+        let mistyped = try Self.cli(["status", dir.path + "/nowhere"])
+        #expect(mistyped.status == 3 && mistyped.err.contains("no data directory at"), "\(mistyped.err)")
+        let directory = try Self.cli(["report", dir.path])
+        #expect(directory.status == 1 && directory.err.contains("Is a directory"), "the right reason: \(directory.err)")
     }
 
     @Test func badEnvironmentSaysWhichOptionAndWhy() throws {

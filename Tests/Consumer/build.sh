@@ -28,6 +28,11 @@ if ! build > "$work/build.log" 2>&1; then
     echo "consumer: a README snippet did not build" >&2
     exit 1
 fi
+# A user's build of a package that depends on Cairn shows no warning of Cairn's.
+if grep -E 'warning:' "$work/build.log" >&2; then
+    echo "consumer: the build printed warnings (above)" >&2
+    exit 1
+fi
 bin=$(build --show-bin-path)/ReadmeService
 CAIRN_APP_ID=readme-consumer CAIRN_DATA_DIR="$work/data" "$bin"
-echo "consumer: every README snippet builds against Cairn $version (tagged); the quick start, with import Cairn alone, runs"
+echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs"

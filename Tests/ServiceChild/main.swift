@@ -38,7 +38,8 @@
 // "child_event"); CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
-// CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting.
+// CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting; CAIRN_TEST_UMASK=<octal>
+// sets the umask first.
 // CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_DENY=a,b denies
 // those event names (the filter's deny list). CAIRN_TEST_RECORDER=1 adds a
 // RecordingDestination, whose events are printed after the final shutdown, one line
@@ -115,6 +116,7 @@ var options = Cairn.Options.fromEnvironment()
 if ProcessInfo.processInfo.environment["CAIRN_TEST_NO_ALT_STACKS"] == "1" { options.alternateStacksForNewThreads = false }
 if ProcessInfo.processInfo.environment["CAIRN_TEST_STDOUT"] == "1" { options.destinations = [StdoutDestination()] }
 let env = ProcessInfo.processInfo.environment
+if let mask = env["CAIRN_TEST_UMASK"].flatMap({ mode_t($0, radix: 8) }) { umask(mask) }
 if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as nohup'd jobs are
 if let bytes = env["CAIRN_TEST_STORE_BYTES"].flatMap({ Int($0) }) { options.storeMaxBytes = bytes }
 let recorder = RecordingDestination()
