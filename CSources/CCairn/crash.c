@@ -31,7 +31,14 @@
  *   - afterwards the previous handler is restored and called, or the default action
  *     taken: a hardware fault returns and faults again, a sent signal (si_code <= 0)
  *     or SIGABRT is raised again with tgkill; _exit follows in case the signal did
- *     not end the process (PID 1 ignores signals it has no handler for).
+ *     not end the process (PID 1 ignores signals it has no handler for);
+ *   - a crash always ends the process: before handing the signal on, the winner arms a
+ *     deadline with alarm(2) when SIGALRM has its default action (the service does not
+ *     use it). An earlier handler that hangs (the Swift runtime's backtracer can) is
+ *     interrupted by SIGALRM, whose handler (ours, installed then with sigaction)
+ *     rewrites the report's commit as a DEADLINE section plus the commit (open, lseek,
+ *     write, fsync), then raises the crash's own signal with its default action, so the
+ *     exit status is still the signal's.
  */
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
@@ -67,6 +74,7 @@ enum {
     SEC_NESTED = 7,
     SEC_TIMING = 8,
     SEC_ASYNC = 9,
+    SEC_DEADLINE = 10,
     SEC_COMMIT = 0x544D4F43, /* "COMT" */
 };
 
@@ -118,6 +126,10 @@ static int entries;      /* handler entries by the winner; atomic */
 static int report_done;  /* the winner committed the report; atomic */
 static int first_signal;
 static int report_fd = -1;
+static uint64_t report_bytes;  /* written to report_fd since it was opened */
+static uint64_t commit_at;     /* where the commit section starts; 0 before it is written */
+static int report_live;        /* which of report_paths the report went to */
+static uint32_t deadline_seconds; /* after the report, the process ends within this; 0: never */
 
 /* ------------------------------------------------------------------------------ */
 /* Install time                                                                     */
@@ -260,6 +272,8 @@ int cairn_crash_install(const cairn_crash_options_t *opts)
     if (rc != 0) return rc;
     __atomic_store_n(&report_current, 0, __ATOMIC_RELEASE);
     install_flags = opts->flags;
+    deadline_seconds = install_flags & CAIRN_CRASH_NO_DEADLINE ? 0
+                       : opts->deadline_seconds ? opts->deadline_seconds : CAIRN_CRASH_DEFAULT_DEADLINE;
     context_capacity = opts->context_capacity ? opts->context_capacity : 16 * 1024;
     /* All or nothing: a failure below leaves no handler replaced and no buffer held. */
     for (int i = 0; i < 2; i++) {
@@ -348,6 +362,7 @@ static void put_bytes(const void *p, size_t n)
         if (w <= 0) return;
         b += w;
         n -= (size_t)w;
+        report_bytes += (uint64_t)w;
     }
 }
 
@@ -543,12 +558,75 @@ static void pass_on(int sig, siginfo_t *info, void *uctx, int tid)
     _exit(128 + sig);
 }
 
+/* SIGALRM after a crash: the signal handed on did not end the process in time. The
+ * report says so (its commit becomes a DEADLINE section and the commit), and the crash's
+ * own signal ends the process with its default action. */
+static void deadline_handler(int sig, siginfo_t *info, void *uctx)
+{
+    (void)sig;
+    (void)info;
+    (void)uctx;
+    int fd = commit_at ? open(report_paths[report_live], O_WRONLY | O_CLOEXEC) : -1;
+    if (fd >= 0) {
+        unsigned char b[20];
+        cairn__put32(b, SEC_DEADLINE);
+        cairn__put32(b + 4, 4);
+        cairn__put32(b + 8, deadline_seconds);
+        cairn__put32(b + 12, SEC_COMMIT);
+        cairn__put32(b + 16, 0);
+        if (lseek(fd, (off_t)commit_at, SEEK_SET) == (off_t)commit_at) {
+            size_t done = 0;
+            while (done < sizeof b) {
+                ssize_t w = write(fd, b + done, sizeof b - done);
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) break;
+                done += (size_t)w;
+            }
+            fsync(fd);
+        }
+        close(fd);
+    }
+    int crash = first_signal;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(crash, &dfl, NULL);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, crash);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+    syscall(SYS_tgkill, getpid(), (int)syscall(SYS_gettid), crash);
+    _exit(128 + crash);
+}
+
+/* Arms the deadline: SIGALRM in `deadline_seconds`, when the service leaves SIGALRM to
+ * its default action (then nothing of the service's is displaced). */
+static void arm_deadline(void)
+{
+    struct sigaction current;
+    if (!deadline_seconds || sigaction(SIGALRM, NULL, &current) != 0) return;
+    if ((current.sa_flags & SA_SIGINFO) || current.sa_handler != SIG_DFL) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = deadline_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigfillset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) != 0) return;
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, SIGALRM);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+    alarm(deadline_seconds);
+}
+
 /* Finishes the report and ends the process the way it would have ended without Cairn. */
 static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int tid)
 {
     unsigned char t[8];
     cairn__put64(t, now_ns(CLOCK_MONOTONIC) - started);
     put_section(SEC_TIMING, t, 8);
+    if (report_fd >= 0) commit_at = report_bytes;
     put_section(SEC_COMMIT, NULL, 0);
     if (report_fd >= 0) {
         fsync(report_fd);
@@ -556,6 +634,7 @@ static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int t
         report_fd = -1;
     }
     __atomic_store_n(&report_done, 1, __ATOMIC_RELEASE);
+    arm_deadline();
     pass_on(sig, info, uctx, tid);
 }
 
@@ -588,8 +667,9 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx)
     __atomic_store_n(&entries, 1, __ATOMIC_RELEASE);
     first_signal = sig;
 
-    report_fd = open(report_paths[__atomic_load_n(&report_current, __ATOMIC_ACQUIRE)],
-                     O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    report_live = __atomic_load_n(&report_current, __ATOMIC_ACQUIRE);
+    report_bytes = 0;
+    report_fd = open(report_paths[report_live], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     unsigned char head[16];
     memcpy(head, report_magic, 8);
     cairn__put32(head + 8, CAIRN_CRASH_FORMAT_VERSION);
@@ -705,6 +785,9 @@ int cairn_crash_report_parse(const void *data, size_t len, cairn_crash_report_t 
         case SEC_ASYNC:
             out->async_chains = s;
             out->async_chains_len = n;
+            break;
+        case SEC_DEADLINE:
+            if (n >= 4) out->deadline_seconds = cairn__le32(s);
             break;
         case SEC_COMMIT:
             out->complete = 1;

@@ -19,7 +19,8 @@
 //   0  done
 //   1  another error (a crash report that cannot be read, an output error)
 //   2  usage
-//   3  `events`: no snapshot store in the data directory (no store/ or no store/data.mdb)
+//   3  `events`: no snapshot store in the data directory (no store/ or no store/data.mdb);
+//      `status`: no data directory there
 //   4  the store or the event ring cannot be read (permissions or another I/O error;
 //      the errno text is quoted)
 //   5  the store or the event ring is damaged: what is intact was printed, what is

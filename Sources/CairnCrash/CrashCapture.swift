@@ -119,6 +119,13 @@ public final class CrashCapture: @unchecked Sendable {
         /// `cairn_crash_prepare_thread()` on them). Fixed by the first start in a
         /// process. On by default.
         public var alternateStacksForNewThreads = true
+        /// A crash always ends the process: once the report is written and the signal
+        /// handed on to the handler installed before Cairn's (the Swift runtime's
+        /// backtracer, the service's own), a process still alive after this long (that
+        /// handler hung) is ended by the crash's own signal, and the report says so.
+        /// Whole seconds (alarm(2)), and only where the service leaves SIGALRM to its
+        /// default action. 30 s by default; nil never ends it.
+        public var crashDeadline: Duration? = .seconds(30)
 
         /// Options with defaults: 16 KiB of context, 32 breadcrumbs, 16 pending runs.
         public init(directory: String, release: String? = nil, attributes: [String: String] = [:],
@@ -248,11 +255,18 @@ public final class CrashCapture: @unchecked Sendable {
         var flags = CAIRN_CRASH_DEFER_WARM_UP
         if options.captureSIGQUIT { flags |= CAIRN_CRASH_SIGQUIT }
         if !options.alternateStacksForNewThreads { flags |= CAIRN_CRASH_NO_THREAD_STACKS }
+        var deadline: UInt32 = 0
+        if let d = options.crashDeadline {
+            deadline = UInt32(clamping: max(1, d.components.seconds + (d.components.attoseconds > 0 ? 1 : 0)))
+        } else {
+            flags |= CAIRN_CRASH_NO_DEADLINE
+        }
         let rc = dir.withCString { d in
             "crash-\(sessionID).report".withCString { name in
                 if retarget { return cairn_crash_set_report(d, name) }
                 var o = cairn_crash_options_t(report_dir: d, flags: flags,
-                                              context_capacity: UInt32(options.contextCapacity), report_name: name)
+                                              context_capacity: UInt32(options.contextCapacity), report_name: name,
+                                              deadline_seconds: deadline)
                 return cairn_crash_install(&o)
             }
         }

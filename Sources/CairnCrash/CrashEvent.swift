@@ -98,6 +98,7 @@ package enum CrashEvent {
         p["partial"] = .bool(!report.complete || report.unreadable != nil)
         if let why = report.unreadable { p["unreadable"] = .string(why) }
         if report.nestedFaults > 0 { p["nested_faults"] = .int(Int64(report.nestedFaults)) }
+        if report.endedByDeadlineSeconds > 0 { p["ended_by_deadline_s"] = .int(Int64(report.endedByDeadlineSeconds)) }
         if report.handlerNanos > 0 { p["handler_ms"] = .double(Double(report.handlerNanos) / 1e6) }
         if report.pid != 0 { p["pid"] = .int(Int64(report.pid)) }
         if report.tid != 0 {

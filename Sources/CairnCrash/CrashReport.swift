@@ -43,6 +43,9 @@ public struct CrashReport: Sendable {
     public var message: String?
     /// Signals that hit while the handler ran.
     public var nestedFaults: Int
+    /// Non-zero when the process was still alive this many seconds after its report (an
+    /// earlier handler it was handed on to hung) and Cairn's deadline ended it.
+    public var endedByDeadlineSeconds: Int = 0
     /// Why the report could not be read at all, when it could not.
     public var unreadable: String?
 
@@ -98,6 +101,7 @@ public struct CrashReport: Sendable {
             message = String(decoding: UnsafeBufferPointer(start: m, count: r.message_len), as: UTF8.self)
         }
         nestedFaults = Int(r.nested)
+        endedByDeadlineSeconds = Int(r.deadline_seconds)
     }
 
     private static func words(_ p: UnsafePointer<UInt8>?, _ count: Int) -> [UInt64] {

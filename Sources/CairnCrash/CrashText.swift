@@ -190,6 +190,10 @@ extension CrashReport {
         if let millis = event?.timeMillis { run.append(rfc3339(millis: millis).text) }
         if !report.complete || report.unreadable != nil { run.append("partial report") }
         if !run.isEmpty { lines.append(run.joined(separator: ", ")) }
+        if report.endedByDeadlineSeconds > 0 {
+            lines.append("The process was still alive \(report.endedByDeadlineSeconds) s after this report (a crash "
+                + "handler it was handed on to hung): Cairn ended it with the same signal")
+        }
         if !frames.isEmpty {
             lines.append("")
             lines.append("Frames (frame 0 is where it stopped):")

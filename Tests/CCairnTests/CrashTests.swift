@@ -20,47 +20,26 @@ import Testing
     static func crash(_ mode: String, killWith: Int32? = nil, child: String = "cairn-crash-child",
                       launcher: [String] = [], exits: Bool = false) throws -> (Outcome, TempDir) {
         let dir = TempDir()
-        let p = Process()
         let childPath = productsDirectory + "/" + child
-        if let tool = launcher.first {
-            p.executableURL = URL(fileURLWithPath: tool)
-            p.arguments = Array(launcher.dropFirst()) + [childPath, dir.path, mode]
-        } else {
-            p.executableURL = URL(fileURLWithPath: childPath)
-            p.arguments = [dir.path, mode]
-        }
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        var text = ""
-        while !text.contains("READY") {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
-        if let killWith { kill(p.processIdentifier, killWith) }
-        // A crash must end the process promptly; a hang is a failure, not a stuck run.
-        let deadline = Date().addingTimeInterval(60)
-        while p.isRunning && Date() < deadline { usleep(10_000) }
-        let hung = p.isRunning
-        if hung { kill(p.processIdentifier, SIGKILL) }
-        p.waitUntilExit()
-        #expect(!hung, "\(mode): the crashed process did not end within 60 s")
+        let argv = launcher.isEmpty ? [childPath, dir.path, mode] : launcher + [childPath, dir.path, mode]
+        // A crash must end the process promptly; a hang is a failure, not a stuck run
+        // (runToEnd kills the child's whole process group at the deadline).
+        let ended = try runToEnd(argv[0], Array(argv.dropFirst()), timeout: 60, signalWhenReady: killWith)
+        #expect(!ended.timedOut, "\(mode): the crashed process did not end within 60 s")
+        let text = ended.out
         let fn = text.split(separator: "\n").first { $0.hasPrefix("FN ") }
             .flatMap { UInt64($0.dropFirst(5), radix: 16) } ?? 0
         // Named after the child's pid: under a launcher, the pid the child saw.
         let name = try FileManager.default.contentsOfDirectory(atPath: dir.path).first { $0.hasSuffix(".report") }
-        let path = dir.file(name ?? "crash-\(p.processIdentifier).report")
+        let path = dir.file(name ?? "crash-\(ended.pid).report")
         let bytes = Array(FileManager.default.contents(atPath: path) ?? Data())
         var report = cairn_crash_report_t()
         let rc = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
         #expect(rc == 0, "\(mode): the report parses")
         if launcher.isEmpty {
-            #expect(p.terminationReason == (exits ? .exit : .uncaughtSignal), "\(mode): died as it would without Cairn")
+            #expect(ended.signaled == !exits, "\(mode): died as it would without Cairn")
         }
-        let errText = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return (Outcome(signal: p.terminationStatus, report: report, bytes: bytes, crashFunction: fn, stderr: errText), dir)
+        return (Outcome(signal: ended.status, report: report, bytes: bytes, crashFunction: fn, stderr: ended.err), dir)
     }
 
     /// `cairn_crash_install` is all or nothing: one that fails (here its context buffers
@@ -158,6 +137,55 @@ import Testing
         #expect(o.stderr.contains("SLOW EARLIER HANDLER RAN"))
         let reports = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".report") }
         #expect(reports.count == 1)
+    }
+
+    /// A crash always ends the process: a handler installed before Cairn's that never
+    /// returns (one thread, or twenty crashing at once) is cut short by the deadline,
+    /// the process still dies of the crash's own signal, and the report says so.
+    @Test(arguments: ["hang", "hang-many"])
+    func aHangingEarlierHandlerIsEndedByTheDeadline(mode: String) throws {
+        let dir = TempDir()
+        let ended = try runToEnd(productsDirectory + "/cairn-crash-child", [dir.path, mode],
+                                 environment: ProcessInfo.processInfo.environment.merging(["CAIRN_TEST_DEADLINE_S": "1"]) { $1 },
+                                 timeout: 20)
+        #expect(!ended.timedOut, "\(mode): the deadline ended it")
+        #expect(ended.signaled && ended.status == SIGSEGV, "\(mode): the crash's own signal, \(ended.status)")
+        #expect(ended.err.contains("HANGING EARLIER HANDLER RAN"), "the earlier handler was called: \(ended.err)")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: dir.path).first { $0.hasSuffix(".report") })
+        let bytes = Array(FileManager.default.contents(atPath: dir.file(name)) ?? Data())
+        var report = cairn_crash_report_t()
+        let rc = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
+        #expect(rc == 0 && report.complete == 1 && report.signal == SIGSEGV)
+        #expect(report.deadline_seconds == 1, "the report says the deadline ended it")
+        #expect(report.frame_count >= 3, "and is otherwise whole")
+    }
+
+    /// A program that handles SIGALRM itself keeps it: no deadline is armed (so the hang
+    /// goes on, and the runner's own deadline ends it), and the report says nothing of one.
+    @Test func aServiceThatUsesSIGALRMKeepsIt() throws {
+        let dir = TempDir()
+        let ended = try runToEnd(productsDirectory + "/cairn-crash-child", [dir.path, "hang-alarm"],
+                                 environment: ProcessInfo.processInfo.environment.merging(["CAIRN_TEST_DEADLINE_S": "1"]) { $1 },
+                                 timeout: 4)
+        #expect(ended.timedOut, "nothing of the program's was displaced, so nothing ended the hang")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: dir.path).first { $0.hasSuffix(".report") })
+        let bytes = Array(FileManager.default.contents(atPath: dir.file(name)) ?? Data())
+        var report = cairn_crash_report_t()
+        _ = bytes.withUnsafeBytes { cairn_crash_report_parse($0.baseAddress, $0.count, &report) }
+        #expect(report.complete == 1 && report.deadline_seconds == 0)
+    }
+
+    /// Twenty threads crashing at once, a hundred times in a row: every process ends,
+    /// with SIGSEGV and one complete report, and the runner never waits on it.
+    @Test func twentyThreadsCrashingAtOnceNeverHang() throws {
+        for run in 0..<100 {
+            let dir = TempDir()
+            let ended = try runToEnd(productsDirectory + "/cairn-crash-child", [dir.path, "many"], timeout: 30)
+            #expect(!ended.timedOut && ended.signaled && ended.status == SIGSEGV, "run \(run): \(ended.status)")
+            let reports = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".report") }
+            #expect(reports.count == 1, "run \(run)")
+            if ended.timedOut { break }
+        }
     }
 
     /// The handler itself faults (it reads the Swift runtime's fatal-message slot, which

@@ -14,7 +14,10 @@
  * crash: prints "ALT <size>" of a new thread's alternate signal stack, then "VM <kB>
  * <kB>": the address space before and after 2000 threads started and ended), corrupt
  * (the handler itself faults: the Swift runtime's fatal-message slot, which the
- * handler reads, holds a wild pointer). */
+ * handler reads, holds a wild pointer), hang (a handler installed before Cairn's never
+ * returns), hang-many (20 threads crash at once under it), hang-alarm (the same as
+ * hang, and the program handles SIGALRM itself). CAIRN_TEST_DEADLINE_S sets the
+ * install's deadline_seconds. */
 #define _GNU_SOURCE
 #define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
 #include "CCairn.h"
@@ -125,6 +128,21 @@ static void slow_earlier_handler(int sig)
     _exit(42);
 }
 
+/* An earlier handler that never returns, as a crash reporter stuck on a lock or on a
+ * helper process does. */
+static void hanging_earlier_handler(int sig)
+{
+    (void)sig;
+    static const char msg[] = "HANGING EARLIER HANDLER RAN\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing to do */ }
+    for (;;) pause();
+}
+
+static void own_alarm_handler(int sig)
+{
+    (void)sig;
+}
+
 static void *report_alt_stack(void *arg)
 {
     (void)arg;
@@ -160,6 +178,8 @@ int main(int argc, char **argv)
     mode = argv[2];
     if (!strcmp(mode, "chain")) signal(SIGSEGV, earlier_handler);
     if (!strcmp(mode, "chain-many")) signal(SIGSEGV, slow_earlier_handler);
+    if (!strncmp(mode, "hang", 4)) signal(SIGSEGV, hanging_earlier_handler);
+    if (!strcmp(mode, "hang-alarm")) signal(SIGALRM, own_alarm_handler);
     if (!strcmp(mode, "nomem")) {
         /* An install that fails (its context buffers cannot be allocated under a 1 GiB
            address-space limit) must leave nothing behind: no handler replaced. */
@@ -175,6 +195,8 @@ int main(int argc, char **argv)
         mode = "segv";
     }
     cairn_crash_options_t opts = {.report_dir = argv[1], .flags = 0, .context_capacity = 0};
+    const char *deadline = getenv("CAIRN_TEST_DEADLINE_S");
+    if (deadline) opts.deadline_seconds = (uint32_t)atoi(deadline);
     int rc = cairn_crash_install(&opts);
     if (rc != 0) {
         fprintf(stderr, "install: %s\n", cairn_strerror(rc));
@@ -198,7 +220,7 @@ int main(int argc, char **argv)
         mode = "segv";
         pthread_create(&crasher, NULL, crashing_thread, NULL);
         pthread_join(crasher, NULL);
-    } else if (!strcmp(mode, "many") || !strcmp(mode, "chain-many")) {
+    } else if (!strcmp(mode, "many") || !strcmp(mode, "chain-many") || !strcmp(mode, "hang-many")) {
         mode = "segv";
         pthread_barrier_init(&start_line, NULL, 20);
         pthread_t t[20];
@@ -235,7 +257,7 @@ int main(int argc, char **argv)
         mode = "segv";
         crash_here();
     } else {
-        if (!strcmp(mode, "chain")) mode = "segv";
+        if (!strcmp(mode, "chain") || !strncmp(mode, "hang", 4)) mode = "segv";
         crash_here();
     }
     return 0;

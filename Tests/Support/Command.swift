@@ -1,6 +1,5 @@
 import Foundation
 import Glibc
-import Synchronization
 
 /// How a child process ended, and what it wrote.
 public struct Finished: Sendable {
@@ -13,6 +12,8 @@ public struct Finished: Sendable {
     /// What it wrote to stdout and stderr.
     public var stdout: Data
     public var stderr: Data
+    /// Its process id (which also named its process group).
+    public var pid: pid_t = 0
 
     /// stdout as text.
     public var out: String { String(decoding: stdout, as: UTF8.self) }
@@ -23,38 +24,142 @@ public struct Finished: Sendable {
 /// The tests' one process runner: runs `executable` (a path; `/usr/bin/env` to search
 /// `PATH`) with `arguments`, `environment` (this process's when nil), `stdin` and
 /// working `directory`, reads stdout and stderr while it runs (so a chatty child never
-/// blocks on a full pipe), and kills it with SIGKILL after `timeout` seconds.
+/// blocks on a full pipe), and never hangs:
+///
+/// - the child leads a process group of its own, and the whole group (helpers it
+///   started, such as the Swift runtime's `swift-backtrace`) is killed with SIGKILL
+///   after `timeout` seconds;
+/// - the pipes are read with that deadline, and once the child has ended, for at most
+///   `lingering` seconds more: a descendant that keeps them open is killed with the
+///   group, and what was read is returned;
+/// - the Swift runtime's backtracer is off (`SWIFT_BACKTRACE=enable=no`) unless
+///   `environment` sets `SWIFT_BACKTRACE` (a test that takes it as its oracle).
+///
+/// With `signalWhenReady`, that signal is sent to the child once its stdout holds
+/// `READY`.
 public func runToEnd(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                     stdin: Data? = nil, directory: String? = nil, timeout: Double = 120) throws -> Finished {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = arguments
-    if let environment { p.environment = environment }
-    if let directory { p.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let out = Pipe(), err = Pipe(), input = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = input
-    try p.run()
-    let collected = Mutex<(Data, Data)>((Data(), Data()))
-    let reading = DispatchGroup()
-    for (handle, isErr) in [(out.fileHandleForReading, false), (err.fileHandleForReading, true)] {
-        DispatchQueue.global().async(group: reading) {
-            let data = handle.readDataToEndOfFile()
-            collected.withLock { if isErr { $0.1 = data } else { $0.0 = data } }
+                     stdin: Data? = nil, directory: String? = nil, timeout: Double = 120,
+                     lingering: Double = 5, signalWhenReady: Int32? = nil) throws -> Finished {
+    var env = environment ?? ProcessInfo.processInfo.environment
+    if env["SWIFT_BACKTRACE"] == nil { env["SWIFT_BACKTRACE"] = "enable=no" }
+    var out: [Int32] = [-1, -1], err: [Int32] = [-1, -1], input: [Int32] = [-1, -1]
+    guard pipe(&out) == 0, pipe(&err) == 0, pipe(&input) == 0 else { throw SpawnError(function: "pipe", code: errno) }
+    // Not inherited by other children the test process starts meanwhile (the spawned
+    // child gets them through dup2, which clears the flag).
+    for fd in out + err + input { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_adddup2(&actions, input[0], 0)
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1)
+    posix_spawn_file_actions_adddup2(&actions, err[1], 2)
+    if let directory {
+        typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: -2), "posix_spawn_file_actions_addchdir_np") else {
+            throw SpawnError(function: "posix_spawn_file_actions_addchdir_np", code: ENOSYS)
+        }
+        _ = unsafeBitCast(symbol, to: AddChdir.self)(&actions, directory)
+    }
+    // A group of its own, every signal at its default action and none blocked, as a
+    // service starts (the test runner's threads may block some).
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var all = sigset_t(), none = sigset_t()
+    sigfillset(&all)
+    sigemptyset(&none)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setpgroup(&attributes, 0)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        argv.forEach { free($0) }
+        envp.forEach { free($0) }
+    }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+    for fd in [input[0], out[1], err[1]] { close(fd) }
+    guard rc == 0 else {
+        for fd in [input[1], out[0], err[0]] { close(fd) }
+        throw SpawnError(function: "posix_spawn \(executable)", code: rc)
+    }
+    if let stdin {
+        stdin.withUnsafeBytes { raw in
+            var done = 0
+            while done < raw.count {
+                let n = write(input[1], raw.baseAddress! + done, raw.count - done)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                done += n
+            }
         }
     }
-    if let stdin { try? input.fileHandleForWriting.write(contentsOf: stdin) }
-    try? input.fileHandleForWriting.close()
-    let deadline = Date().addingTimeInterval(timeout)
-    while p.isRunning && Date() < deadline { usleep(2_000) }
-    let timedOut = p.isRunning
-    if timedOut { kill(p.processIdentifier, SIGKILL) }
-    p.waitUntilExit()
-    reading.wait()
-    let (o, e) = collected.withLock { $0 }
-    return Finished(status: p.terminationStatus, signaled: p.terminationReason == .uncaughtSignal, timedOut: timedOut,
-                    stdout: o, stderr: e)
+    close(input[1])
+
+    let started = ContinuousClock.now
+    let deadline = started + .milliseconds(Int64(timeout * 1000))
+    var collected: [Data] = [Data(), Data()]
+    var open: [Int32] = [out[0], err[0]]
+    var status: Int32 = 0
+    var exited = false
+    var timedOut = false
+    var signalled = false
+    var readEnd: ContinuousClock.Instant?
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+        if !exited {
+            let w = waitpid(pid, &status, WNOHANG)
+            if w == pid {
+                exited = true
+                readEnd = min(deadline, ContinuousClock.now + .milliseconds(Int64(lingering * 1000)))
+            }
+        }
+        if exited && open.allSatisfy({ $0 < 0 }) { break }
+        let now = ContinuousClock.now
+        if now >= (readEnd ?? deadline) {
+            // Out of time: the child (still running, then it timed out) or a descendant
+            // holding the pipes; the whole group goes.
+            if !exited { timedOut = true }
+            kill(-pid, SIGKILL)
+            kill(pid, SIGKILL)
+            if !exited {
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                exited = true
+            }
+            break
+        }
+        var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        _ = poll(&fds, nfds_t(fds.count), 20)
+        for i in 0..<2 where open[i] >= 0 && fds[i].revents != 0 {
+            let n = chunk.withUnsafeMutableBytes { read(open[i], $0.baseAddress, $0.count) }
+            if n > 0 {
+                collected[i].append(contentsOf: chunk[0..<n])
+            } else if n == 0 || (errno != EINTR && errno != EAGAIN) {
+                close(open[i])
+                open[i] = -1
+            }
+        }
+        if let sig = signalWhenReady, !signalled, !exited,
+           String(decoding: collected[0], as: UTF8.self).contains("READY") {
+            kill(pid, sig)
+            signalled = true
+        }
+    }
+    for fd in open where fd >= 0 { close(fd) }
+    let signaled = status & 0x7f != 0
+    return Finished(status: signaled ? status & 0x7f : (status >> 8) & 0xff, signaled: signaled, timedOut: timedOut,
+                    stdout: collected[0], stderr: collected[1], pid: pid)
+}
+
+/// A process could not be started.
+public struct SpawnError: Error, CustomStringConvertible {
+    /// What failed.
+    public var function: String
+    /// Its errno.
+    public var code: Int32
+    public var description: String { "\(function): \(String(cString: strerror(code)))" }
 }
 
 /// Runs a system command (`mount`, `umount`, ...) found on `PATH`, with its output

@@ -12,7 +12,7 @@ import Foundation
 let args = CommandLine.arguments
 guard args.count == 3 else { exit(2) }
 let rc = args[1].withCString { dir -> Int32 in
-    var opts = cairn_crash_options_t(report_dir: dir, flags: 0, context_capacity: 0, report_name: nil)
+    var opts = cairn_crash_options_t(report_dir: dir, flags: 0, context_capacity: 0, report_name: nil, deadline_seconds: 0)
     return cairn_crash_install(&opts)
 }
 guard rc == 0 else { exit(1) }

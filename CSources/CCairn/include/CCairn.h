@@ -861,6 +861,10 @@ CAIRN_API int cairn_frame_decode(cairn_frame_decoder_t *dec, const void *src, si
  *  and the Swift concurrency runtime's included. libcairn has no such hook: a C host
  *  calls cairn_crash_prepare_thread() in its threads. */
 #define CAIRN_CRASH_NO_THREAD_STACKS 0x4u
+/** cairn_crash_install() flag: no deadline after a crash (see `deadline_seconds`). */
+#define CAIRN_CRASH_NO_DEADLINE 0x8u
+/** The deadline after a crash when `deadline_seconds` is 0: 30 s. */
+#define CAIRN_CRASH_DEFAULT_DEADLINE 30u
 
 /** Options for cairn_crash_install(). */
 typedef struct cairn_crash_options {
@@ -875,6 +879,13 @@ typedef struct cairn_crash_options {
      *  `crash-<run id>.report`; NULL means `crash-<pid>.report`. PIDs repeat (a
      *  container's service is often PID 1 on every start), run ids need not. */
     const char *report_name;
+    /** A crash always ends the process: once the report is written and the signal
+     *  handed on, a process still alive this many seconds later (an earlier handler
+     *  hung) is ended by the crash's own signal, and its report says so
+     *  (`deadline_seconds` of cairn_crash_report_t). Armed with alarm(2), and only when
+     *  SIGALRM has its default action at the crash (a service that uses SIGALRM keeps
+     *  it). 0 means CAIRN_CRASH_DEFAULT_DEADLINE; CAIRN_CRASH_NO_DEADLINE turns it off. */
+    uint32_t deadline_seconds;
 } cairn_crash_options_t;
 
 /**
@@ -990,6 +1001,9 @@ typedef struct cairn_crash_report {
     uint32_t nested;         /**< signals that hit while the handler ran */
     const unsigned char *async_chains; /**< async context chains behind machine frames (docs/FORMATS.md), or NULL */
     size_t async_chains_len; /**< bytes at `async_chains` */
+    uint32_t deadline_seconds; /**< non-zero: the process outlived the report this many
+                                    seconds (an earlier handler hung) and Cairn's deadline
+                                    ended it */
 } cairn_crash_report_t;
 
 /**
