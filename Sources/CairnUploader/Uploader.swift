@@ -420,12 +420,6 @@ public final class Uploader: @unchecked Sendable {
         return sessions
     }
 
-    /// A drop table slot's counter as reported by a request.
-    struct DropReport {
-        var slot: Int32
-        var counted: UInt64
-    }
-
     /// Builds a request. With `reportingDrops` (the worker's batches only, so that one
     /// thread decides what is reported), a `Cairn-Dropped` header carries every drop the
     /// ring's table has not reported yet, and the counts it carries are returned, to be
@@ -749,11 +743,26 @@ public final class Uploader: @unchecked Sendable {
             // The request holds the batch now: its ring pages need not stay in memory
             // while it is out (the ring file keeps them until they are released).
             try? ring.releasePages(from: mark.first, to: run.next)
-            // A resumed batch may already have reached the collector, which then drops this
-            // copy as a duplicate: drops ride with a new batch instead, and with one
-            // request at a time, so that no count is reported twice.
-            let carrying = flights.contains { !$0.done && !$0.reported.isEmpty }
-            let built = makeRequest(body: body, key: mark.key, reportingDrops: !resumed && !carrying)
+            // Drops ride with one request at a time, so that no count is reported twice;
+            // the mark keeps them, so a batch resumed after a kill (which the collector
+            // may already hold) is rebuilt with the same drop headers under its key.
+            var mark = mark
+            var built: (request: UploadRequest, reported: [DropReport])
+            if resumed {
+                built = makeRequest(body: body, key: mark.key, reportingDrops: false)
+                if let carried = mark.drops {
+                    built.request.headers += carried.headers
+                    built.reported = carried.reported
+                }
+            } else {
+                let carrying = flights.contains { !$0.done && !$0.reported.isEmpty }
+                built = makeRequest(body: body, key: mark.key, reportingDrops: !carrying)
+                if !built.reported.isEmpty {
+                    let names = ["cairn-dropped", "cairn-dropped-sessions"]
+                    mark.drops = .init(headers: built.request.headers.filter { names.contains($0.name.lowercased()) },
+                                       reported: built.reported)
+                }
+            }
             nextToken += 1
             add(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
                        events: framing.events, reported: built.reported, due: clock.now))
@@ -846,7 +855,10 @@ public final class Uploader: @unchecked Sendable {
             }
             if mark.stored {
                 // The store has this batch (or it had nothing to send): its records are
-                // released in turn, once the contexts among them are kept.
+                // released in turn, once the contexts among them are kept. The drops its
+                // request carries are reported by it (the process may have been killed
+                // between storing it and marking them).
+                markReported(mark.drops?.reported ?? [])
                 contexts.observe(run)
                 nextToken += 1
                 add(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0,

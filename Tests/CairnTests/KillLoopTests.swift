@@ -131,8 +131,15 @@ import Testing
         var acknowledgedAgain = 0
         // For tracing the known issue below: what each key's first attempt was.
         var keyInfo: [String: String] = [:]
+        // Every attempt of a key carries the same drop headers, whichever process sent it.
+        var dropHeadersOfKey: [String: [String]] = [:]
+        var dropHeadersDiffer: [String] = []
         for attempt in try collector.requests() {
             let key = attempt.idempotency_key ?? ""
+            let headers = attempt.headerValues("Cairn-Dropped") + attempt.headerValues("Cairn-Dropped-Sessions")
+            if let earlier = dropHeadersOfKey.updateValue(headers, forKey: key), earlier != headers {
+                dropHeadersDiffer.append("\(key): \(earlier) then \(headers)")
+            }
             if keyInfo[key] == nil {
                 keyInfo[key] = "seq \(attempt.seq), batch \(attempt.batch?.batch_id ?? 0), "
                     + "\(attempt.batch?.record_count ?? 0) records, retry \(attempt.retry_count ?? "-"), "
@@ -239,6 +246,11 @@ import Testing
             #expect(otherContextCount == 0, "events arrived without their run's context, e.g. \(otherContext.prefix(3))")
         }
         #expect(missing <= reportedDrops, "\(missing - reportedDrops) acknowledged calls neither arrived nor were reported dropped")
+        // Drop reports are idempotent: a count belongs to one key, the same on every
+        // attempt, so a collector that adds the distinct keys it takes counts each drop
+        // at most once (the ledger counts a drop given back by an evicted request twice).
+        #expect(dropHeadersDiffer.isEmpty, "attempts of one key with other drop headers: \(dropHeadersDiffer.prefix(3))")
+        #expect(reportedDrops <= countedDrops, "\(reportedDrops - countedDrops) drops reported more than once")
         // Sharper, without the slack of drops reported twice (by a request acknowledged
         // just before a kill, then by the next one): every loss was counted when it
         // happened; and every count was marked reported, so it went with a request the

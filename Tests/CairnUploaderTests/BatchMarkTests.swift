@@ -42,7 +42,8 @@ import Testing
         }
     }
 
-    func run(padded: Bool) throws -> (a: [String], b: [String], bDropped: [String?]) {
+    func run(padded: Bool, blockAt: Int = 2, filteredBefore: UInt64 = 0) throws
+        -> (a: [String], b: [String], aDropped: [String?], bDropped: [String?]) {
         let scratch = try TemporaryDirectory("cairn-mark")
         let base = scratch.path
         let a = base + "/a", b = base + "/b"
@@ -60,7 +61,8 @@ import Testing
                 try ring.append(bytes)
             }
         }
-        let ta = Recorder(blockAt: 2)
+        if filteredBefore > 0 { ring.countDrops(slot: try #require(ring.dropSlot("filtered")), filteredBefore) }
+        let ta = Recorder(blockAt: blockAt)
         var opts = UploaderOptions(url: "http://127.0.0.1:9/v1/batch", maxBatchEvents: 3, maxBatchAge: .milliseconds(10))
         opts.breaker = CircuitBreaker(threshold: 1000)
         // One request at a time, so that "the second request" is the second batch (with
@@ -89,15 +91,28 @@ import Testing
         up2.shutdown(timeout: .seconds(2))
         ta.gate.signal()
         up.shutdown(timeout: .seconds(2))
-        return (ta.keys, tb.keys, tb.dropped)
+        return (ta.keys, tb.keys, ta.dropped, tb.dropped)
     }
 
     @Test(arguments: [false, true]) func inFlightBatchIsSentAgainUnderItsKey(padded: Bool) throws {
         let r = try run(padded: padded)
         #expect(r.a.count == 2 && r.b.count == 2, "A: \(r.a), B: \(r.b)")
         #expect(r.b.first == r.a.last, "the resumed batch keeps its key")
-        #expect(r.bDropped.first == .some(nil), "the resumed copy reports no drops (it may be dropped as a duplicate)")
-        #expect(r.bDropped.last == "sampled=5", "drops ride with the next new batch")
+        #expect(r.bDropped.first == .some(nil), "the resumed copy carries no drops: its first attempt carried none")
+        #expect(r.bDropped.last == "sampled=5", "drops counted since ride with the next new batch")
+    }
+
+    /// The batch in flight at the kill carried drops: its copy carries the same, under
+    /// its key (a collector that holds the first attempt drops the copy, one that does
+    /// not takes the counts from it), and no later request reports them again.
+    @Test(arguments: [false, true]) func dropsStayWithTheirKeyAcrossAKill(padded: Bool) throws {
+        let r = try run(padded: padded, blockAt: 1, filteredBefore: 4)
+        #expect(r.b.count == 3, "A: \(r.a), B: \(r.b) \(r.bDropped)")
+        #expect(r.b.first == r.a.first, "the resumed batch keeps its key")
+        #expect(r.aDropped.first == "filtered=4")
+        #expect(r.bDropped.first == "filtered=4", "and its drop header")
+        #expect(r.bDropped.dropFirst().allSatisfy { $0 == nil || $0 == "sampled=5" }, "\(r.bDropped)")
+        #expect(r.bDropped.filter { $0 == "sampled=5" }.count == 1, "the later drops once: \(r.bDropped)")
     }
 }
 
