@@ -208,6 +208,14 @@ typedef struct proxy {
     char authorization[AUTH_CAP]; /* "Basic ..." or empty */
 } proxy;
 
+/* A proxy variable as read at client creation: unset (name NULL), usable (`p.set`), or
+ * a value Cairn cannot use (`problem`, said only when the variable applies). */
+typedef struct proxy_variable {
+    const char *name; /* the variable's name, as read */
+    proxy p;
+    char problem[256];
+} proxy_variable;
+
 static int hex_digit(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
@@ -251,13 +259,19 @@ static void base64(const unsigned char *in, size_t len, char *out)
     out[o] = 0;
 }
 
-/* "[http://][user[:password]@]host[:port][/]"; -1 for anything else. */
-static int parse_proxy(const char *text, proxy *out)
+/* "[http://][user[:password]@]host[:port][/]"; -1 for anything else, with `*why` set
+ * when the scheme is the reason. */
+static int parse_proxy(const char *text, proxy *out, const char **why)
 {
     size_t len = strlen(text);
     memset(out, 0, sizeof *out);
     if (strstr(text, "://")) {
-        if (!starts_with_ci(text, len, "http://")) return -1;
+        if (!starts_with_ci(text, len, "http://")) {
+            *why = starts_with_ci(text, len, "https://") ? "Cairn cannot speak TLS to a proxy (https://)"
+                   : starts_with_ci(text, len, "socks") ? "Cairn speaks no SOCKS"
+                                                         : "an unknown proxy scheme";
+            return -1;
+        }
         text += 7;
         len -= 7;
     }
@@ -292,8 +306,39 @@ static int parse_proxy(const char *text, proxy *out)
     return 0;
 }
 
-/* Whether `host` is listed in no_proxy: "*", the host itself, or a domain it is in
- * (with or without a leading dot); IP literals match exactly. */
+/* Whether the IP literal `host` lies in the CIDR range entry[0..len), such as
+ * "10.0.0.0/8" or "fd00::/8". */
+static int in_cidr(const endpoint *e, const char *entry, size_t len)
+{
+    const char *slash = memchr(entry, '/', len);
+    if (!slash || !e->is_ip) return 0;
+    char network[64];
+    size_t network_len = (size_t)(slash - entry);
+    if (network_len == 0 || network_len >= sizeof network) return 0;
+    memcpy(network, entry, network_len);
+    network[network_len] = 0;
+    long bits = 0;
+    size_t digits = len - network_len - 1;
+    if (digits == 0 || digits > 3) return 0;
+    for (size_t i = 0; i < digits; i++) {
+        char c = slash[1 + i];
+        if (c < '0' || c > '9') return 0;
+        bits = bits * 10 + (c - '0');
+    }
+    unsigned char want[16], have[16];
+    int family = e->is_ipv6 ? AF_INET6 : AF_INET;
+    long size = e->is_ipv6 ? 128 : 32;
+    if (bits > size || inet_pton(family, network, want) != 1 || inet_pton(family, e->host, have) != 1) return 0;
+    for (long i = 0; i < bits; i++) {
+        int mask = 0x80 >> (i % 8);
+        if ((want[i / 8] & mask) != (have[i / 8] & mask)) return 0;
+    }
+    return 1;
+}
+
+/* Whether `host` is listed in no_proxy: "*", the host itself, a domain it is in (with
+ * or without a leading dot), or for an IP literal the address itself or a CIDR range
+ * holding it. */
 static int bypasses_proxy(const char *no_proxy, const endpoint *e)
 {
     if (!no_proxy) return 0;
@@ -307,6 +352,7 @@ static int bypasses_proxy(const char *no_proxy, const endpoint *e)
         while (len > 0 && (entry[len - 1] == ' ' || entry[len - 1] == '\t')) len--;
         if (len == 1 && entry[0] == '*') return 1;
         if (len >= 2 && entry[0] == '[' && entry[len - 1] == ']') { entry++; len -= 2; }
+        if (in_cidr(e, entry, len)) return 1;
         if (len > 0 && entry[0] == '.' && !e->is_ip) { entry++; len--; }
         if (len > 0 && len <= host_len) {
             int same = 1;
@@ -331,10 +377,10 @@ struct cairn_http_client {
     size_t max_body_bytes;
     char *ca_file;
     int tls_library;
-    proxy http_proxy;
-    proxy https_proxy;
+    proxy_variable http_proxy;  /* http_proxy (never HTTP_PROXY) */
+    proxy_variable https_proxy; /* https_proxy, else HTTPS_PROXY */
+    proxy_variable all_proxy;   /* all_proxy, else ALL_PROXY */
     char *no_proxy;
-    char error[MESSAGE_CAP];
     pthread_mutex_t tls_lock;
     void *tls_context; /* made on the first https request, under tls_lock */
 };
@@ -362,6 +408,58 @@ static const char *lookup_pair(const char *const *environment, const char *lower
     return value;
 }
 
+/* Reads one proxy variable (an empty value counts as unset, as curl does). */
+static void read_proxy(const char *const *environment, const char *lower, const char *upper,
+                       proxy_variable *out)
+{
+    const char *name;
+    const char *value = lookup_pair(environment, lower, upper, &name);
+    memset(out, 0, sizeof *out);
+    if (!value || !*value) return;
+    out->name = name;
+    const char *why = "not a proxy URL";
+    if (parse_proxy(value, &out->p, &why) != 0)
+        snprintf(out->problem, sizeof out->problem,
+                 "%s is not a usable proxy: %s (expected http://[user:password@]host:port; "
+                 "NO_PROXY=<host> sends this URL directly)",
+                 name, why);
+}
+
+/* The proxy for `t`, curl's way: none when no_proxy lists the host; else the variable
+ * of the URL's scheme, else all_proxy. Returns the variable (NULL: direct); one whose
+ * value cannot be used is returned with its `problem` set. */
+static const proxy_variable *proxy_for(const cairn_http_client_t *client, const target *t)
+{
+    if (bypasses_proxy(client->no_proxy, &t->where)) return NULL;
+    const proxy_variable *scheme = t->https ? &client->https_proxy : &client->http_proxy;
+    if (scheme->name) return scheme;
+    return client->all_proxy.name ? &client->all_proxy : NULL;
+}
+
+int cairn_http_client_proxy(const cairn_http_client_t *client, const char *url, size_t url_len, char *out,
+                            size_t cap)
+{
+    target t;
+    const char *problem = "the URL is missing";
+    if (!url || parse_url(url, url_len, &t, &problem) != 0) {
+        snprintf(out, cap, "%s", problem);
+        return CAIRN_HTTP_EINVALID;
+    }
+    const proxy_variable *via = proxy_for(client, &t);
+    if (!via) {
+        snprintf(out, cap, "direct");
+        return CAIRN_HTTP_OK;
+    }
+    if (via->problem[0]) {
+        snprintf(out, cap, "%s", via->problem);
+        return CAIRN_HTTP_EINVALID;
+    }
+    char authority[HOST_CAP + 16];
+    format_authority(authority, sizeof authority, &via->p.where, 1);
+    snprintf(out, cap, "http://%s (%s)", authority, via->name);
+    return CAIRN_HTTP_OK;
+}
+
 int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http_client_t **out)
 {
     cairn_http_client_options_t defaults;
@@ -375,30 +473,19 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
     client->tls_library = options->tls_library;
     if (options->ca_file && !(client->ca_file = strdup(options->ca_file))) goto nomem;
 
+    read_proxy(options->environment, "http_proxy", NULL, &client->http_proxy);
+    read_proxy(options->environment, "https_proxy", "HTTPS_PROXY", &client->https_proxy);
+    read_proxy(options->environment, "all_proxy", "ALL_PROXY", &client->all_proxy);
     const char *name;
-    const char *value = lookup_pair(options->environment, "http_proxy", NULL, &name);
-    if (value && *value && parse_proxy(value, &client->http_proxy) != 0) {
-        snprintf(client->error, sizeof client->error,
-                 "%s is not a usable proxy (expected http://[user:password@]host:port)", name);
-    }
-    value = lookup_pair(options->environment, "https_proxy", "HTTPS_PROXY", &name);
-    if (value && *value && parse_proxy(value, &client->https_proxy) != 0 && !client->error[0]) {
-        snprintf(client->error, sizeof client->error,
-                 "%s is not a usable proxy (expected http://[user:password@]host:port)", name);
-    }
-    value = lookup_pair(options->environment, "no_proxy", "NO_PROXY", &name);
+    const char *value = lookup_pair(options->environment, "no_proxy", "NO_PROXY", &name);
     if (value && *value && !(client->no_proxy = strdup(value))) goto nomem;
     *out = client;
-    return client->error[0] ? CAIRN_HTTP_EINVALID : CAIRN_HTTP_OK;
+    return CAIRN_HTTP_OK;
 nomem:
     cairn_http_client_free(client);
     return CAIRN_HTTP_ENOMEM;
 }
 
-const char *cairn_http_client_error(const cairn_http_client_t *client)
-{
-    return client->error;
-}
 
 void cairn_http_client_free(cairn_http_client_t *client)
 {
@@ -863,10 +950,9 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
     if (parse_url(request->url, request->url_len, &t, &problem) != 0)
         return failure(conn, CAIRN_HTTP_EINVALID, "%s", problem);
     cairn_http_client_t *client = conn->client;
-    if (client->error[0]) return failure(conn, CAIRN_HTTP_EINVALID, "%s", client->error);
-
-    const proxy *via = t.https ? &client->https_proxy : &client->http_proxy;
-    if (!via->set || bypasses_proxy(client->no_proxy, &t.where)) via = NULL;
+    const proxy_variable *variable = proxy_for(client, &t);
+    if (variable && variable->problem[0]) return failure(conn, CAIRN_HTTP_EINVALID, "%s", variable->problem);
+    const proxy *via = variable ? &variable->p : NULL;
 
     int64_t start = now_ms();
     int64_t timeout = request->timeout_ms < 1 ? 1 : request->timeout_ms;

@@ -33,8 +33,11 @@ extension Cairn {
     @discardableResult
     public static func start(_ options: Options) throws(CairnStartError) -> Cairn {
         if options.disabled { throw .disabled }
-        try options.validate()
-        let options = options.normalized()
+        var given = options
+        // The environment is read here, on the caller's thread, once.
+        if given.proxyEnvironment == nil { given.proxyEnvironment = HTTPTransport.proxyEnvironment() }
+        try given.validate()
+        let options = given.normalized()
         guard startedOnce.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { throw .alreadyStarted }
         let began = DispatchTime.now().uptimeNanoseconds
@@ -174,7 +177,7 @@ extension Cairn {
         // every burst past them pays a new connection (and a TLS handshake) per request.
         let transport = options.transport
             ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile,
-                             tlsLibrary: options.tlsLibrary)
+                             environment: options.proxyEnvironment ?? [:], tlsLibrary: options.tlsLibrary)
         let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
         // started behind its back.

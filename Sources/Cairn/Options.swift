@@ -155,6 +155,10 @@ extension Cairn {
         /// what was stored while no URL was set is sent once one is. False pins every
         /// request to the URL and key it was built with.
         public var storedRequestsFollowDestination: Bool = true
+        /// The proxy variables (`HTTPTransport.proxyVariableNames`) as
+        /// ``fromEnvironment(_:)`` found them; nil: read from the process at start, on its
+        /// caller's thread (never later, from a background thread racing `setenv`).
+        var proxyEnvironment: [String: String]?
         /// `CAIRN_*` values that did not parse, reported by ``validate()``.
         var environmentProblems: [EnvironmentProblem] = []
 
@@ -247,6 +251,7 @@ extension Cairn {
             o.uploadURL = value("CAIRN_UPLOAD_URL")
             o.apiKey = value("CAIRN_API_KEY")
             o.caFile = value("CAIRN_CA_FILE")
+            o.proxyEnvironment = env.filter { HTTPTransport.proxyVariableNames.contains($0.key) }
             if let v = value("CAIRN_TLS_LIBRARY") {
                 switch v.lowercased() {
                 case "auto": o.tlsLibrary = .automatic
@@ -325,6 +330,13 @@ extension Cairn {
             if dataDirectory.isEmpty { throw bad("dataDirectory", "is empty") }
             if let url = o.uploadURL, let why = HTTPTransport.problem(withURL: url) {
                 throw bad("uploadURL", "\(url.debugDescription) cannot be used: \(why) (CAIRN_UPLOAD_URL)")
+            }
+            // A proxy variable that applies to the upload URL and cannot be used would hold
+            // every request: said now, naming the variable. Others are ignored.
+            if let url = o.uploadURL, transport == nil,
+               case .failure(let why) = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
+                   .proxy(for: url) {
+                throw bad("uploadURL", "\(url.debugDescription) cannot be reached: \(why.message)")
             }
             if let key = o.apiKey, !key.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
                 throw bad("apiKey", "holds a control or non-ASCII character, which an HTTP header cannot carry "

@@ -152,6 +152,41 @@ public final class HTTPTransport: Transport {
     /// Why requests to `url` cannot be sent, or nil when they can: the check every send
     /// makes (an absolute http or https URL with a host, an optional port, no user
     /// credentials, visible ASCII only), made ahead, for checking options.
+    /// The variables the transport reads for proxies, as curl reads them (see
+    /// ``proxy(for:)``).
+    public static let proxyVariableNames = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+                                            "no_proxy", "NO_PROXY"]
+
+    /// The proxy variables of this process's environment, read now (with getenv: call it
+    /// on the thread that owns the environment, before other threads may `setenv`).
+    public static func proxyEnvironment() -> [String: String] {
+        var out: [String: String] = [:]
+        for name in proxyVariableNames {
+            if let value = getenv(name) { out[name] = String(cString: value) }
+        }
+        return out
+    }
+
+    /// Where a request to `url` goes: `direct`, or `http://host:port (<variable>)`. A
+    /// host listed in `no_proxy` (`*`, the host, a domain it is in, an address or a
+    /// CIDR range holding it) goes direct; else the variable of the URL's scheme
+    /// (`http_proxy`; `https_proxy`, else `HTTPS_PROXY`), else `all_proxy`. Lowercase
+    /// wins, empty is unset, `HTTP_PROXY` is never read. Only `http://` proxies are
+    /// spoken.
+    ///
+    /// - Returns: the route, or the failure every request to `url` gets: the URL is not
+    ///   usable, or the variable that applies holds a proxy Cairn cannot use (named).
+    public func proxy(for url: String) -> Result<String, TransportFailure> {
+        guard let pointer = client.pointer else { return .failure(TransportFailure(.invalidRequest, "out of memory")) }
+        var url = url
+        var text = [CChar](repeating: 0, count: 512)
+        let rc = url.withUTF8 { u in
+            u.withMemoryRebound(to: CChar.self) { cairn_http_client_proxy(pointer, $0.baseAddress, $0.count, &text, text.count) }
+        }
+        let message = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return rc == CAIRN_HTTP_OK ? .success(message) : .failure(TransportFailure(.invalidRequest, message))
+    }
+
     public static func problem(withURL url: String) -> String? {
         var url = url
         return url.withUTF8 { u -> String? in

@@ -101,6 +101,32 @@ import Testing
         #expect(indexes.sorted() == Array(0..<30), "every event, each once: \(indexes.count)")
     }
 
+    /// Proxy variables as curl reads them: one that does not apply to the upload URL is
+    /// ignored, even a kind Cairn cannot speak (every event arrives, nothing is said);
+    /// one that applies and cannot be used stops the start, naming the variable.
+    @Test func proxyVariablesThatDoNotApplyAreIgnoredAndAnUnusableOneIsNamed() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let dir = try TemporaryDirectory("cairn-fault")
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_API_KEY": "k",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"]
+        let irrelevant = ["https_proxy": "socks5://127.0.0.1:1080", "HTTPS_PROXY": "https://proxy.example:3128",
+                          "http_proxy": "socks5h://proxy.example:1080", "NO_PROXY": "localhost, 127.0.0.0/8"]
+        let r = try Child.child(["run", "20"], env: env.merging(irrelevant) { $1 })
+        #expect(r.status == 0, "\(r.err)")
+        #expect(Self.notices(r.err).isEmpty, "\(r.err)")
+        #expect(LifecycleTests.childIndexes(try LifecycleTests.received(collector)).sorted() == Array(0..<20))
+
+        let applicable = ["https_proxy": "http://proxy.example:3128", "http_proxy": "socks5://127.0.0.1:1080"]
+        let refused = try Child.child(["run", "1"], env: env.merging(applicable) { $1 })
+        #expect(refused.status == 1, "a start error")
+        #expect(refused.err.contains("http_proxy is not a usable proxy: Cairn speaks no SOCKS"), "\(refused.err)")
+        let safe = try Child.child(["run", "1"], env: env.merging(applicable) { $1 }
+            .merging(["CAIRN_TEST_SAFE_START": "1"]) { $1 })
+        #expect(safe.status == 0 && Self.notices(safe.err).count == 1, "\(safe.err)")
+        #expect(Self.notices(safe.err).first?.contains("not started") == true)
+    }
+
     /// An upload URL without an API key is said at start, once.
     @Test func anUploadURLWithoutAKeyIsSaidOnce() throws {
         let collector = try CollectorProcess()

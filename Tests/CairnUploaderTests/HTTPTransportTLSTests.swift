@@ -332,6 +332,51 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         #expect(try collector.requests().count == 4)
     }
 
+    /// curl's rules: the variable of the URL's scheme after no_proxy (addresses, CIDR
+    /// ranges, `*`), then all_proxy; a variable that does not apply is ignored, even one
+    /// Cairn could not use; one that applies and cannot be used fails the request and
+    /// names the variable.
+    @Test func proxyVariablesAsCurlReadsThem() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let proxy = try ProxyProcess()
+        let url = collector.baseURL
+        let cases: [(env: [String: String], route: String, viaProxy: Bool)] = [
+            // Irrelevant unusable values: another scheme's, or the host bypasses them.
+            (["https_proxy": "socks5://127.0.0.1:1080", "HTTPS_PROXY": "https://p.example"], "direct", false),
+            (["http_proxy": "socks5h://127.0.0.1:1080", "NO_PROXY": "localhost,127.0.0.1"], "direct", false),
+            (["all_proxy": "socks5://127.0.0.1:1080", "no_proxy": "127.0.0.0/8"], "direct", false),
+            (["http_proxy": proxy.url, "no_proxy": "10.0.0.0/8, ::1/128"], "http://127.0.0.1:\(proxy.port) (http_proxy)", true),
+            (["ALL_PROXY": proxy.url], "http://127.0.0.1:\(proxy.port) (ALL_PROXY)", true),
+            (["all_proxy": proxy.url, "http_proxy": ""], "http://127.0.0.1:\(proxy.port) (all_proxy)", true),
+        ]
+        for c in cases {
+            let before = try proxy.seen().count
+            let transport = HTTPTransport(environment: c.env)
+            #expect((try? transport.proxy(for: url).get()) == c.route, "\(c.env)")
+            #expect(status(transport.send(request(url), attempt: 0, timeout: generous)) == 200, "\(c.env)")
+            #expect(try proxy.seen().count == before + (c.viaProxy ? 1 : 0), "\(c.env)")
+        }
+        for (env, variable) in [(["http_proxy": "socks5://127.0.0.1:1080"], "http_proxy"),
+                                (["ALL_PROXY": "https://proxy.example:3128"], "ALL_PROXY"),
+                                (["https_proxy": "socks4://x", "http_proxy": ""], nil)] as [([String: String], String?)] {
+            let transport = HTTPTransport(environment: env)
+            guard let variable else {
+                // An empty variable is unset, and https_proxy is for https.
+                #expect(status(transport.send(request(url), attempt: 0, timeout: generous)) == 200, "\(env)")
+                continue
+            }
+            let refused = failure(transport.send(request(url), attempt: 0, timeout: generous))
+            #expect(refused?.kind == .invalidRequest && refused?.message.contains(variable) == true,
+                    "\(refused?.message ?? "delivered")")
+            if case .failure(let why) = transport.proxy(for: url) {
+                #expect(why.message.hasPrefix("\(variable) is not a usable proxy"), "\(why.message)")
+            } else {
+                Issue.record("\(env): the route should be refused")
+            }
+        }
+    }
+
     @Test func proxyThatCannotBeReachedIsAConnectFailure() throws {
         let port = try CollectorProcess.closedPort()
         let transport = HTTPTransport(environment: ["https_proxy": "http://127.0.0.1:\(port)"])

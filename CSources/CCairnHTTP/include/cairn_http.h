@@ -234,10 +234,15 @@ typedef struct cairn_http_client_options {
      *  NULL for the system store (which honours SSL_CERT_FILE and SSL_CERT_DIR). */
     const char *ca_file;
     /** Proxy variables as "NAME=value" strings, NULL-terminated like environ; NULL
-     *  reads the process environment. Read once, by cairn_http_client_new(). The
-     *  names read are http_proxy, https_proxy, HTTPS_PROXY, no_proxy and NO_PROXY;
-     *  a lowercase name wins over its uppercase one, and HTTP_PROXY is never read
-     *  (a CGI-style server sets it from a request's `Proxy:` header, "httpoxy"). */
+     *  reads the process environment. Read once, by cairn_http_client_new(). As curl
+     *  reads them: a host listed in no_proxy (NO_PROXY) goes direct (`*`, the host, a
+     *  domain it is in, an IP address or a CIDR range holding it); else the variable
+     *  of the URL's scheme (http_proxy; https_proxy, else HTTPS_PROXY); else
+     *  all_proxy (ALL_PROXY). A lowercase name wins over its uppercase one, an empty
+     *  value is unset, and HTTP_PROXY is never read (a CGI-style server sets it from a
+     *  request's `Proxy:` header, "httpoxy"). Only http:// proxies are spoken: a
+     *  variable holding another (socks5://, https://) fails the requests it applies
+     *  to, with CAIRN_HTTP_EINVALID naming it, and is ignored for the others. */
     const char *const *environment;
     /** Which TLS library https requests use: CAIRN_HTTP_TLS_AUTO (0, the default),
      *  CAIRN_HTTP_TLS_OPENSSL or CAIRN_HTTP_TLS_MBEDTLS. Any other value makes every
@@ -251,11 +256,10 @@ typedef struct cairn_http_client_options {
  *
  * @param options  The options; NULL for all defaults (no body kept, system store,
  *                 the process environment).
- * @param out      Receives the client.
- * @return         CAIRN_HTTP_OK; CAIRN_HTTP_ENOMEM; CAIRN_HTTP_EINVALID when a proxy
- *                 variable is not a usable proxy URL (see cairn_http_client_error()
- *                 for which one). A client is made in both error cases so that the
- *                 error can be read; its requests then fail with the same error.
+ * @param out      Receives the client (NULL on CAIRN_HTTP_ENOMEM).
+ * @return         CAIRN_HTTP_OK; CAIRN_HTTP_ENOMEM. A proxy variable Cairn cannot use
+ *                 is no error here: the requests it applies to fail (see
+ *                 cairn_http_client_proxy()).
  *
  * Ownership: the caller frees the client with cairn_http_client_free() after every
  *            connection made from it. Strings in `options` are copied.
@@ -266,16 +270,19 @@ typedef struct cairn_http_client_options {
 int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http_client_t **out);
 
 /**
- * Why cairn_http_client_new() refused the configuration.
+ * Which proxy a request to `url` goes through, as the client read the environment.
  *
- * @param client  A client.
- * @return        A NUL-terminated message, empty when the configuration is usable.
+ * @param client   A client.
+ * @param url      An absolute http(s) URL, `url_len` bytes.
+ * @param out      Receives "direct", "http://host:port (<variable>)", or why not.
+ * @return         CAIRN_HTTP_OK; CAIRN_HTTP_EINVALID when the URL is not usable or the
+ *                 variable that applies holds a proxy Cairn cannot use (`out` names it).
  *
- * Ownership: the string belongs to the client.
  * Thread-safety: safe from any thread.
  * Async-signal-safe: no.
  */
-const char *cairn_http_client_error(const cairn_http_client_t *client);
+int cairn_http_client_proxy(const cairn_http_client_t *client, const char *url, size_t url_len, char *out,
+                            size_t cap);
 
 /**
  * Frees a client and its TLS context. A TLS library, once loaded, stays loaded.
