@@ -3,8 +3,8 @@
  *
  * One request: check it (nothing is sent when it is malformed), pick the proxy, reuse
  * the open socket when it leads to the same place and is still quiet, or connect
- * (getaddrinfo, non-blocking connect on each address in turn, CONNECT tunnel, TLS
- * handshake, all within the connect deadline), write the head and the body, and feed
+ * (getaddrinfo, non-blocking connects racing over the addresses as Happy Eyeballs does,
+ * CONNECT tunnel, TLS handshake, all within the connect deadline), write the head and the body, and feed
  * what comes back to the parser until the final response is complete. Every wait is
  * a poll(2) bounded by the deadline; sockets are SOCK_CLOEXEC and written with
  * MSG_NOSIGNAL.
@@ -576,6 +576,14 @@ static int failure(cairn_http_conn_t *conn, int code, const char *format, ...)
     return code;
 }
 
+/* strerror, thread-safe: the text of `error` in `buffer` (POSIX strerror_r: this file
+ * does not define _GNU_SOURCE). */
+const char *cairn_http__strerror(int error, char *buffer, size_t cap)
+{
+    if (strerror_r(error, buffer, cap) != 0) snprintf(buffer, cap, "error %d", error);
+    return buffer;
+}
+
 /* ---- Time ---- */
 
 static int64_t now_ms(void)
@@ -630,7 +638,7 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
         } else {
             n = cairn_http__send(conn->fd, cursor, len);
             if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-                return failure(conn, CAIRN_HTTP_ENETWORK, "sending %s: %s", what, strerror(errno));
+                return failure(conn, CAIRN_HTTP_ENETWORK, "sending %s: %s", what, CAIRN_HTTP_ERRNO_TEXT(errno));
         }
         if (n > 0) {
             cursor += n;
@@ -639,7 +647,7 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
         }
         int ready = wait_for(conn->fd, wait, deadline);
         if (ready == 0) return failure(conn, CAIRN_HTTP_ETIMEOUT, "sending %s: timed out", what);
-        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", strerror(errno));
+        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", CAIRN_HTTP_ERRNO_TEXT(errno));
     }
     return CAIRN_HTTP_OK;
 }
@@ -661,11 +669,11 @@ static ssize_t read_some(cairn_http_conn_t *conn, int64_t deadline, const char *
             n = cairn_http__recv(conn->fd, conn->input, sizeof conn->input);
             if (n >= 0) return n;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                return failure(conn, CAIRN_HTTP_ENETWORK, "reading %s: %s", what, strerror(errno));
+                return failure(conn, CAIRN_HTTP_ENETWORK, "reading %s: %s", what, CAIRN_HTTP_ERRNO_TEXT(errno));
         }
         int ready = wait_for(conn->fd, wait, deadline);
         if (ready == 0) return failure(conn, CAIRN_HTTP_ETIMEOUT, "reading %s: timed out", what);
-        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", strerror(errno));
+        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", CAIRN_HTTP_ERRNO_TEXT(errno));
     }
 }
 
@@ -687,6 +695,31 @@ static int still_open(cairn_http_conn_t *conn)
 
 /* ---- Connecting ---- */
 
+/* Happy Eyeballs (RFC 8305): addresses in getaddrinfo's order, the families
+ * interleaved (the first address's family first), and the next attempt started when the
+ * ones under way have not connected after NEXT_ADDRESS_MS (or at once when one fails),
+ * all of them racing until the first connects or the deadline passes. A collector
+ * whose first address black-holes is reached through the next one. */
+#define NEXT_ADDRESS_MS 250
+#define MAX_ADDRESSES 32
+#define MAX_RACING 8
+
+static size_t interleave(struct addrinfo *list, struct addrinfo **out, size_t cap)
+{
+    struct addrinfo *first[MAX_ADDRESSES], *other[MAX_ADDRESSES];
+    size_t firsts = 0, others = 0, n = 0;
+    int family = list ? list->ai_family : AF_UNSPEC;
+    for (struct addrinfo *a = list; a; a = a->ai_next) {
+        if (a->ai_family == family && firsts < MAX_ADDRESSES) first[firsts++] = a;
+        else if (a->ai_family != family && others < MAX_ADDRESSES) other[others++] = a;
+    }
+    for (size_t i = 0; n < cap && (i < firsts || i < others); i++) {
+        if (i < firsts && n < cap) out[n++] = first[i];
+        if (i < others && n < cap) out[n++] = other[i];
+    }
+    return n;
+}
+
 static int connect_tcp(cairn_http_conn_t *conn, const endpoint *e, int64_t deadline, int via_proxy)
 {
     char port[8];
@@ -699,47 +732,79 @@ static int connect_tcp(cairn_http_conn_t *conn, const endpoint *e, int64_t deadl
     const char *kind = via_proxy ? "proxy " : "";
     int rc = getaddrinfo(e->host, port, &hints, &addresses);
     if (rc != 0) {
+        char text[128];
         return failure(conn, CAIRN_HTTP_ECONNECT, "could not resolve %shost %s: %s", kind, e->host,
-                       rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+                       rc == EAI_SYSTEM ? cairn_http__strerror(errno, text, sizeof text) : gai_strerror(rc));
     }
-    int last_error = ECONNREFUSED;
-    for (struct addrinfo *a = addresses; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-        if (fd < 0) {
-            last_error = errno;
+    struct addrinfo *order[MAX_ADDRESSES];
+    size_t count = interleave(addresses, order, MAX_ADDRESSES), next = 0;
+    struct pollfd racing[MAX_RACING];
+    int racers = 0, last_error = ECONNREFUSED, winner = -1;
+    int64_t next_start = now_ms();
+    for (;;) {
+        int64_t now = now_ms();
+        if (now >= deadline) break;
+        if (next < count && racers < MAX_RACING && (racers == 0 || now >= next_start)) {
+            struct addrinfo *a = order[next++];
+            int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+            if (fd < 0) {
+                last_error = errno;
+                continue;
+            }
+            if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+                winner = fd;
+                break;
+            }
+            if (errno != EINPROGRESS) {
+                last_error = errno;
+                close(fd);
+                continue;
+            }
+            racing[racers++] = (struct pollfd){.fd = fd, .events = POLLOUT, .revents = 0};
+            next_start = now + NEXT_ADDRESS_MS;
             continue;
         }
-        int connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-        if (!connected && errno == EINPROGRESS) {
-            int ready = wait_for(fd, POLLOUT, deadline);
-            if (ready == 0) {
-                close(fd);
-                freeaddrinfo(addresses);
-                return failure(conn, CAIRN_HTTP_ETIMEOUT, "connecting to %s%s port %d: timed out", kind,
-                               e->host, e->port);
-            }
+        if (racers == 0) break; /* every address failed */
+        int64_t until = next < count && racers < MAX_RACING && next_start < deadline ? next_start : deadline;
+        int64_t left = until - now;
+        int ready = poll(racing, (nfds_t)racers, left > 60000 ? 60000 : (int)(left < 0 ? 0 : left));
+        if (ready < 0 && errno != EINTR) {
+            last_error = errno;
+            break;
+        }
+        for (int i = 0; ready > 0 && i < racers; i++) {
+            if (!racing[i].revents) continue;
             int error = 0;
             socklen_t size = sizeof error;
-            if (ready < 0) error = errno;
-            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
-            connected = error == 0;
-            if (!connected) last_error = error;
-        } else if (!connected) {
-            last_error = errno;
+            if (getsockopt(racing[i].fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+            if (error == 0) {
+                winner = racing[i].fd;
+                racing[i] = racing[--racers];
+                break;
+            }
+            last_error = error;
+            close(racing[i].fd);
+            racing[i] = racing[--racers];
+            i--;
+            next_start = now; /* a refusal starts the next address at once */
         }
-        if (connected) {
-            int on = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-            conn->fd = fd;
-            freeaddrinfo(addresses);
-            return CAIRN_HTTP_OK;
-        }
-        close(fd);
+        if (winner >= 0) break;
     }
+    for (int i = 0; i < racers; i++) close(racing[i].fd);
     freeaddrinfo(addresses);
+    if (winner >= 0) {
+        int on = 1;
+        setsockopt(winner, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+        setsockopt(winner, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+        conn->fd = winner;
+        return CAIRN_HTTP_OK;
+    }
+    if (now_ms() >= deadline)
+        return failure(conn, CAIRN_HTTP_ETIMEOUT, "connecting to %s%s port %d: timed out (%zu of %zu addresses tried)",
+                       kind, e->host, e->port, next, count);
+    char text[128];
     return failure(conn, CAIRN_HTTP_ECONNECT, "connecting to %s%s port %d: %s", kind, e->host, e->port,
-                   strerror(last_error));
+                   cairn_http__strerror(last_error, text, sizeof text));
 }
 
 /* Asks the proxy for a tunnel to `to` and reads its answer. */
@@ -792,7 +857,7 @@ static int start_tls(cairn_http_conn_t *conn, const endpoint *to, int64_t deadli
         if (step == CAIRN_TLS_FAILED) return CAIRN_HTTP_ETLS;
         int ready = wait_for(conn->fd, step == CAIRN_TLS_WANT_READ ? POLLIN : POLLOUT, deadline);
         if (ready == 0) return failure(conn, CAIRN_HTTP_ETIMEOUT, "TLS handshake with %s: timed out", to->host);
-        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", strerror(errno));
+        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", CAIRN_HTTP_ERRNO_TEXT(errno));
     }
 }
 

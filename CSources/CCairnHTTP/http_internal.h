@@ -67,6 +67,11 @@ typedef struct cairn_http__tls_library {
 extern const cairn_http__tls_library cairn_http__openssl;
 extern const cairn_http__tls_library cairn_http__mbedtls;
 
+/* strerror, thread-safe (strerror_r into `buffer`; client.c). */
+const char *cairn_http__strerror(int error, char *buffer, size_t cap);
+/* The text of errno value `e`, in a buffer that lives as long as the enclosing block. */
+#define CAIRN_HTTP_ERRNO_TEXT(e) cairn_http__strerror((e), (char[128]){0}, 128)
+
 /* A library whose headers were missing when Cairn was built: every call says so (tls.c
  * defines its functions; a back end that cannot build points its table at them). */
 int cairn_http__tls_unbuilt_available(const char *library, const char *package, char *message,

@@ -378,7 +378,7 @@ static int next_step(mbed_session *s, int rc, const char *what, char *message, s
     case MBEDTLS_ERR_NET_SEND_FAILED:
     case MBEDTLS_ERR_NET_RECV_FAILED:
         snprintf(message, cap, "%s: %s", what,
-                 s->last_errno ? strerror(s->last_errno) : "the connection failed");
+                 s->last_errno ? CAIRN_HTTP_ERRNO_TEXT(s->last_errno) : "the connection failed");
         return CAIRN_TLS_FAILED;
     default:
         mbed_message(message, cap, what, rc);

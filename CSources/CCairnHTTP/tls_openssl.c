@@ -271,7 +271,7 @@ static int next_step(SSL *ssl, int result, const char *what, char *message, size
         if (f_ERR_get_error() == 0) {
             f_ERR_clear_error();
             snprintf(message, cap, "%s: %s", what,
-                     saved_errno ? strerror(saved_errno) : "the connection was closed");
+                     saved_errno ? CAIRN_HTTP_ERRNO_TEXT(saved_errno) : "the connection was closed");
             return CAIRN_TLS_FAILED;
         }
         openssl_message(message, cap, what);

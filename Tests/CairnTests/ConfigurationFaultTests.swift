@@ -127,6 +127,31 @@ import Testing
         #expect(Self.notices(safe.err).first?.contains("not started") == true)
     }
 
+    /// A dual-stack collector name whose first address (IPv6) black-holes: the next
+    /// address is tried 250 ms later (Happy Eyeballs), so every event arrives and no
+    /// failure is ever said. The child sees the name through a hosts file of its own
+    /// (a private mount namespace: `unshare -m`, then a bind mount over /etc/hosts).
+    @Test func aBlackHoledFirstAddressIsPassedOver() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let hole = try BlackHole(ipv6LoopbackPort: collector.port)
+        let dir = try TemporaryDirectory("cairn-fault")
+        let hosts = dir.appending("hosts")
+        try Data("::1 collector.cairn.test\n127.0.0.1 collector.cairn.test\n127.0.0.1 localhost\n".utf8)
+            .write(to: URL(fileURLWithPath: hosts))
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }
+        env.merge(["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.appending("data"), "CAIRN_API_KEY": "k",
+                   "CAIRN_UPLOAD_URL": "http://collector.cairn.test:\(collector.port)/v1/batch"]) { $1 }
+        let script = "mount --bind \"$1\" /etc/hosts && shift && exec \"$@\""
+        let r = try runToEnd("/usr/bin/unshare", ["-m", "sh", "-c", script, "sh", hosts,
+                                                  productsDirectory + "/cairn-service-child", "run", "30"],
+                             environment: env, timeout: 60)
+        #expect(r.status == 0 && !r.signaled, "\(r.err)")
+        #expect(Self.notices(r.err).isEmpty, "no failure to say: \(r.err)")
+        #expect(LifecycleTests.childIndexes(try LifecycleTests.received(collector)).sorted() == Array(0..<30))
+        withExtendedLifetime(hole) {}
+    }
+
     /// An upload URL without an API key is said at start, once.
     @Test func anUploadURLWithoutAKeyIsSaidOnce() throws {
         let collector = try CollectorProcess()

@@ -275,6 +275,7 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
  * @param client   A client.
  * @param url      An absolute http(s) URL, `url_len` bytes.
  * @param out      Receives "direct", "http://host:port (<variable>)", or why not.
+ * @param cap      Bytes at `out` (the text is cut to fit, NUL-terminated).
  * @return         CAIRN_HTTP_OK; CAIRN_HTTP_EINVALID when the URL is not usable or the
  *                 variable that applies holds a proxy Cairn cannot use (`out` names it).
  *
