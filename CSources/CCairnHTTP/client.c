@@ -623,31 +623,78 @@ ssize_t cairn_http__recv(int fd, void *data, size_t len)
     return n;
 }
 
-/* Writes all of data; 0 or a CAIRN_HTTP_E* code with the message set. */
+static ssize_t read_some(cairn_http_conn_t *conn, int64_t deadline, const char *what);
+
+/* What a server said while the request was still being sent (early: a 413 or a 401
+ * before the body is read): the parser it is fed to, and whether it is complete. */
+typedef struct early_answer {
+    cairn_http_parser_t *parser;
+    int complete;
+} early_answer;
+
+/* Reads what the server has sent into `early`'s parser, waiting until `deadline`:
+ * 0 (nothing more yet, or complete), or a CAIRN_HTTP_E* code. */
+static int read_early(cairn_http_conn_t *conn, early_answer *early, int64_t deadline)
+{
+    while (!early->complete) {
+        ssize_t got = read_some(conn, deadline, "the response");
+        if (got == CAIRN_HTTP_ETIMEOUT) return CAIRN_HTTP_OK;
+        if (got < 0) return (int)got;
+        size_t used = 0;
+        cairn_http_parse_status_t status = got == 0 ? cairn_http_parser_finish(early->parser)
+                                                    : cairn_http_parser_feed(early->parser, conn->input,
+                                                                             (size_t)got, &used);
+        if (status == CAIRN_HTTP_PARSE_ERROR)
+            return failure(conn, CAIRN_HTTP_ENETWORK, "the response: %s", early->parser->error);
+        if (status == CAIRN_HTTP_PARSE_DONE) early->complete = 1;
+        else if (got == 0) return failure(conn, CAIRN_HTTP_ENETWORK, "the server closed the connection");
+    }
+    return CAIRN_HTTP_OK;
+}
+
+/* Writes all of data; 0 or a CAIRN_HTTP_E* code with the message set. With `early`, the
+ * socket is also watched for an answer while writing waits: once a whole response has
+ * come, writing stops there (`early->complete`), and a send the server refused (it
+ * answered, then closed) leaves its answer to be read. */
 static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int64_t deadline,
-                     const char *what)
+                     const char *what, early_answer *early)
 {
     const char *cursor = data;
-    while (len > 0) {
+    while (len > 0 && !(early && early->complete)) {
         ssize_t n;
         short wait = POLLOUT;
         if (conn->tls) {
             n = cairn_http__tls_write(conn->tls, cursor, len, conn->message, sizeof conn->message);
-            if (n == CAIRN_TLS_FAILED) return CAIRN_HTTP_ENETWORK;
+            if (n == CAIRN_TLS_FAILED) {
+                if (early && read_early(conn, early, now_ms() + 1000) == CAIRN_HTTP_OK && early->complete) break;
+                return CAIRN_HTTP_ENETWORK;
+            }
             if (n == CAIRN_TLS_WANT_READ) wait = POLLIN;
         } else {
             n = cairn_http__send(conn->fd, cursor, len);
-            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-                return failure(conn, CAIRN_HTTP_ENETWORK, "sending %s: %s", what, CAIRN_HTTP_ERRNO_TEXT(errno));
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                int error = errno;
+                if (early && read_early(conn, early, now_ms() + 1000) == CAIRN_HTTP_OK && early->complete) break;
+                return failure(conn, CAIRN_HTTP_ENETWORK, "sending %s: %s", what, CAIRN_HTTP_ERRNO_TEXT(error));
+            }
         }
         if (n > 0) {
             cursor += n;
             len -= (size_t)n;
             continue;
         }
-        int ready = wait_for(conn->fd, wait, deadline);
-        if (ready == 0) return failure(conn, CAIRN_HTTP_ETIMEOUT, "sending %s: timed out", what);
-        if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", CAIRN_HTTP_ERRNO_TEXT(errno));
+        short events = wait | (early && wait == POLLOUT ? POLLIN : 0);
+        int64_t left = deadline - now_ms();
+        if (left <= 0) return failure(conn, CAIRN_HTTP_ETIMEOUT, "sending %s: timed out", what);
+        struct pollfd poller = {.fd = conn->fd, .events = events, .revents = 0};
+        int ready = poll(&poller, 1, left > 60000 ? 60000 : (int)left);
+        if (ready < 0 && errno != EINTR)
+            return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", CAIRN_HTTP_ERRNO_TEXT(errno));
+        if (ready > 0 && early && (poller.revents & (POLLIN | POLLHUP | POLLERR)) && !(poller.revents & POLLOUT)) {
+            /* The server speaks before it has read everything: take what it says. */
+            int rc = read_early(conn, early, now_ms());
+            if (rc != CAIRN_HTTP_OK) return rc;
+        }
     }
     return CAIRN_HTTP_OK;
 }
@@ -819,7 +866,7 @@ static int open_tunnel(cairn_http_conn_t *conn, const proxy *via, const endpoint
                      via->authorization[0] ? "\r\n" : "");
     if (n < 0 || (size_t)n >= sizeof request)
         return failure(conn, CAIRN_HTTP_EINVALID, "the proxy request is too long");
-    int rc = write_all(conn, request, (size_t)n, deadline, "the CONNECT request");
+    int rc = write_all(conn, request, (size_t)n, deadline, "the CONNECT request", NULL);
     if (rc != CAIRN_HTTP_OK) return rc == CAIRN_HTTP_ENETWORK ? CAIRN_HTTP_ECONNECT : rc;
 
     cairn_http_parser_t parser;
@@ -981,10 +1028,16 @@ static int exchange(cairn_http_conn_t *conn, const head *h, const cairn_http_req
     int no_body = same_name(r->method, r->method_len, "head");
     cairn_http_parser_init(parser, conn->headers, CAIRN_HTTP_MAX_HEADER_BYTES, conn->body,
                            conn->client->max_body_bytes, no_body);
-    int rc = write_all(conn, h->bytes, h->len, deadline, "the request");
-    if (rc == CAIRN_HTTP_OK && r->body_len > 0)
-        rc = write_all(conn, r->body, r->body_len, deadline, "the request body");
+    early_answer early = {parser, 0};
+    int rc = write_all(conn, h->bytes, h->len, deadline, "the request", &early);
+    if (rc == CAIRN_HTTP_OK && r->body_len > 0 && !early.complete)
+        rc = write_all(conn, r->body, r->body_len, deadline, "the request body", &early);
     if (rc != CAIRN_HTTP_OK) return rc;
+    if (early.complete) {
+        /* Answered before the body was all sent: the socket is out of step. */
+        parser->keep_alive = 0;
+        return CAIRN_HTTP_OK;
+    }
     for (;;) {
         ssize_t got = read_some(conn, deadline, "the response");
         if (got < 0) return (int)got;

@@ -134,6 +134,8 @@ public struct UploaderStats: Sendable, Equatable {
     /// Attempts whose answer refused the configuration (``DeliveryAction/hold``): their
     /// requests were kept.
     public var holds = 0
+    /// Batches the collector found too large (413), stored as two halves instead.
+    public var splitBatches = 0
     /// Times a `Retry-After` or 429/503 paused the uploader.
     public var pauses = 0
     /// Times a batch could not be put in the snapshot store (full disk, over the cap);
@@ -965,6 +967,32 @@ public final class Uploader: @unchecked Sendable {
         }
     }
 
+    /// A batch the collector found too large (413) goes to the store as two halves
+    /// (``UploadRequest/halves(level:)``), its mark with the second: its records are then
+    /// released in turn, and the halves are replayed. False when it cannot be halved (one
+    /// event) or stored: then it is dropped, or tried again later.
+    private func storeHalves(of f: Flight) -> Bool {
+        guard let store, let request = f.request, let (first, second) = request.halves(level: options.compressionLevel)
+        else { return false }
+        do {
+            var mark = f.mark
+            mark.stored = true
+            try store.put(first.record, priority: options.priority, attempts: UInt32(f.attempts))
+            try store.put(second.record, priority: options.priority, attempts: UInt32(f.attempts),
+                          metadata: [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())])
+            markReported(f.reported)
+            f.done = true
+            progressed = true
+            state.withLock { $0.stats.splitBatches += 1 }
+        } catch {
+            // The store is full or failing: the records stay in the ring; tried again later.
+            state.withLock { $0.stats.storeFailures += 1 }
+            f.due = clock.now + options.backoff.cap / 10
+            f.attempts = options.attempts
+        }
+        return true
+    }
+
     /// Stored requests whose next attempt is due by this time are replayed now.
     private var replayReadyAt: UInt64 { replayAllDue ? .max : SnapshotStore.nowMillis() }
 
@@ -1074,6 +1102,8 @@ public final class Uploader: @unchecked Sendable {
                 f.done = true
                 state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += f.events }
             case .drop(let reason):
+                // Too large: stored as two halves, which go on their own.
+                if reason == .rejected(status: 413), storeHalves(of: f) { continue }
                 // Refused: its drop counts were not taken, the next batch reports them.
                 f.done = true
                 count(drop: reason, f.events)
@@ -1107,6 +1137,19 @@ public final class Uploader: @unchecked Sendable {
                 $0.stats.deliveredEvents += events
             }
         case .drop(let reason):
+            if reason == .rejected(status: 413), let (first, second) = request.halves(level: options.compressionLevel) {
+                // Too large: replaced by its halves (a kill in between leaves it to be
+                // split again, into the same halves under the same keys).
+                do {
+                    try store.put(first.record, priority: snapshot.priority, attempts: snapshot.attempts)
+                    try store.put(second.record, priority: snapshot.priority, attempts: snapshot.attempts)
+                    try store.delete(snapshot.id)
+                    state.withLock { $0.stats.splitBatches += 1 }
+                } catch {
+                    state.withLock { $0.stats.storeFailures += 1 }
+                }
+                return
+            }
             try? store.delete(snapshot.id)
             count(drop: reason, request.events)
             // The drops it reported were never taken: count them again for the next batch.

@@ -152,6 +152,28 @@ import Testing
         withExtendedLifetime(hole) {}
     }
 
+    /// A collector that refuses bodies over 24 KiB with 413, answered before it reads the
+    /// body: each batch too large is halved (again, until its halves fit), so every event
+    /// arrives, each once, nothing is counted as dropped and nothing is said.
+    @Test func batchesTooLargeForTheCollectorAreHalvedUntilTheyFit() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.expect(["max_body": 24 << 10])
+        let dir = try TemporaryDirectory("cairn-fault")
+        let r = try Child.child(["run", "1500"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+                                                       "CAIRN_API_KEY": "k", "CAIRN_TEST_PAD": "300",
+                                                       "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"])
+        #expect(r.status == 0, "\(r.err)")
+        #expect(Self.notices(r.err).isEmpty, "\(r.err)")
+        let refused = try collector.requests().filter { $0.response.status == 413 }
+        #expect(!refused.isEmpty, "the batches were too large at first")
+        let received = try LifecycleTests.received(collector)
+        let indexes = LifecycleTests.childIndexes(received)
+        #expect(indexes.sorted() == Array(0..<1500), "every event, each once: \(indexes.count)")
+        let drops = try collector.requests().filter(\.acknowledged).flatMap { $0.headerValues("Cairn-Dropped") }
+        #expect(!drops.contains { $0.contains("rejected_413") }, "\(drops)")
+    }
+
     /// An upload URL without an API key is said at start, once.
     @Test func anUploadURLWithoutAKeyIsSaidOnce() throws {
         let collector = try CollectorProcess()

@@ -272,6 +272,38 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
     }
 }
 
+@Suite struct HTTPTransportEarlyAnswerTests {
+    /// A server that answers before it has read the body (a 413 for a body over its
+    /// limit, a 401 for a wrong key) and reads no more: the answer is taken while the
+    /// body is still being sent (a client that only reads after sending would wait for
+    /// its deadline), over plain TCP and, for each TLS library, over TLS.
+    @Test(arguments: [nil, HTTPTransport.TLSLibrary.openSSL, .mbedTLS])
+    func anAnswerBeforeTheBodyIsSentIsTaken(library: HTTPTransport.TLSLibrary?) throws {
+        let certificates = try Certificates()
+        let pem = library == nil ? nil : try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let transport = library.map { HTTPTransport(caFile: certificates.caFile, tlsLibrary: $0) } ?? HTTPTransport()
+        let url = library == nil ? collector.baseURL : "https://localhost:\(collector.port)"
+        // The control API speaks what the collector speaks: scripted through the transport.
+        let script = try JSONSerialization.data(withJSONObject: [["status": 413, "early": true, "stall": 20],
+                                                                 ["status": 401, "early": true, "stall": 20]])
+        let control = UploadRequest(url: url + "/_control/script", headers: [HTTPHeader("Content-Type", "application/json")],
+                                    body: Array(script), idempotencyKey: "control")
+        #expect(status(transport.send(control, attempt: 0, timeout: generous)) == 200)
+        // 16 MiB: far more than the socket buffers hold, so sending blocks on a server
+        // that reads nothing.
+        var body = [UInt8](repeating: 0, count: 16 << 20)
+        for i in stride(from: 0, to: body.count, by: 4096) { body[i] = UInt8(truncatingIfNeeded: i >> 12) }
+        for code in [413, 401] {
+            let request = UploadRequest(url: url + "/v1/batch", headers: [], body: body, idempotencyKey: "big-\(code)")
+            let answer = transport.send(request, attempt: 0, timeout: .seconds(10))
+            #expect(status(answer) == code, "\(library.map { "\($0)" } ?? "plain"): \(answer)")
+        }
+        if library == nil { #expect(try collector.requests().count == 2) }
+    }
+}
+
 @Suite struct HTTPTransportProxyTests {
     @Test func httpGoesThroughTheProxyInAbsoluteForm() throws {
         let collector = try CollectorProcess()

@@ -33,12 +33,20 @@ Control:
                                                          trailer
                              {"raw": "text"}             write these bytes instead of a
                                                          response, then close
+                             {"early": true}             answer as soon as the headers are
+                                                         read, before the body (with
+                                                         Connection: close), then wait
+                                                         "stall" seconds reading nothing,
+                                                         then close
   POST /_control/default   one such object, used when the script is empty
                            (initially {"status": 200})
   POST /_control/expect    what a real collector checks before anything else:
                            {"api_key": "k"} answers 401 to a request without
                            `Authorization: Bearer k`; {"path": "/v1/batch"} answers 404
-                           to a request for another path (the script is not used up)
+                           to a request for another path; {"max_body": n} answers 413
+                           to a request whose Content-Length is over n bytes, as soon as
+                           its headers are read, then reads nothing for 2 s and closes
+                           (the script is not used up)
   GET  /_control/requests  every recorded attempt, oldest first (JSON list)
   GET  /_control/events    records of attempts answered 2xx, each with its
                            idempotency key: [{"idempotency_key": k, "batch_id": b,
@@ -75,7 +83,7 @@ MAX_BODY = 64 * 1024 * 1024          # larger request bodies are refused (400)
 MAX_DECODED = 64 * 1024 * 1024       # decompression stops beyond this (bomb guard)
 MAX_KEPT_BODY = 1024 * 1024          # bodies up to this size are kept as base64
 RESPONSE_KEYS = {"status", "retry_after", "body", "headers", "stall", "drop", "close",
-                 "close_after", "chunked", "raw"}
+                 "close_after", "chunked", "raw", "early"}
 
 
 class BadRequest(Exception):
@@ -95,7 +103,7 @@ def validate_response(entry):
     stall = entry.get("stall", 0)
     if isinstance(stall, bool) or not isinstance(stall, (int, float)) or stall < 0:
         return "stall must be a number of seconds >= 0, got %r" % (stall,)
-    for flag in ("drop", "close", "close_after", "chunked"):
+    for flag in ("drop", "close", "close_after", "chunked", "early"):
         if not isinstance(entry.get(flag, False), bool):
             return "%s must be true or false" % flag
     if not isinstance(entry.get("raw", ""), str):
@@ -190,6 +198,23 @@ class State:
         with self.lock:
             self.connections += 1
             return self.connections
+
+    def take_early(self, attempt, length):
+        """Records `attempt` (its body unread, `length` bytes announced) and returns its
+        response when it is answered early: over the expected maximum, or the next
+        scripted response says so. None otherwise (the response stays for `record`)."""
+        with self.lock:
+            limit = self.expect.get("max_body")
+            if limit is not None and length > limit:
+                attempt["seq"] = len(self.attempts)
+                attempt["response"] = {"status": 413, "early": True, "stall": 2}
+                attempt["answered"] = False
+                self.attempts.append(attempt)
+                return attempt["response"]
+            upcoming = self.script[0] if self.script else self.default
+            if not upcoming.get("early") or "api_key" in self.expect or "path" in self.expect:
+                return None
+        return self.record(attempt)
 
     def record(self, attempt):
         """Stores an attempt and returns the response it gets (the next scripted one)."""
@@ -313,13 +338,14 @@ class Handler(BaseHTTPRequestHandler):
                 with STATE.lock:
                     STATE.script = list(value)
         elif self.path == "/_control/expect":
-            if isinstance(value, dict) and set(value) <= {"api_key", "path"} \
-                    and all(isinstance(v, str) for v in value.values()):
+            if isinstance(value, dict) and set(value) <= {"api_key", "path", "max_body"} \
+                    and all(isinstance(v, int) if k == "max_body" else isinstance(v, str)
+                            for k, v in value.items()):
                 problem = None
                 with STATE.lock:
                     STATE.expect = value
             else:
-                problem = "expect takes {\"api_key\": str, \"path\": str}"
+                problem = "expect takes {\"api_key\": str, \"path\": str, \"max_body\": int}"
         elif self.path == "/_control/default":
             problem = validate_response(value)
             if problem is None:
@@ -357,6 +383,22 @@ class Handler(BaseHTTPRequestHandler):
             "records": None,
             "error": None,
         }
+        try:
+            announced = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            announced = 0
+        early = STATE.take_early(attempt, announced)
+        if early is not None:
+            # Answered before the body is read, as a server refusing a size or a key does.
+            attempt["error"] = "answered before the body was read"
+            self.close_connection = True
+            status = early.get("status", 200)
+            self.reply(status, json.dumps({"ok": 200 <= status <= 299}).encode(),
+                       list(early.get("headers", {}).items()))
+            with STATE.lock:
+                attempt["answered"] = True
+            time.sleep(float(early.get("stall", 0)))
+            return
         try:
             body = self.read_body()
         except BadRequest as error:

@@ -34,6 +34,7 @@
 //   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
 //                 fast as they can until the process is killed; after each call returns,
 //                 thread t stores i + 1 in its slot of CAIRN_TEST_ACK_FILE (below)
+// CAIRN_TEST_PAD=<n> adds n random hex digits to each event of run.
 // CAIRN_TEST_EVENT_NAME names the events of run, serve and shutdown (default
 // "child_event"); CAIRN_TEST_STDOUT=1 adds the stdout destination (one JSON line per event);
 // CAIRN_TEST_PAUSE_MS waits that long before shutting down; CAIRN_TEST_SAFE_START=1
@@ -138,7 +139,13 @@ let eventName = env["CAIRN_TEST_EVENT_NAME"] ?? "child_event"
 func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
 switch mode {
 case "run":
-    for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
+    // CAIRN_TEST_PAD=<n>: each event also carries n random hex digits (hardly compressible).
+    let pad = env["CAIRN_TEST_PAD"].flatMap { Int($0) } ?? 0
+    for i in 0..<n {
+        var properties: [String: CairnValue] = ["i": .int(Int64(i))]
+        if pad > 0 { properties["pad"] = .string(String((0..<pad).map { _ in "0123456789abcdef".randomElement()! })) }
+        cairn.track(eventName, properties: properties)
+    }
 case "install":
     cairn.track("app_install")
 case "crash":

@@ -211,8 +211,9 @@ public final class CollectorProcess {
 
     /// What the collector checks first, as a real one does: `["api_key": "k"]` answers 401
     /// to requests without `Authorization: Bearer k`, `["path": "/v1/batch"]` 404 to
-    /// requests for another path.
-    public func expect(_ checks: [String: String]) throws {
+    /// requests for another path, `["max_body": n]` 413 to bodies over n bytes (before
+    /// reading them).
+    public func expect(_ checks: [String: Any]) throws {
         try post("/_control/expect", json: checks)
     }
 
