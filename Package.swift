@@ -125,7 +125,7 @@ let package = Package(
                     path: "Tests/CairnUploaderTests"),
 
         // The `cairn` command: stored events, status, crash reports.
-        .executableTarget(name: "cairn", dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CairnUploader"], path: "Sources/CairnCLI"),
+        .executableTarget(name: "cairn", dependencies: ["Cairn", "CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CairnUploader"], path: "Sources/CairnCLI"),
 
         // The demo service of `make demo` (Examples/demo.sh).
         .executableTarget(name: "orders-service", dependencies: ["Cairn"], path: "Examples/OrdersService"),

@@ -6,6 +6,8 @@
 //   cairn report [--json] <crash report>
 //                                 a raw crash report, symbolicated: readable (the reason,
 //                                 where it crashed, then the frames), or the crash event (JSON)
+//   cairn check                   one test event, sent with this environment's configuration
+//                                 (CAIRN_*, proxies), each step said; exit 0 only if delivered
 //   cairn --help                  this usage
 //
 // <data dir> defaults to CAIRN_DATA_DIR, then `.cairn` (as Cairn.Options does).
@@ -53,6 +55,8 @@ let usage = """
            cairn status [<data dir>]      what waits on disk
            cairn report [--json] <crash report file>
                                           a crash report, symbolicated, for people (or as JSON)
+           cairn check                    send one test event with this environment's
+                                          configuration and say what happened at each step
     <data dir> defaults to CAIRN_DATA_DIR, then .cairn
     """
 
@@ -62,6 +66,7 @@ if ["--help", "-h", "help"].contains(command) {
     out(usage)
     exit(0)
 }
+if command == "check" { check() }
 let dataDir = args.count > 1 ? args[1] : (ProcessInfo.processInfo.environment["CAIRN_DATA_DIR"] ?? ".cairn")
 
 /// Reads the snapshot store without writing to it; exits 3 or 4 when there is none

@@ -112,7 +112,7 @@ package struct DeliveryStatus {
     }
 
     /// A reason for people, and its class.
-    static func describe(_ result: TransportResult) -> (text: String, cls: String) {
+    package static func describe(_ result: TransportResult) -> (text: String, cls: String) {
         switch result {
         case .response(let r):
             let s = r.status

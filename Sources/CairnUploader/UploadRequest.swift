@@ -46,6 +46,21 @@ public struct UploadRequest: Sendable, Equatable {
     /// The value of the first header named `name` (compared case-insensitively).
     public func header(_ name: String) -> String? { headers.value(of: name) }
 
+    /// The request for a batch frame as the uploader builds it (docs/FORMATS.md, "Upload
+    /// request"): `Content-Type`, `Content-Encoding: zstd`, `Idempotency-Key`,
+    /// `User-Agent: cairn-swift/<sdkVersion>` and, with a key, `Authorization: Bearer`.
+    public static func batch(url: String, apiKey: String?, sdkVersion: String, body: [UInt8],
+                             key: String) -> UploadRequest {
+        var headers = [
+            HTTPHeader("Content-Type", "application/x-ndjson"),
+            HTTPHeader("Content-Encoding", "zstd"),
+            HTTPHeader("Idempotency-Key", key),
+            HTTPHeader("User-Agent", "cairn-swift/\(sdkVersion)"),
+        ]
+        if let apiKey { headers.append(HTTPHeader("Authorization", "Bearer \(apiKey)")) }
+        return UploadRequest(url: url, headers: headers, body: body, idempotencyKey: key)
+    }
+
     /// The drop counts its `Cairn-Dropped` header reports, by reason (docs/FORMATS.md,
     /// "Upload request"); pairs that do not parse are left out.
     public var reportedDrops: [String: Int] {

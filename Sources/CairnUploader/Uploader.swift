@@ -428,13 +428,8 @@ public final class Uploader: @unchecked Sendable {
     /// marked reported once the request is acknowledged or stored.
     private func makeRequest(body: [UInt8], key: String = UUID().uuidString.lowercased(),
                              reportingDrops: Bool) -> (request: UploadRequest, reported: [DropReport]) {
-        var headers = [
-            HTTPHeader("Content-Type", "application/x-ndjson"),
-            HTTPHeader("Content-Encoding", "zstd"),
-            HTTPHeader("Idempotency-Key", key),
-            HTTPHeader("User-Agent", "cairn-swift/\(options.sdkVersion)"),
-        ]
-        if let apiKey = options.apiKey { headers.append(HTTPHeader("Authorization", "Bearer \(apiKey)")) }
+        var request = UploadRequest.batch(url: options.url, apiKey: options.apiKey, sdkVersion: options.sdkVersion,
+                                          body: body, key: key)
         var reported: [DropReport] = []
         if reportingDrops {
             let drops = ring.drops()
@@ -449,11 +444,13 @@ public final class Uploader: @unchecked Sendable {
             reported = upTo.sorted { $0.key < $1.key }.map { DropReport(slot: $0.key, counted: $0.value) }
             if !counts.isEmpty {
                 let text = counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
-                headers.append(HTTPHeader("Cairn-Dropped", text))
-                if dropSessions != nil { headers.append(HTTPHeader("Cairn-Dropped-Sessions", DropSessions.header(shares))) }
+                request.headers.append(HTTPHeader("Cairn-Dropped", text))
+                if dropSessions != nil {
+                    request.headers.append(HTTPHeader("Cairn-Dropped-Sessions", DropSessions.header(shares)))
+                }
             }
         }
-        return (UploadRequest(url: options.url, headers: headers, body: body, idempotencyKey: key), reported)
+        return (request, reported)
     }
 
     /// `request` as it goes out now: with ``UploaderOptions/followDestination``, to the

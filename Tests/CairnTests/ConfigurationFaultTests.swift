@@ -174,6 +174,40 @@ import Testing
         #expect(!drops.contains { $0.contains("rejected_413") }, "\(drops)")
     }
 
+    /// `cairn check` sends one event with this environment's configuration and says each
+    /// step: exit 0 only when it was delivered; the step that failed, and why, otherwise.
+    @Test func cairnCheckSaysWhatHappenedAtEachStep() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        try collector.expect(["api_key": "good"])
+        func check(_ env: [String: String]) throws -> (status: Int32, out: [String], err: String) {
+            try Child.run("cairn", ["check"], env: ["CAIRN_APP_ID": "orders"].merging(env) { $1 })
+        }
+        let url = collector.baseURL + "/v1/batch"
+        let good = try check(["CAIRN_UPLOAD_URL": url, "CAIRN_API_KEY": "good"])
+        #expect(good.status == 0, "\(good.out)")
+        for line in ["  configuration: ok", "  proxy: direct", "  name resolution: 127.0.0.1: 127.0.0.1",
+                     "  connect: ok: 127.0.0.1 port \(collector.port)"] {
+            #expect(good.out.contains(line), "\(line) in \(good.out)")
+        }
+        #expect(good.out.contains { $0.hasPrefix("  HTTP: 200 in ") && $0.contains("delivered") }, "\(good.out)")
+        #expect(try LifecycleTests.received(collector).contains { $0["name"] as? String == "cairn_check" })
+
+        let refusedKey = try check(["CAIRN_UPLOAD_URL": url, "CAIRN_API_KEY": "bad"])
+        #expect(refusedKey.status == 1)
+        #expect(refusedKey.out.last == "  HTTP: HTTP 401, the API key was refused: not delivered", "\(refusedKey.out)")
+        let closed = try CollectorProcess.closedPort()
+        let down = try check(["CAIRN_UPLOAD_URL": "http://127.0.0.1:\(closed)/v1/batch"])
+        #expect(down.status == 1 && down.out.last == "  connect: failed: 127.0.0.1: Connection refused", "\(down.out)")
+        #expect(down.out.contains("  API key: not set: requests go without Authorization"))
+        let badProxy = try check(["CAIRN_UPLOAD_URL": url, "http_proxy": "socks5://127.0.0.1:1080"])
+        #expect(badProxy.status == 2 && badProxy.out.last?.contains("http_proxy is not a usable proxy") == true,
+                "\(badProxy.out)")
+        let unresolved = try check(["CAIRN_UPLOAD_URL": "http://collector.invalid/v1/batch"])
+        #expect(unresolved.status == 1 && unresolved.out.last?.hasPrefix("  name resolution: collector.invalid failed") == true,
+                "\(unresolved.out)")
+    }
+
     /// An upload URL without an API key is said at start, once.
     @Test func anUploadURLWithoutAKeyIsSaidOnce() throws {
         let collector = try CollectorProcess()
