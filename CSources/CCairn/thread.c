@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 
 struct start {
@@ -49,6 +50,14 @@ int cairn_thread_start(void *(*body)(void *), void *arg)
         return rc;
     }
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* The service's signals go to the service's threads. */
+    sigset_t mask;
+    pthread_sigmask(SIG_BLOCK, NULL, &mask);
+    static const int service_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1,
+                                          SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH};
+    for (size_t i = 0; i < sizeof service_signals / sizeof service_signals[0]; i++)
+        sigaddset(&mask, service_signals[i]);
+    pthread_attr_setsigmask_np(&attr, &mask);
     int cpu = sched_getcpu();
     /* More CPUs than a cpu_set_t holds: sched_getaffinity fails, and the thread is
      * placed as the system places it. */

@@ -121,7 +121,9 @@ extension Cairn {
         cairn.pipeline?.sink.appendContext()
         cairn.background.start { [cairn] in cairn.startInBackground(crash: crash, ring: ring) }
         if !options.terminationSignals.isEmpty {
-            TerminationHandler.install(signals: options.terminationSignals) { [cairn] in
+            // The thread that took the signal waits for the shutdown, and a little more.
+            TerminationHandler.install(signals: options.terminationSignals,
+                                       wait: options.shutdownTimeout + .seconds(1)) { [cairn] in
                 cairn.shutdown(timeout: cairn.options.shutdownTimeout)
             }
         }

@@ -10,11 +10,14 @@ enum TerminationHandler {
     /// What a caught signal runs, before the signal is handed on.
     private static let action = Locked<(@Sendable () -> Void)?>(nil)
 
-    /// Catches `signals`; `shutdown` runs on a thread of its own when one arrives. A
-    /// later call replaces the action (a test that starts the SDK again); false when
-    /// the signals could not be caught.
+    /// Catches `signals`; `shutdown` runs on a thread of its own when one arrives, while
+    /// the thread that took the signal waits (at most `wait`) and then hands the signal
+    /// on. A later call replaces the action (a test that starts the SDK again); false
+    /// when the signals could not be caught.
     @discardableResult
-    static func install(signals: [Int32], shutdown: @escaping @Sendable () -> Void) -> Bool {
+    static func install(signals: [Int32], wait: Duration, shutdown: @escaping @Sendable () -> Void) -> Bool {
+        let c = wait.components
+        cairn_term_set_wait(UInt32(clamping: max(0, c.seconds) * 1000 + c.attoseconds / 1_000_000_000_000_000))
         let first = action.withLock { a -> Bool in
             defer { a = shutdown }
             return a == nil

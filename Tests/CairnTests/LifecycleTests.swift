@@ -38,10 +38,14 @@ import Testing
 
         func signal(_ signo: Int32) { kill(process.processIdentifier, signo) }
 
-        /// Waits for the exit; the termination reason and status.
-        func wait() -> (reason: Process.TerminationReason, status: Int32, err: String) {
-            let e = err.fileHandleForReading.readDataToEndOfFile()
+        /// Waits for the exit (killing the child after `timeout` seconds: a test never
+        /// hangs on it); the termination reason and status.
+        func wait(timeout: Double = 60) -> (reason: Process.TerminationReason, status: Int32, err: String) {
+            let deadline = Date().addingTimeInterval(timeout)
+            while process.isRunning && Date() < deadline { usleep(5_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
+            let e = err.fileHandleForReading.readDataToEndOfFile()
             return (process.terminationReason, process.terminationStatus, String(decoding: e, as: UTF8.self))
         }
     }
@@ -77,6 +81,32 @@ import Testing
         #expect(next.status == 0, "\(next.err)")
         let ends = try Self.received(collector).filter { $0["name"] as? String == "session_end" }
         #expect(ends.count == 1)
+        #expect((ends.first?["properties"] as? [String: Any])?["reason"] as? String == "clean", "\(ends)")
+    }
+
+    /// SIGTERM while the service's main thread is blocked, in sleep(3), in read(2) on a
+    /// pipe nobody writes, or in a condition wait: that thread waits in the handler while
+    /// the SDK shuts down, then the signal goes on, so the process dies of SIGTERM as it
+    /// would without Cairn (the blocked call does not return early and let main exit 0),
+    /// with every event delivered and the run ended `clean`.
+    @Test(arguments: ["sleep", "read", "cond"])
+    func sigtermLeavesABlockedMainThreadAsItWouldBe(block: String) throws {
+        let collector = try CollectorProcess()
+        let dir = try Child.DataDir()
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path, "CAIRN_HANDLE_TERMINATION": "1",
+                   "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch", "CAIRN_BATCH_AGE_MS": "60000",
+                   "CAIRN_TEST_BLOCK": block]
+        let child = try Running(["serve", "200"], env: env)
+        #expect(child.waitUntilReady())
+        // The child sends SIGTERM to its own main thread (CAIRN_TEST_BLOCK).
+        let end = child.wait()
+        #expect(end.reason == .uncaughtSignal && end.status == SIGTERM, "\(block): \(end)")
+        let said = String(decoding: child.out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(!said.contains("returned"), "the blocked call did not return: \(said)")
+        #expect(Set(Self.childIndexes(try Self.received(collector))) == Set(0..<200))
+        let next = try Child.child(["run", "0"], env: env)
+        #expect(next.status == 0, "\(next.err)")
+        let ends = try Self.received(collector).filter { $0["name"] as? String == "session_end" }
         #expect((ends.first?["properties"] as? [String: Any])?["reason"] as? String == "clean", "\(ends)")
     }
 

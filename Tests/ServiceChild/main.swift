@@ -224,7 +224,42 @@ case "serve":
     let record = options.dataDirectory + "/crash/run-\(cairn.sessionID).json"
     for _ in 0..<1000 where !FileManager.default.fileExists(atPath: record) { usleep(5_000) }
     say("ready")
-    while true { pause() }
+    // CAIRN_TEST_BLOCK: the main thread blocks in sleep(3), read(2) on a pipe nobody
+    // writes, or a condition wait, as a service's main thread does; "returned" if it
+    // ever comes back. A SIGTERM sent to the process may be taken by any thread that
+    // does not block it; with CAIRN_TEST_BLOCK, a thread of this program sends it to the
+    // main thread itself 200 ms after "ready" (as the kernel may choose to).
+    if env["CAIRN_TEST_BLOCK"] != nil {
+        let main = pthread_self()
+        var sender = pthread_t()
+        pthread_create(&sender, nil, { arg in
+            usleep(200_000)
+            pthread_kill(pthread_t(bitPattern: Int(bitPattern: arg)), SIGTERM)
+            return nil
+        }, UnsafeMutableRawPointer(bitPattern: Int(bitPattern: main)))
+    }
+    switch env["CAIRN_TEST_BLOCK"] {
+    case "sleep":
+        sleep(120)
+    case "read":
+        var fds: [Int32] = [0, 0]
+        if pipe(&fds) == 0 {
+            var byte: UInt8 = 0
+            _ = read(fds[0], &byte, 1)
+        }
+    case "cond":
+        var mutex = pthread_mutex_t()
+        var cond = pthread_cond_t()
+        pthread_mutex_init(&mutex, nil)
+        pthread_cond_init(&cond, nil)
+        pthread_mutex_lock(&mutex)
+        pthread_cond_wait(&cond, &mutex)
+        pthread_mutex_unlock(&mutex)
+    default:
+        while true { pause() }
+    }
+    say("returned")
+    exit(0)
 case "shutdown":
     for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     let began = DispatchTime.now().uptimeNanoseconds

@@ -1032,7 +1032,12 @@ CAIRN_API int cairn_crash_report_parse(const void *data, size_t len, cairn_crash
  * Catches `signals` (SIGTERM, SIGINT, ...) so that the SDK can shut down before the
  * process ends: the handler writes each caught signal's number as one byte to a pipe
  * whose read end is returned; a thread reading it shuts the SDK down and then calls
- * cairn_term_chain() with that number. A second signal before that chains at once;
+ * cairn_term_chain() with that number. Meanwhile the thread that took the signal waits
+ * in the handler (at most cairn_term_set_wait()'s time), as it would have been stopped
+ * there without Cairn: a service's main thread blocked in sleep, read or a condition
+ * wait does not return early and exit on its own; once the SDK is done (or the wait is
+ * over) that thread hands the signal on, so the process ends with the signal's status,
+ * or the service's own handler runs on it. A second signal before that chains at once;
  * so does a signal caught in a child forked without exec. Signals already installed
  * by an earlier call, and signals that are ignored (SIG_IGN), are left as they are.
  *
@@ -1062,12 +1067,28 @@ CAIRN_API int cairn_term_install(const int *signals, size_t count, int *read_fd)
  */
 CAIRN_API void cairn_term_chain(int signo);
 
+/**
+ * How long the thread that took a caught signal waits in the handler for
+ * cairn_term_chain() before it hands the signal on itself: the SDK's shutdown deadline
+ * and a margin. 10 s by default.
+ *
+ * @param milliseconds  The wait; 0 hands the signal on at once (the SDK's thread then
+ *                      chains it when it is done, as before Cairn 0.2.1).
+ *
+ * Thread-safety: any thread.
+ * Async-signal-safe: yes.
+ */
+CAIRN_API void cairn_term_set_wait(uint32_t milliseconds);
+
 /* ------------------------------------------------------------------------------ */
 /* Threads                                                                          */
 /* ------------------------------------------------------------------------------ */
 
 /**
- * Starts a detached thread running `body(arg)`, placed on another CPU than the calling
+ * Starts a detached thread running `body(arg)`, with the process-directed signals a
+ * service handles (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD,
+ * SIGPIPE, SIGWINCH) blocked, so that the kernel delivers them to the service's own
+ * threads, never to the SDK's; placed on another CPU than the calling
  * thread's when the caller may run on several; the new thread then takes the caller's
  * whole CPU affinity back before `body` runs. Under the default policy a new thread is
  * often placed on its creator's CPU and runs first, so that pthread_create returns only
