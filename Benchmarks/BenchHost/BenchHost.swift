@@ -90,7 +90,7 @@ public func runBaselineHost(warmUp: () -> Int) -> Never {
     switch args.mode {
     case "linked":
         settle(0.5)
-    case "idle":
+    case "idle", "first-upload":
         settle(1.5)
     case "rate":
         let sink = UnsafeMutablePointer<Int>.allocate(capacity: 1)

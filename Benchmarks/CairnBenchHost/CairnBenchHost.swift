@@ -6,6 +6,8 @@
 //   exit              return at once (the process start with Cairn linked)
 //   linked            warm up, settle, print the memory figures (Cairn not started)
 //   idle              also start Cairn, track 10 events, settle, print the figures
+//   first-upload      start Cairn, track 10 events, flush them (delivered), settle,
+//                     print the figures
 //   rate <n> <secs>   start Cairn, track n events a second (0: flat out) for secs, print
 //                     the figures as production ends, then flush (60 s at most) and print
 //                     a second line with what was tracked, dropped and the elapsed time
@@ -41,6 +43,11 @@ public func runCairnHost(warmUp: () -> Int) -> Never {
         for _ in 0..<10 { cairn.track("checkout_completed", properties: properties) }
         settle(1.5)
         emit(MemoryFigures.now().json())
+    case "first-upload":
+        for _ in 0..<10 { cairn.track("checkout_completed", properties: properties) }
+        let flushed = cairn.flush(timeout: .seconds(10))
+        settle(1.5)
+        emit(MemoryFigures.now().json(extra: ["flushed": flushed ? 1 : 0]))
     case "rate":
         let began = DispatchTime.now().uptimeNanoseconds
         let run = produceReadingHalfway(rate: args.rate, seconds: args.seconds) { _ in

@@ -5,6 +5,9 @@
 // the figure is the difference of the medians. Through the public API with default
 // options, configured only by CAIRN_* variables as a deployment would.
 import Foundation
+import CairnBase
+import CairnStore
+import CairnUploader
 import Synchronization
 
 /// The directory of this executable, where `make bench` builds the hosts too.
@@ -61,11 +64,13 @@ func hostEnvironment(uploadURL: String?) -> [String: String] {
 /// for a service that uses Foundation, or with `essentials` the one for a service on
 /// FoundationEssentials alone.
 func pairedRuns(_ args: [String], runs: Int, uploadURL: String?,
-                essentials: Bool = false, extraEnvironment: [String: String] = [:]) -> (cairn: [HostRun], baseline: [HostRun]) {
+                essentials: Bool = false, extraEnvironment: [String: String] = [:],
+                prepare: ((String) -> Void)? = nil) -> (cairn: [HostRun], baseline: [HostRun]) {
     let suffix = essentials ? "-essentials" : ""
     var cairn: [HostRun] = [], baseline: [HostRun] = []
     for _ in 0..<runs {
         let env = hostEnvironment(uploadURL: uploadURL).merging(extraEnvironment) { _, b in b }
+        if let prepare, let dir = env["CAIRN_DATA_DIR"] { prepare(dir) }
         let c = HostProcess("cairn-bench-host" + suffix, args, env: env)
         let b = HostProcess("cairn-bench-baseline" + suffix, args, env: [:])
         if let c { cairn.append(c.wait()) }
@@ -151,6 +156,34 @@ final class TLSCollector {
         try? input.fileHandleForWriting.close()
         process.waitUntilExit()
     }
+}
+
+/// Fills `dataDirectory`'s snapshot store to its default cap (32 MiB) with requests a
+/// collector that was down left behind: batches of 1000 events of barely compressible
+/// text, each tried and due again in an hour, as a service finds them after a long
+/// outage.
+func fillStore(_ dataDirectory: String) {
+    try? FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+    guard let store = try? SnapshotStore(directory: dataDirectory + "/store") else {
+        FileHandle.standardError.write(Data("store-full state: the store in \(dataDirectory) could not be made\n".utf8))
+        return
+    }
+    var g = SystemRandomNumberGenerator()
+    let records = (0..<1000).map { i in
+        Array("{\"name\":\"checkout_completed\",\"i\":\(i),\"pad\":\"\((0..<200).map { _ in String(g.next() % 16, radix: 16) }.joined())\"}".utf8)
+    }
+    guard let body = try? FrameEncoder().encode(batchID: 1, records: records) else { return }
+    let cap = SnapshotStore.Options().maxBytes
+    var stored = 0
+    while stored + body.count < cap {
+        let request = UploadRequest.batch(url: "http://127.0.0.1:9/v1/batch", apiKey: nil, sdkVersion: cairnVersion,
+                                          body: body, key: UUID().uuidString.lowercased())
+        // Each tried and backed off, as after a long outage: a replay finds none due.
+        guard let id = try? store.put(request.record, priority: .sampled),
+              (try? store.recordAttempt(id, nextAttemptAt: SnapshotStore.nowMillis() + 3_600_000)) != nil else { break }
+        stored += request.record.count
+    }
+    try? store.sync()
 }
 
 /// A URL on 127.0.0.1 where nothing listens (a port bound and closed again).
@@ -288,6 +321,20 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
            goal: "<= 2048", budget: budgetKB)
     record("private_delta_kb_down", "private dirty added, collector down", delta(down, "private_dirty_kb"), "KiB",
            goal: "<= 1024")
+    // The collector has been down long enough for the store to reach its cap: the same
+    // load, every batch stored and the oldest evicted.
+    let full = pairedRuns(["rate", "10000", seconds], runs: runs, uploadURL: closedPortURL(), prepare: fillStore)
+    record("rss_delta_kb_store_full", "RSS added, collector down, store at its cap (32 MiB)", delta(full, "rss_kb"),
+           "KiB", goal: "<= 2048", budget: budgetKB)
+    record("file_delta_kb_store_full", "of which file pages (RssFile), store at its cap", delta(full, "file_kb"), "KiB")
+    // After the first upload, idle: what delivering once leaves behind.
+    let first = pairedRuns(["first-upload"], runs: runs, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
+    record("rss_delta_kb_after_first_upload", "RSS added, idle after the first upload", delta(first, "rss_kb"), "KiB",
+           goal: "<= 2048", budget: budgetKB)
+    // Flat out: track() as fast as one thread can, to a local collector.
+    let flat = pairedRuns(["rate", "0", seconds], runs: runs, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
+    record("rss_delta_kb_upload_flat_out", "RSS added, track() flat out, local collector", delta(flat, "rss_kb"),
+           "KiB", goal: "<= 2048", budget: budgetKB)
 
     // Process start with Cairn linked: paired runs of the two hosts' `exit` mode.
     record("link_start_ms", "process start added by linking Cairn (paired, median)",

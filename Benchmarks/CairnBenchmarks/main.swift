@@ -144,8 +144,15 @@ try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirect
 
 // `--only memory-idle`: the whole-process memory of the linked and idle states alone
 // (what the gate's own test runs); `--only process`: every whole-process figure;
-// `--only throughput`: the default-options throughput runs alone; `--only start`: the
+// `--only memory`: every whole-process memory state alone; `--only throughput`: the
+// default-options throughput runs alone; `--only start`: the
 // start figures alone.
+// `--fill-store DIR`: fills DIR's snapshot store as the store-full state does, and exits
+// (to look at that state by hand).
+if let i = CommandLine.arguments.firstIndex(of: "--fill-store"), i + 1 < CommandLine.arguments.count {
+    fillStore(CommandLine.arguments[i + 1])
+    exit(0)
+}
 let onlyTrack = CommandLine.arguments.firstIndex(of: "--only").map {
     $0 + 1 < CommandLine.arguments.count && CommandLine.arguments[$0 + 1] == "track"
 } ?? false
@@ -156,6 +163,8 @@ if !onlyTrack, let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < C
     case "process":
         benchWholeProcess(full: true)
         benchDefaultThroughput()
+    case "memory":
+        benchWholeProcess(full: true)
     case "throughput":
         benchDefaultThroughput()
     case "start":

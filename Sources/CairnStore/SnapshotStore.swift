@@ -172,6 +172,9 @@ public final class SnapshotStore: @unchecked Sendable {
     /// zero-sized value on the object's header, which other threads read to retain it,
     /// and reported that as a race.)
     private let serial = Locked(0)
+    /// Where LMDB maps the data file (start address, length), found in /proc/self/maps
+    /// on first need and again after the map grows; 0 when it could not be found.
+    private let mapped = Locked<(address: UInt, length: Int)?>(nil)
     /// Fault injection for tests: while set, every write fails with `EIO`, as a failing
     /// disk's would (a real store cannot be made to fail on demand).
     package let failingWrites = Locked(false)
@@ -375,9 +378,14 @@ public final class SnapshotStore: @unchecked Sendable {
     public func oldest(limit: Int, readyAt: UInt64? = nil) throws(StoreError) -> [Snapshot] {
         try read { txn throws(StoreError) in
             var out: [Snapshot] = []
+            // Only the headers are read while looking: a record is copied (its pages
+            // touched) only when it is taken.
             try Self.forEach(txn, self.snapshots) { key, value in
-                guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
-                if readyAt.map({ s.nextAttemptAt <= $0 }) ?? true { out.append(s) }
+                guard let header = SnapshotCodec.header(value) else { return true }
+                if readyAt.map({ header.nextAttemptAt <= $0 }) ?? true,
+                   let s = SnapshotCodec.decode(id: SnapshotID(bytes: Array(key)), Array(value)) {
+                    out.append(s)
+                }
                 return out.count < limit
             }
             return out
@@ -419,10 +427,10 @@ public final class SnapshotStore: @unchecked Sendable {
         try write({ txn throws(StoreError) in
             evicted = []
             try Self.forEach(txn, self.snapshots) { key, value in
-                guard let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) else { return true }
+                guard let header = SnapshotCodec.header(value) else { return true }
                 // Keys are time-ordered, so the first young one ends the scan.
-                if s.createdAt >= cutoff { return false }
-                evicted.append((key, key.count + value.count, s.record))
+                if header.createdAt >= cutoff { return false }
+                evicted.append((Array(key), key.count + value.count, Array(value[SnapshotCodec.headerSize...])))
                 return true
             }
             for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
@@ -505,7 +513,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var candidates: [Victim] = []
         try Self.forEach(txn, snapshots) { key, value in
             let priority = value.count > 1 ? Tier(storeCode: value[1]) ?? .debug : .debug
-            candidates.append(Victim(key: key, size: key.count + value.count, priority: priority))
+            candidates.append(Victim(key: Array(key), size: key.count + value.count, priority: priority))
             return true
         }
         // Keys were visited oldest first; a stable sort keeps that within a priority.
@@ -564,6 +572,7 @@ public final class SnapshotStore: @unchecked Sendable {
                 }
                 if rc == 0 {
                     committed()
+                    releaseMappedPages()
                     return
                 }
                 guard rc == MDB_MAP_FULL, try growMap() else { throw StoreError(rc, function: "mdb_txn_commit") }
@@ -585,6 +594,7 @@ public final class SnapshotStore: @unchecked Sendable {
         // process is active, as LMDB requires.
         let rc = mdb_env_set_mapsize(env, next)
         if rc != 0 { throw StoreError(rc, function: "mdb_env_set_mapsize") }
+        mapped.withLock { $0 = nil }  // mapped anew, maybe elsewhere
         return true
     }
 
@@ -593,9 +603,46 @@ public final class SnapshotStore: @unchecked Sendable {
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
             guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin") }
-            defer { mdb_txn_abort(txn) }
+            defer {
+                mdb_txn_abort(txn)
+                releaseMappedPages()
+            }
             return try body(txn)
         }
+    }
+
+    /// Lets go of the data file's pages this process has mapped in: LMDB reads through a
+    /// shared, read-only map of the file, so every page a transaction touched would
+    /// otherwise stay in the process's RSS as the store grows towards its cap (32 MiB).
+    /// The pages stay in the page cache (a later read maps them again without I/O), and
+    /// nothing is lost: the map is of the file, never written through. Called with the
+    /// store's lock held, after each transaction.
+    private func releaseMappedPages() {
+        let range = mapped.withLock { m in
+            if m == nil { m = Self.mapping(of: directory + "/data.mdb") ?? (0, 0) }
+            return m ?? (0, 0)
+        }
+        guard range.address != 0, range.length > 0, let start = UnsafeMutableRawPointer(bitPattern: range.address)
+        else { return }
+        _ = madvise(start, range.length, MADV_DONTNEED)
+    }
+
+    /// The largest mapping of `path` in this process (LMDB's map of the data file: its
+    /// API gives the map's address only for a fixed map), by the file's inode in
+    /// /proc/self/maps.
+    private static func mapping(of path: String) -> (address: UInt, length: Int)? {
+        var st = stat()
+        guard stat(path, &st) == 0, let text = SmallFile.text("/proc/self/maps", limit: 4 << 20) else { return nil }
+        var best: (address: UInt, length: Int)?
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 6, UInt64(fields[4]) == UInt64(st.st_ino), fields[5].hasSuffix("/data.mdb") else { continue }
+            let bounds = fields[0].split(separator: "-")
+            guard bounds.count == 2, let start = UInt(bounds[0], radix: 16), let end = UInt(bounds[1], radix: 16),
+                  end > start else { continue }
+            if (best?.length ?? 0) < Int(end - start) { best = (start, Int(end - start)) }
+        }
+        return best
     }
 
     private static func initialMapSize(_ o: Options) -> Int { min(maxMapSize(o), max(1 << 20, o.maxBytes)) }
@@ -900,9 +947,11 @@ public final class SnapshotStore: @unchecked Sendable {
         if rc != 0 && rc != MDB_NOTFOUND { throw StoreError(rc, function: "mdb_del") }
     }
 
-    /// Visits entries in key order until `visit` returns false.
+    /// Visits entries in key order until `visit` returns false. Key and value are LMDB's
+    /// own bytes in the map, valid during the call only: what `visit` does not read is
+    /// never paged in.
     private static func forEach(_ txn: OpaquePointer, _ dbi: MDB_dbi,
-                                _ visit: ([UInt8], [UInt8]) -> Bool) throws(StoreError) {
+                                _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Bool) throws(StoreError) {
         var cursor: OpaquePointer?
         var rc = mdb_cursor_open(txn, dbi, &cursor)
         guard rc == 0, let cursor else { throw StoreError(rc, function: "mdb_cursor_open") }
@@ -910,8 +959,8 @@ public final class SnapshotStore: @unchecked Sendable {
         var key = MDB_val(), value = MDB_val()
         rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
         while rc == 0 {
-            let k = Array(UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size))
-            let v = Array(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+            let k = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
+            let v = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
             if !visit(k, v) { return }
             rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
         }
@@ -936,6 +985,17 @@ enum SnapshotCodec {
         LittleEndian.append(&out, s.nextAttemptAt, bytes: 8)
         out += s.record
         return out
+    }
+
+    /// The header's size: the record follows it.
+    static let headerSize = 24
+
+    /// The header alone (version 1, a known priority, something after it), read in
+    /// place: the record's bytes are not touched.
+    static func header(_ b: UnsafeRawBufferPointer) -> (priority: Tier, createdAt: UInt64, nextAttemptAt: UInt64)? {
+        guard b.count > headerSize, b[0] == version, let priority = Tier(storeCode: b[1]) else { return nil }
+        func u64(_ at: Int) -> UInt64 { (0..<8).reduce(UInt64(0)) { $0 | UInt64(b[at + $1]) << (8 * $1) } }
+        return (priority, u64(8), u64(16))
     }
 
     /// nil for another version, a bad priority, or no record after the header.
