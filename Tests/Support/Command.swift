@@ -85,18 +85,17 @@ public func runToEnd(_ executable: String, _ arguments: [String], environment: [
         for fd in [input[1], out[0], err[0]] { close(fd) }
         throw SpawnError(function: "posix_spawn \(executable)", code: rc)
     }
-    if let stdin {
-        stdin.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let n = write(input[1], raw.baseAddress! + done, raw.count - done)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { break }
-                done += n
-            }
-        }
+    // stdin is written as the child reads it, in the same loop that reads its output:
+    // written all at once first, a child that answers as it reads would fill its
+    // output pipe and wait on us while we wait on it.
+    let feed = [UInt8](stdin ?? Data())
+    var fed = 0
+    var inputFD: Int32 = input[1]
+    _ = fcntl(inputFD, F_SETFL, fcntl(inputFD, F_GETFL) | O_NONBLOCK)
+    if feed.isEmpty {
+        close(inputFD)
+        inputFD = -1
     }
-    close(input[1])
 
     let started = ContinuousClock.now
     let deadline = started + .milliseconds(Int64(timeout * 1000))
@@ -131,7 +130,16 @@ public func runToEnd(_ executable: String, _ arguments: [String], environment: [
             break
         }
         var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        fds.append(pollfd(fd: inputFD, events: Int16(POLLOUT), revents: 0))
         _ = poll(&fds, nfds_t(fds.count), 20)
+        if inputFD >= 0 && fds[2].revents != 0 {
+            let n = feed.withUnsafeBytes { write(inputFD, $0.baseAddress! + fed, feed.count - fed) }
+            if n > 0 { fed += n }
+            if fed == feed.count || (n < 0 && errno != EAGAIN && errno != EINTR) || fds[2].revents & Int16(POLLERR | POLLHUP) != 0 {
+                close(inputFD)
+                inputFD = -1
+            }
+        }
         for i in 0..<2 where open[i] >= 0 && fds[i].revents != 0 {
             let n = chunk.withUnsafeMutableBytes { read(open[i], $0.baseAddress, $0.count) }
             if n > 0 {
@@ -148,6 +156,7 @@ public func runToEnd(_ executable: String, _ arguments: [String], environment: [
         }
     }
     for fd in open where fd >= 0 { close(fd) }
+    if inputFD >= 0 { close(inputFD) }
     let signaled = status & 0x7f != 0
     return Finished(status: signaled ? status & 0x7f : (status >> 8) & 0xff, signaled: signaled, timedOut: timedOut,
                     stdout: collected[0], stderr: collected[1], pid: pid)
