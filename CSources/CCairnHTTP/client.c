@@ -376,6 +376,8 @@ static int bypasses_proxy(const char *no_proxy, const endpoint *e)
 struct cairn_http_client {
     size_t max_body_bytes;
     char *ca_file;
+    char *cert_file;
+    char *key_file;
     int tls_library;
     proxy_variable http_proxy;  /* http_proxy (never HTTP_PROXY) */
     proxy_variable https_proxy; /* https_proxy, else HTTPS_PROXY */
@@ -472,6 +474,8 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
     client->max_body_bytes = options->max_body_bytes;
     client->tls_library = options->tls_library;
     if (options->ca_file && !(client->ca_file = strdup(options->ca_file))) goto nomem;
+    if (options->client_cert_file && !(client->cert_file = strdup(options->client_cert_file))) goto nomem;
+    if (options->client_key_file && !(client->key_file = strdup(options->client_key_file))) goto nomem;
 
     read_proxy(options->environment, "http_proxy", NULL, &client->http_proxy);
     read_proxy(options->environment, "https_proxy", "HTTPS_PROXY", &client->https_proxy);
@@ -493,6 +497,8 @@ void cairn_http_client_free(cairn_http_client_t *client)
     cairn_http__tls_context_free(client->tls_context);
     pthread_mutex_destroy(&client->tls_lock);
     free(client->ca_file);
+    free(client->cert_file);
+    free(client->key_file);
     free(client->no_proxy);
     free(client);
 }
@@ -501,8 +507,10 @@ void cairn_http_client_free(cairn_http_client_t *client)
 static void *tls_context(cairn_http_client_t *client, char *message, size_t cap)
 {
     pthread_mutex_lock(&client->tls_lock);
-    if (!client->tls_context)
-        client->tls_context = cairn_http__tls_context_new(client->ca_file, client->tls_library, message, cap);
+    if (!client->tls_context) {
+        cairn_http__tls_files files = {client->ca_file, client->cert_file, client->key_file};
+        client->tls_context = cairn_http__tls_context_new(&files, client->tls_library, message, cap);
+    }
     void *context = client->tls_context;
     pthread_mutex_unlock(&client->tls_lock);
     return context;

@@ -28,7 +28,16 @@ enum {
 /* A TLS context for `library` (CAIRN_HTTP_TLS_*): verification on, TLS 1.2 minimum,
  * the given CA file or the system store; or NULL with `message` set. Loads the
  * library it settles on first if needed. */
-void *cairn_http__tls_context_new(const char *ca_file, int library, char *message, size_t cap);
+/* The files a TLS context reads: the trusted CAs (NULL: the system store) and the
+ * client's own certificate chain and key (NULL: none; the key may be in the
+ * certificate's file). */
+typedef struct cairn_http__tls_files {
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+} cairn_http__tls_files;
+
+void *cairn_http__tls_context_new(const cairn_http__tls_files *files, int library, char *message, size_t cap);
 void cairn_http__tls_context_free(void *context);
 
 /* A session over `fd` for `host` (SNI and name check, or IP check for a literal), or
@@ -54,7 +63,7 @@ ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, cha
 typedef struct cairn_http__tls_library {
     int (*available)(char *message, size_t cap);
     int (*loaded)(void);
-    void *(*context_new)(const char *ca_file, char *message, size_t cap);
+    void *(*context_new)(const cairn_http__tls_files *files, char *message, size_t cap);
     void (*context_free)(void *context);
     void *(*session_new)(void *context, int fd, const char *host, int host_is_ip, char *message,
                          size_t cap);
@@ -85,9 +94,10 @@ void cairn_http__tls_unbuilt_context_free(void *context);
     {                                                                                     \
         return cairn_http__tls_unbuilt_available(library, package, message, cap);         \
     }                                                                                     \
-    static void *name##_unbuilt_context(const char *ca_file, char *message, size_t cap)   \
+    static void *name##_unbuilt_context(const cairn_http__tls_files *files, char *message, \
+                                        size_t cap)                                       \
     {                                                                                     \
-        (void)ca_file;                                                                    \
+        (void)files;                                                                      \
         name##_unbuilt(message, cap);                                                     \
         return NULL;                                                                      \
     }                                                                                     \

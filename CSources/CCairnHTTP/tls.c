@@ -32,7 +32,8 @@ static const cairn_http__tls_library *const libraries[LIBRARIES] = {
 
 typedef struct tls_context {
     int library; /* CAIRN_HTTP_TLS_* as asked */
-    char *ca_file;
+    char *ca_file, *cert_file, *key_file;
+    cairn_http__tls_files files; /* pointing at the copies above */
     pthread_mutex_t lock;
     void *contexts[LIBRARIES]; /* under `lock`: each made when first needed */
     int mbed_failed;           /* under `lock`: automatic, mbedTLS could not be set up */
@@ -62,7 +63,7 @@ int cairn_http_tls_loaded(void)
            | (cairn_http__mbedtls.loaded() ? CAIRN_HTTP_TLS_MBEDTLS : 0);
 }
 
-void *cairn_http__tls_context_new(const char *ca_file, int library, char *message, size_t cap)
+void *cairn_http__tls_context_new(const cairn_http__tls_files *files, int library, char *message, size_t cap)
 {
     if (library != CAIRN_HTTP_TLS_AUTO && library != CAIRN_HTTP_TLS_OPENSSL
         && library != CAIRN_HTTP_TLS_MBEDTLS) {
@@ -70,12 +71,19 @@ void *cairn_http__tls_context_new(const char *ca_file, int library, char *messag
         return NULL;
     }
     tls_context *c = calloc(1, sizeof *c);
-    if (!c || (ca_file && !(c->ca_file = strdup(ca_file)))) {
+    if (!c || (files->ca_file && !(c->ca_file = strdup(files->ca_file)))
+        || (files->cert_file && !(c->cert_file = strdup(files->cert_file)))
+        || (files->key_file && !(c->key_file = strdup(files->key_file)))) {
+        if (c) {
+            free(c->ca_file);
+            free(c->cert_file);
+        }
         free(c);
         snprintf(message, cap, "TLS context: out of memory");
         return NULL;
     }
     c->library = library;
+    c->files = (cairn_http__tls_files){c->ca_file, c->cert_file, c->key_file ? c->key_file : c->cert_file};
     pthread_mutex_init(&c->lock, NULL);
     return c;
 }
@@ -88,6 +96,8 @@ void cairn_http__tls_context_free(void *context)
         if (c->contexts[i]) libraries[i]->context_free(c->contexts[i]);
     pthread_mutex_destroy(&c->lock);
     free(c->ca_file);
+    free(c->cert_file);
+    free(c->key_file);
     free(c);
 }
 
@@ -115,14 +125,14 @@ void *cairn_http__tls_session_new(void *context, int fd, const char *host, int h
     pthread_mutex_lock(&c->lock);
     int chosen = choose(c, host_is_ip);
     if (!c->contexts[chosen])
-        c->contexts[chosen] = libraries[chosen]->context_new(c->ca_file, message, cap);
+        c->contexts[chosen] = libraries[chosen]->context_new(&c->files, message, cap);
     if (!c->contexts[chosen] && chosen == MBEDTLS && c->library == CAIRN_HTTP_TLS_AUTO) {
         /* Automatic: what mbedTLS could not set up (a trust store it cannot read),
          * OpenSSL may; from now on it serves this client. */
         c->mbed_failed = 1;
         chosen = OPENSSL;
         if (!c->contexts[chosen])
-            c->contexts[chosen] = libraries[chosen]->context_new(c->ca_file, message, cap);
+            c->contexts[chosen] = libraries[chosen]->context_new(&c->files, message, cap);
     }
     void *library_context = c->contexts[chosen];
     pthread_mutex_unlock(&c->lock);

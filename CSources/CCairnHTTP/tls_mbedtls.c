@@ -44,6 +44,7 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__mbedtls, "mbedTLS", "libmbedtls-dev")
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
+#include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/version.h>
 #include <mbedtls/x509_crt.h>
@@ -79,6 +80,11 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__mbedtls, "mbedTLS", "libmbedtls-dev")
     X(mbedtls_x509_crt_parse_file)   \
     X(mbedtls_x509_crt_parse_path)   \
     X(mbedtls_x509_crt_verify_info)  \
+    X(mbedtls_pk_init)               \
+    X(mbedtls_pk_free)               \
+    X(mbedtls_pk_parse_keyfile)      \
+    X(mbedtls_pk_check_pair)         \
+    X(mbedtls_ssl_conf_own_cert)     \
     X(mbedtls_entropy_init)          \
     X(mbedtls_entropy_free)          \
     X(mbedtls_entropy_func)          \
@@ -109,6 +115,8 @@ static atomic_int loaded;
 typedef struct mbed_context {
     mbedtls_ssl_config config;
     mbedtls_x509_crt trusted;
+    mbedtls_x509_crt own; /* the client's certificate chain, if any */
+    mbedtls_pk_context key; /* and its key */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context random;
 } mbed_context;
@@ -240,8 +248,9 @@ static int load_trusted(mbed_context *c, const char *ca_file, char *message, siz
     return -1;
 }
 
-static void *mbed_context_new(const char *ca_file, char *message, size_t cap)
+static void *mbed_context_new(const cairn_http__tls_files *files, char *message, size_t cap)
 {
+    const char *ca_file = files->ca_file;
     if (!mbed_available(message, cap)) return NULL;
     mbed_context *c = calloc(1, sizeof *c);
     if (!c) {
@@ -250,6 +259,8 @@ static void *mbed_context_new(const char *ca_file, char *message, size_t cap)
     }
     f_mbedtls_ssl_config_init(&c->config);
     f_mbedtls_x509_crt_init(&c->trusted);
+    f_mbedtls_x509_crt_init(&c->own);
+    f_mbedtls_pk_init(&c->key);
     f_mbedtls_entropy_init(&c->entropy);
     f_mbedtls_ctr_drbg_init(&c->random);
     static const unsigned char personal[] = "cairn-http";
@@ -270,6 +281,24 @@ static void *mbed_context_new(const char *ca_file, char *message, size_t cap)
     f_mbedtls_ssl_conf_ca_chain(&c->config, &c->trusted, NULL);
     f_mbedtls_ssl_conf_rng(&c->config, f_mbedtls_ctr_drbg_random, &c->random);
     f_mbedtls_ssl_conf_min_version(&c->config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    if (files->cert_file) {
+        /* The client's own certificate, for a collector that asks for one. */
+        const char *key = files->key_file ? files->key_file : files->cert_file;
+        char what[512];
+        if ((rc = f_mbedtls_x509_crt_parse_file(&c->own, files->cert_file)) != 0) {
+            snprintf(what, sizeof what, "loading the client certificate %s", files->cert_file);
+        } else if ((rc = f_mbedtls_pk_parse_keyfile(&c->key, key, NULL)) != 0) {
+            snprintf(what, sizeof what, "loading the client key %s", key);
+        } else if ((rc = f_mbedtls_pk_check_pair(&c->own.pk, &c->key)) != 0) {
+            snprintf(what, sizeof what, "the client key %s does not match the certificate %s", key, files->cert_file);
+        } else if ((rc = f_mbedtls_ssl_conf_own_cert(&c->config, &c->own, &c->key)) != 0) {
+            snprintf(what, sizeof what, "using the client certificate %s", files->cert_file);
+        }
+        if (rc != 0) {
+            mbed_message(message, cap, what, rc);
+            goto fail;
+        }
+    }
     return c;
 fail:
     mbed_context_free(c);
@@ -282,6 +311,8 @@ static void mbed_context_free(void *context)
     if (!c) return;
     f_mbedtls_ssl_config_free(&c->config);
     f_mbedtls_x509_crt_free(&c->trusted);
+    f_mbedtls_x509_crt_free(&c->own);
+    f_mbedtls_pk_free(&c->key);
     f_mbedtls_ctr_drbg_free(&c->random);
     f_mbedtls_entropy_free(&c->entropy);
     free(c);

@@ -52,6 +52,9 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__openssl, "OpenSSL", "libssl-dev");
     X(SSL_CTX_ctrl)                       \
     X(SSL_CTX_set_default_verify_paths)   \
     X(SSL_CTX_load_verify_locations)      \
+    X(SSL_CTX_use_certificate_chain_file) \
+    X(SSL_CTX_use_PrivateKey_file)        \
+    X(SSL_CTX_check_private_key)          \
     X(SSL_new)                            \
     X(SSL_free)                           \
     X(SSL_set_bio)                        \
@@ -179,8 +182,9 @@ static int ossl_available(char *message, size_t cap)
     return 0;
 }
 
-static void *ossl_context_new(const char *ca_file, char *message, size_t cap)
+static void *ossl_context_new(const cairn_http__tls_files *files, char *message, size_t cap)
 {
+    const char *ca_file = files->ca_file;
     if (!ossl_available(message, cap)) return NULL;
     f_ERR_clear_error();
     SSL_CTX *context = f_SSL_CTX_new(f_TLS_client_method());
@@ -208,6 +212,25 @@ static void *ossl_context_new(const char *ca_file, char *message, size_t cap)
         openssl_message(message, cap, what);
         f_SSL_CTX_free(context);
         return NULL;
+    }
+    if (files->cert_file) {
+        /* The client's own certificate, for a collector that asks for one. */
+        char what[512];
+        const char *key = files->key_file ? files->key_file : files->cert_file;
+        if (f_SSL_CTX_use_certificate_chain_file(context, files->cert_file) != 1) {
+            snprintf(what, sizeof what, "loading the client certificate %s", files->cert_file);
+        } else if (f_SSL_CTX_use_PrivateKey_file(context, key, SSL_FILETYPE_PEM) != 1) {
+            snprintf(what, sizeof what, "loading the client key %s", key);
+        } else if (f_SSL_CTX_check_private_key(context) != 1) {
+            snprintf(what, sizeof what, "the client key %s does not match the certificate %s", key, files->cert_file);
+        } else {
+            what[0] = 0;
+        }
+        if (what[0]) {
+            openssl_message(message, cap, what);
+            f_SSL_CTX_free(context);
+            return NULL;
+        }
     }
     return context;
 }

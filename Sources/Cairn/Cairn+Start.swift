@@ -179,7 +179,8 @@ extension Cairn {
         // every burst past them pays a new connection (and a TLS handshake) per request.
         let transport = options.transport
             ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile,
-                             environment: options.proxyEnvironment ?? [:], tlsLibrary: options.tlsLibrary)
+                             environment: options.proxyEnvironment ?? [:], tlsLibrary: options.tlsLibrary,
+                             clientCertificate: options.clientCertificateFile, clientKey: options.clientKeyFile)
         let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
         // started behind its back.

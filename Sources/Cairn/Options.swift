@@ -104,6 +104,13 @@ extension Cairn {
         /// (about 1.4 MiB in the process where OpenSSL takes about 6 MiB), OpenSSL for an
         /// IP address or when mbedTLS is not installed. Used by the default transport only.
         public var tlsLibrary: HTTPTransport.TLSLibrary = .automatic
+        /// A PEM file with this service's client certificate (and any intermediates),
+        /// presented to a collector that asks for one (mutual TLS; `CAIRN_CLIENT_CERT`);
+        /// nil for none. Used by the default transport only, with either TLS library.
+        public var clientCertificateFile: String?
+        /// Its unencrypted PEM private key (`CAIRN_CLIENT_KEY`); nil when it is in
+        /// ``clientCertificateFile``.
+        public var clientKeyFile: String?
         /// Other places every finished event goes (stdout, the service's own sink, a
         /// test recorder), besides the upload URL.
         public var destinations: [any Destination]
@@ -209,7 +216,8 @@ extension Cairn {
         /// ``terminationSignals``), `CAIRN_SAMPLE_RATE` (0...1, the sampled tier),
         /// `CAIRN_BATCH_EVENTS`, `CAIRN_BATCH_AGE_MS`, `CAIRN_HEALTH_INTERVAL_MS` (0 turns
         /// `sdk_health` off), `CAIRN_SHUTDOWN_TIMEOUT_MS`, `CAIRN_CA_FILE`,
-        /// `CAIRN_TLS_LIBRARY` (`auto`, `openssl`, `mbedtls`).
+        /// `CAIRN_TLS_LIBRARY` (`auto`, `openssl`, `mbedtls`), `CAIRN_CLIENT_CERT`,
+        /// `CAIRN_CLIENT_KEY`.
         ///
         /// Every value is read without the white space around it (a trailing newline from
         /// a secrets file is harmless); an empty value counts as unset. Booleans are
@@ -251,6 +259,8 @@ extension Cairn {
             o.uploadURL = value("CAIRN_UPLOAD_URL")
             o.apiKey = value("CAIRN_API_KEY")
             o.caFile = value("CAIRN_CA_FILE")
+            o.clientCertificateFile = value("CAIRN_CLIENT_CERT")
+            o.clientKeyFile = value("CAIRN_CLIENT_KEY")
             o.proxyEnvironment = env.filter { HTTPTransport.proxyVariableNames.contains($0.key) }
             if let v = value("CAIRN_TLS_LIBRARY") {
                 switch v.lowercased() {
@@ -303,6 +313,8 @@ extension Cairn {
             o.uploadURL = trim(uploadURL)
             o.apiKey = trim(apiKey)
             o.caFile = trim(caFile)
+            o.clientCertificateFile = trim(clientCertificateFile)
+            o.clientKeyFile = trim(clientKeyFile)
             return o
         }
 
@@ -344,6 +356,17 @@ extension Cairn {
             }
             if let file = o.caFile, !FileManager.default.isReadableFile(atPath: file) {
                 throw bad("caFile", "\(file.debugDescription) is not a readable file (CAIRN_CA_FILE)")
+            }
+            if let file = o.clientCertificateFile, !FileManager.default.isReadableFile(atPath: file) {
+                throw bad("clientCertificateFile", "\(file.debugDescription) is not a readable file (CAIRN_CLIENT_CERT)")
+            }
+            if let file = o.clientKeyFile {
+                guard o.clientCertificateFile != nil else {
+                    throw bad("clientKeyFile", "is set without a client certificate (CAIRN_CLIENT_CERT)")
+                }
+                if !FileManager.default.isReadableFile(atPath: file) {
+                    throw bad("clientKeyFile", "\(file.debugDescription) is not a readable file (CAIRN_CLIENT_KEY)")
+                }
             }
             if !(sampling.rate >= 0 && sampling.rate <= 1) {
                 throw bad("sampling.rate", "\(sampling.rate) is not between 0 and 1")

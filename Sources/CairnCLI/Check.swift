@@ -35,8 +35,13 @@ func check() -> Never {
         step("trust", options.caFile.map { "the CA file \($0) (CAIRN_CA_FILE)" } ?? "the system store")
     }
 
+    if https, let cert = options.clientCertificateFile?.trimmingWhiteSpace {
+        step("client certificate", cert + (options.clientKeyFile.map { ", key \($0)" } ?? ""))
+    }
     let transport = HTTPTransport(caFile: options.caFile?.trimmingWhiteSpace, environment: HTTPTransport.proxyEnvironment(),
-                                  tlsLibrary: options.tlsLibrary)
+                                  tlsLibrary: options.tlsLibrary,
+                                  clientCertificate: options.clientCertificateFile?.trimmingWhiteSpace,
+                                  clientKey: options.clientKeyFile?.trimmingWhiteSpace)
     let route: String
     switch transport.proxy(for: url) {
     case .success(let r): route = r

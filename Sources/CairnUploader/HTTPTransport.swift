@@ -101,17 +101,23 @@ public final class HTTPTransport: Transport {
     ///   - environment: Where the proxy variables are read; `nil` (the default) reads
     ///     the process environment, once, now.
     ///   - tlsLibrary: Which TLS library `https` uses; default ``TLSLibrary/automatic``.
+    ///   - clientCertificate: A PEM file with this client's certificate (and any
+    ///     intermediates), for a collector that asks for one (mutual TLS); default none.
+    ///     Both TLS libraries present it.
+    ///   - clientKey: Its unencrypted PEM private key; `nil` when it is in the
+    ///     certificate's file.
     public init(connectTimeout: Duration = HTTPTransport.defaultConnectTimeout,
                 maxResponseBodyBytes: Int = HTTPTransport.defaultMaxResponseBodyBytes,
                 maxIdleConnections: Int = 8, caFile: String? = nil,
-                environment: [String: String]? = nil, tlsLibrary: TLSLibrary = .automatic) {
+                environment: [String: String]? = nil, tlsLibrary: TLSLibrary = .automatic,
+                clientCertificate: String? = nil, clientKey: String? = nil) {
         self.connectTimeout = connectTimeout
         self.maxResponseBodyBytes = max(maxResponseBodyBytes, 0)
         self.maxIdleConnections = max(maxIdleConnections, 0)
         self.caFile = caFile
         self.tlsLibrary = tlsLibrary
-        client = Client(maxBodyBytes: self.maxResponseBodyBytes, caFile: caFile, environment: environment,
-                        tlsLibrary: tlsLibrary)
+        client = Client(maxBodyBytes: self.maxResponseBodyBytes, files: [caFile, clientCertificate, clientKey],
+                        environment: environment, tlsLibrary: tlsLibrary)
     }
 
     /// The TLS libraries `https` requests have loaded into this process so far (each is
@@ -239,7 +245,8 @@ public final class HTTPTransport: Transport {
 private final class Client: @unchecked Sendable {
     let pointer: OpaquePointer?
 
-    init(maxBodyBytes: Int, caFile: String?, environment: [String: String]?, tlsLibrary: HTTPTransport.TLSLibrary) {
+    /// `files`: the CA file, the client certificate and the client key, each optional.
+    init(maxBodyBytes: Int, files: [String?], environment: [String: String]?, tlsLibrary: HTTPTransport.TLSLibrary) {
         var options = cairn_http_client_options_t()
         options.max_body_bytes = maxBodyBytes
         options.tls_library = tlsLibrary.code
@@ -250,23 +257,21 @@ private final class Client: @unchecked Sendable {
         pointer = variables.withUnsafeBufferPointer { list in
             list.withMemoryRebound(to: UnsafePointer<CChar>?.self) { rebound in
                 options.environment = environment == nil ? nil : rebound.baseAddress
-                return Self.make(&options, caFile: caFile)
+                return Self.make(&options, files: files)
             }
         }
     }
 
-    private static func make(_ options: inout cairn_http_client_options_t, caFile: String?) -> OpaquePointer? {
+    private static func make(_ options: inout cairn_http_client_options_t, files: [String?]) -> OpaquePointer? {
+        // The paths as C strings for the call (the client copies them). A proxy variable
+        // that cannot be used still gives a client: the requests it applies to fail.
+        let paths = files.map { $0.map { strdup($0) } ?? nil }
+        defer { paths.forEach { free($0) } }
+        options.ca_file = UnsafePointer(paths[0])
+        options.client_cert_file = UnsafePointer(paths[1])
+        options.client_key_file = UnsafePointer(paths[2])
         var client: OpaquePointer?
-        // A proxy variable that cannot be used still gives a client, whose requests
-        // then fail with invalidRequest and the message.
-        if let caFile {
-            _ = caFile.withCString { path in
-                options.ca_file = path
-                return cairn_http_client_new(&options, &client)
-            }
-        } else {
-            _ = cairn_http_client_new(&options, &client)
-        }
+        _ = cairn_http_client_new(&options, &client)
         return client
     }
 

@@ -208,6 +208,48 @@ import Testing
                 "\(unresolved.out)")
     }
 
+    /// A collector that requires a client certificate (mutual TLS), through the public
+    /// API with each TLS library: with `CAIRN_CLIENT_CERT` every event is delivered and
+    /// nothing is said; without it, the refusal is said once and nothing is lost.
+    @Test(arguments: ["mbedtls", "openssl"])
+    func aClientCertificateCollectorThroughThePublicAPI(library: String) throws {
+        let dir = try TemporaryDirectory("cairn-mtls")
+        func openssl(_ args: [String]) throws {
+            let r = try runToEnd("/usr/bin/env", ["openssl"] + args, directory: dir.path)
+            try #require(r.status == 0, "openssl \(args.first ?? ""): \(r.err)")
+        }
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        try openssl(["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=Test CA"])
+        for (name, san) in [("server", "DNS:localhost"), ("client", "DNS:orders.internal")] {
+            try Data("subjectAltName=\(san)\n".utf8).write(to: URL(fileURLWithPath: dir.appending("\(name).ext")))
+            try openssl(["req"] + ec + ["-keyout", "\(name).key", "-out", "\(name).csr", "-subj", "/CN=\(name)"])
+            try openssl(["x509", "-req", "-in", "\(name).csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                         "-out", "\(name).crt", "-days", "2", "-extfile", "\(name).ext"])
+        }
+        let server = try Data(contentsOf: URL(fileURLWithPath: dir.appending("server.crt")))
+            + Data(contentsOf: URL(fileURLWithPath: dir.appending("server.key")))
+        try server.write(to: URL(fileURLWithPath: dir.appending("server.pem")))
+        let collector = try CollectorProcess(tlsCertificate: dir.appending("server.pem"), clientCA: dir.appending("ca.pem"))
+        defer { collector.stop() }
+        let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.appending("data"), "CAIRN_API_KEY": "k",
+                   "CAIRN_UPLOAD_URL": "https://localhost:\(collector.port)/v1/batch", "CAIRN_TLS_LIBRARY": library,
+                   "CAIRN_CA_FILE": dir.appending("ca.pem")]
+        let refused = try Child.child(["run", "5"], env: env)
+        #expect(refused.status == 0, "\(refused.err)")
+        let said = Self.notices(refused.err)
+        // mbedTLS (TLS 1.2) fails the handshake; OpenSSL (TLS 1.3) hears the server's
+        // "certificate required" alert when it reads the answer: either way, said once.
+        #expect(said.count == 1 && said.first?.contains("failing since") == true
+                && (said.first?.contains("tls:") == true || said.first?.contains("certificate required") == true),
+                "\(said)")
+        let ok = try Child.child(["run", "5"], env: env.merging(["CAIRN_CLIENT_CERT": dir.appending("client.crt"),
+                                                                "CAIRN_CLIENT_KEY": dir.appending("client.key")]) { $1 })
+        #expect(ok.status == 0, "\(ok.err)")
+        #expect(Self.notices(ok.err).count == 1 && Self.notices(ok.err).first?.contains("recovered") == true, "\(ok.err)")
+        let shown = try Self.status(dir.appending("data"))
+        #expect(shown.out.contains("stored requests: 0 (0 bytes)"), "every event delivered: \(shown.out)")
+    }
+
     /// An upload URL without an API key is said at start, once.
     @Test func anUploadURLWithoutAKeyIsSaidOnce() throws {
         let collector = try CollectorProcess()

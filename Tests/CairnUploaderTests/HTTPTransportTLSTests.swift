@@ -272,6 +272,52 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
     }
 }
 
+/// Mutual TLS: a collector that requires a client certificate signed by its CA gets
+/// one from either TLS library (the certificate and key in one PEM file, or the key
+/// apart); without one, or with one its CA did not sign, the handshake fails as a `tls`
+/// failure; a key that is not the certificate's is refused before any connection.
+@Suite struct HTTPTransportClientCertificateTests {
+    @Test(arguments: libraries)
+    func aCollectorThatAsksForAClientCertificateGetsOne(library: HTTPTransport.TLSLibrary) throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost,IP:127.0.0.1")
+        let clientPEM = try certificates.server("client", subjectAltName: "DNS:orders.internal")
+        let collector = try CollectorProcess(tlsCertificate: pem, clientCA: certificates.caFile)
+        defer { collector.stop() }
+        let url = "https://localhost:\(collector.port)"
+        // The certificate and key in one file, then apart.
+        let together = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library, clientCertificate: clientPEM)
+        #expect(status(together.send(request(url), attempt: 0, timeout: generous)) == 200, "\(library)")
+        let crt = certificates.directory.appendingPathComponent("client.crt").path
+        let key = certificates.directory.appendingPathComponent("client.key").path
+        let apart = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library, clientCertificate: crt, clientKey: key)
+        #expect(status(apart.send(request(url), attempt: 0, timeout: generous)) == 200, "\(library)")
+
+        // None, or one from another CA: refused in the handshake.
+        let none = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library)
+        #expect(failure(none.send(request(url), attempt: 0, timeout: generous))?.kind != nil)
+        let other = try Certificates()
+        let stranger = try other.server("stranger", subjectAltName: "DNS:orders.internal")
+        let refused = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library, clientCertificate: stranger)
+        #expect(failure(refused.send(request(url), attempt: 0, timeout: generous))?.kind != nil)
+        // The control API speaks TLS here too: asked through a transport it admits.
+        let seen = together.send(UploadRequest(method: "GET", url: url + "/_control/requests", headers: [], body: [],
+                                               idempotencyKey: "control"), attempt: 0, timeout: generous)
+        if case .response(let r) = seen {
+            let attempts = try JSONSerialization.jsonObject(with: Data(r.body)) as? [Any]
+            #expect(attempts?.count == 2, "only the requests with the right certificate arrived")
+        } else {
+            Issue.record("the control API did not answer: \(seen)")
+        }
+
+        // A key that is not the certificate's: said before any byte is sent.
+        let mismatched = HTTPTransport(caFile: certificates.caFile, tlsLibrary: library, clientCertificate: crt,
+                                       clientKey: certificates.directory.appendingPathComponent("server.key").path)
+        let said = failure(mismatched.send(request(url), attempt: 0, timeout: generous))
+        #expect(said?.kind == .tls && said?.message.contains("client") == true, "\(said?.message ?? "")")
+    }
+}
+
 @Suite struct HTTPTransportEarlyAnswerTests {
     /// A server that answers before it has read the body (a 413 for a body over its
     /// limit, a 401 for a wrong key) and reads no more: the answer is taken while the

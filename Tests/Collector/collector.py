@@ -5,6 +5,7 @@ It records every upload attempt, decodes batch bodies independently of Cairn's c
 (Python's `zstandard`, docs/FORMATS.md "Batch frame"), and answers as it is told.
 
 Usage: collector.py [--host 127.0.0.1] [--port 0] [--ignore-stdin] [--tls PEM]
+                    [--client-ca PEM]   (with --tls: require a client certificate signed by it)
 
 The first line on stdout is `PORT <n>`; nothing else is written there. It serves until
 stdin reaches end of file (so it never outlives a test process that dies), or until
@@ -549,12 +550,17 @@ def main():
                         help="keep serving after stdin closes (stop with SIGTERM)")
     parser.add_argument("--tls", metavar="PEM",
                         help="serve HTTPS with the certificate and key in this PEM file")
+    parser.add_argument("--client-ca", metavar="PEM",
+                        help="with --tls: require a client certificate signed by this CA")
     args = parser.parse_args()
 
     server = Server((args.host, args.port), Handler)
     if args.tls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.tls)
+        if args.client_ca:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(args.client_ca)
         # The handshake then happens in the connection's own thread, on its first
         # read, so a slow or failing client never holds up accept().
         server.socket = context.wrap_socket(server.socket, server_side=True,

@@ -134,7 +134,9 @@ public final class CollectorProcess {
     ///     data requests can be made.
     ///   - tlsCertificate: Serve HTTPS with this PEM file (certificate chain and key),
     ///     with the same limit; it wins over `selfSignedTLS`.
-    public init(selfSignedTLS: Bool = false, tlsCertificate: String? = nil) throws {
+    ///   - clientCA: With TLS, require each client to present a certificate signed by
+    ///     the CA in this PEM file (mutual TLS).
+    public init(selfSignedTLS: Bool = false, tlsCertificate: String? = nil, clientCA: String? = nil) throws {
         let script = repoRoot.appendingPathComponent("Tests/Collector/collector.py").path
         let certificate = tlsCertificate
             ?? repoRoot.appendingPathComponent("Tests/Collector/selfsigned.pem").path
@@ -151,6 +153,7 @@ public final class CollectorProcess {
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", script] + (tls ? ["--tls", certificate] : [])
+            + (tls ? clientCA.map { ["--client-ca", $0] } ?? [] : [])
         process.standardInput = stdinPipe
         process.standardOutput = stdoutPipe
         process.standardError = stderrHandle

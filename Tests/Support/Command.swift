@@ -55,7 +55,7 @@ public func runToEnd(_ executable: String, _ arguments: [String], environment: [
     posix_spawn_file_actions_adddup2(&actions, err[1], 2)
     if let directory {
         typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: -2), "posix_spawn_file_actions_addchdir_np") else {
+        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addchdir_np") else {  // RTLD_DEFAULT
             throw SpawnError(function: "posix_spawn_file_actions_addchdir_np", code: ENOSYS)
         }
         _ = unsafeBitCast(symbol, to: AddChdir.self)(&actions, directory)

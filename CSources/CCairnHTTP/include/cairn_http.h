@@ -249,6 +249,11 @@ typedef struct cairn_http_client_options {
      *  https request fail with CAIRN_HTTP_ETLS. Both verify the certificate chain and
      *  the host name and require TLS 1.2 at least. */
     int tls_library;
+    /** The client's own certificate (PEM: the certificate, then any intermediates)
+     *  for a collector that asks for one (mutual TLS); NULL for none. */
+    const char *client_cert_file;
+    /** Its private key (PEM, unencrypted); NULL when it is in `client_cert_file`. */
+    const char *client_key_file;
 } cairn_http_client_options_t;
 
 /**
