@@ -946,22 +946,7 @@ public final class Uploader: @unchecked Sendable {
             f.due = clock.now + options.backoff.cap / 10
             return
         }
-        do {
-            var mark = f.mark
-            mark.stored = true
-            try store.put(request.record, priority: options.priority, attempts: UInt32(f.attempts),
-                          metadata: [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())])
-            markReported(f.reported)
-            f.done = true
-            progressed = true
-            state.withLock { $0.stats.storedBatches += 1 }
-        } catch {
-            // The store is full or the disk is: the records stay in the ring and this
-            // request in memory; try again later.
-            state.withLock { $0.stats.storeFailures += 1 }
-            f.due = clock.now + options.backoff.cap / 10
-            f.attempts = options.attempts
-        }
+        keep(f, as: [request], in: store) { $0.storedBatches += 1 }
     }
 
     /// A batch the collector found too large (413) goes to the store as two halves
@@ -971,23 +956,33 @@ public final class Uploader: @unchecked Sendable {
     private func storeHalves(of f: Flight) -> Bool {
         guard let store, let request = f.request, let (first, second) = request.halves(level: options.compressionLevel)
         else { return false }
+        keep(f, as: [first, second], in: store) { $0.splitBatches += 1 }
+        return true
+    }
+
+    /// Puts `requests` in the store for flight `f`, its mark (stored) in the same
+    /// transaction as the last, and releases the flight in turn; `counting` updates the
+    /// stats. When the store refuses (full, failing), the records stay in the ring and
+    /// this request in memory, tried again later.
+    private func keep(_ f: Flight, as requests: [UploadRequest], in store: SnapshotStore,
+                      counting: (inout UploaderStats) -> Void) {
         do {
             var mark = f.mark
             mark.stored = true
-            try store.put(first.record, priority: options.priority, attempts: UInt32(f.attempts))
-            try store.put(second.record, priority: options.priority, attempts: UInt32(f.attempts),
-                          metadata: [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())])
+            for (i, request) in requests.enumerated() {
+                let last = i == requests.count - 1
+                try store.put(request.record, priority: options.priority, attempts: UInt32(f.attempts),
+                              metadata: last ? [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())] : [])
+            }
             markReported(f.reported)
             f.done = true
             progressed = true
-            state.withLock { $0.stats.splitBatches += 1 }
+            state.withLock { counting(&$0.stats) }
         } catch {
-            // The store is full or failing: the records stay in the ring; tried again later.
             state.withLock { $0.stats.storeFailures += 1 }
             f.due = clock.now + options.backoff.cap / 10
             f.attempts = options.attempts
         }
-        return true
     }
 
     /// Stored requests whose next attempt is due by this time are replayed now.
