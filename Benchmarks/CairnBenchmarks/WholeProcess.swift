@@ -335,8 +335,11 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
     let first = pairedRuns(["first-upload"], runs: runs, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
     record("rss_delta_kb_after_first_upload", "RSS added, idle after the first upload", delta(first, "rss_kb"), "KiB",
            goal: "<= 2048", budget: budgetKB)
-    // Flat out: track() as fast as one thread can, to a local collector.
-    let flat = pairedRuns(["rate", "0", seconds], runs: runs, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
+    // Flat out: track() as fast as one thread can, to a local collector. Five runs, not
+    // three: the figure moves by a few hundred KiB with the part of the ring not yet
+    // framed at the instant it is read (4.6 to 5.0 MiB seen), and the median of five
+    // keeps that off the gate.
+    let flat = pairedRuns(["rate", "0", seconds], runs: 5, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
     record("rss_delta_kb_upload_flat_out", "RSS added, track() flat out, local collector", delta(flat, "rss_kb"),
            "KiB", goal: "<= 2048", budget: budgetKB)
 
