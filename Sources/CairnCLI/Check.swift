@@ -57,15 +57,15 @@ func check() -> Never {
         step("name resolution", "no host in \(route == "direct" ? url : route)")
         exit(1)
     }
-    let addresses: [String]
+    let addresses: [ResolvedAddress]
     switch resolve(host, port: port) {
-    case .success(let found): addresses = found.map(\.text)
+    case .success(let found): addresses = found
     case .failure(let why):
         step("name resolution", "\(host) failed: \(why)")
         exit(1)
     }
-    step("name resolution", "\(host): \(addresses.joined(separator: ", "))")
-    let reached = connectAny(host, port: port)
+    step("name resolution", "\(host): \(addresses.map(\.text).joined(separator: ", "))")
+    let reached = connectAny(addresses, port: port)
     step("connect", reached)
     guard reached.hasPrefix("ok") else { exit(1) }
 
@@ -148,10 +148,9 @@ private struct ResolveError: Error, CustomStringConvertible {
     var description: String { text }
 }
 
-/// Tries each address in turn (3 s each): `ok: <address> port <p>` for the first that
-/// connects, else what each said.
-private func connectAny(_ host: String, port: Int) -> String {
-    guard case .success(let addresses) = resolve(host, port: port) else { return "no address" }
+/// Tries each resolved address in turn (3 s each): `ok: <address> port <p>` for the
+/// first that connects, else what each said.
+private func connectAny(_ addresses: [ResolvedAddress], port: Int) -> String {
     var said: [String] = []
     for var a in addresses {
         let fd = socket(a.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
