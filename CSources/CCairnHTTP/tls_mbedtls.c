@@ -14,10 +14,18 @@
  * with their sizes, and mbedTLS's threading (MBEDTLS_THREADING_C, on in Debian's build)
  * makes the shared random generator safe from several connections at once.
  *
- * Verification is always on: MBEDTLS_SSL_VERIFY_REQUIRED against the system store (or
- * the given CA file), the host name checked against the certificate and sent as SNI,
- * TLS 1.2 at least (mbedTLS 2.28 has no TLS 1.3). mbedTLS 2.28 does not check IP
- * addresses in certificates, so tls.c never gives it an IP-literal host.
+ * Verification is always on, and no application byte is written before it passed: the
+ * peer's chain against the trusted CAs, the host name checked against the certificate
+ * and sent as SNI, TLS 1.2 at least (mbedTLS 2.28 has no TLS 1.3). mbedTLS 2.28 does
+ * not check IP addresses in certificates, so tls.c never gives it an IP-literal host.
+ *
+ * The trusted CAs are found as OpenSSL finds them, by subject, and only those a peer's
+ * chain asks for are kept (see `find_issuers`): the system store's 140 certificates,
+ * parsed whole, were about 0.6 MiB of a process's memory, and mbedTLS 2.28 as Debian
+ * builds it has no CA callback. So the handshake runs with MBEDTLS_SSL_VERIFY_OPTIONAL
+ * (it still checks the name, dates, key usage and every signature of the handshake),
+ * and `verify_peer` then checks the chain against the CAs found so far, looking up the
+ * ones it lacks, before the connection is used.
  *
  * The socket is reached through callbacks of our own, with the client's send
  * (MSG_NOSIGNAL: no SIGPIPE in the host) and recv, non-blocking like the rest of it.
@@ -72,13 +80,15 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__mbedtls, "mbedTLS", "libmbedtls-dev")
     X(mbedtls_ssl_config_defaults)   \
     X(mbedtls_ssl_config_free)       \
     X(mbedtls_ssl_conf_authmode)     \
-    X(mbedtls_ssl_conf_ca_chain)     \
     X(mbedtls_ssl_conf_rng)          \
     X(mbedtls_ssl_conf_min_version)  \
     X(mbedtls_x509_crt_init)         \
     X(mbedtls_x509_crt_free)         \
+    X(mbedtls_x509_crt_parse)        \
+    X(mbedtls_x509_crt_parse_der)    \
     X(mbedtls_x509_crt_parse_file)   \
-    X(mbedtls_x509_crt_parse_path)   \
+    X(mbedtls_x509_crt_verify_with_profile) \
+    X(mbedtls_ssl_get_peer_cert)     \
     X(mbedtls_x509_crt_verify_info)  \
     X(mbedtls_pk_init)               \
     X(mbedtls_pk_free)               \
@@ -107,14 +117,26 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[256];
 static atomic_int loaded;
 
-/* What a client's connections share: the configuration, the trusted CAs (read once,
- * about 0.45 MiB for Debian's 140-certificate system store), and one seeded random
- * generator (locked inside mbedTLS). Freeing the CAs between handshakes was tried and
- * measured: glibc kept their pages (its trim threshold rises with the host's large
- * frees), so it only added a re-read per new connection. */
+/* Where trusted CAs are looked up: the CA file alone when one is given; else the
+ * system store as OpenSSL reads it, the file SSL_CERT_FILE names (else Debian's
+ * bundle) and then each directory of SSL_CERT_DIR (a `:`-separated list; else
+ * /etc/ssl/certs), by OpenSSL's hashed names. Read from the environment once, when
+ * the context is made. */
+typedef struct trust_sources {
+    char file[4096];
+    char dirs[4096]; /* empty with a CA file */
+} trust_sources;
+
+/* What a client's connections share: the configuration, the trusted CAs found so far
+ * (those the collectors' chains asked for; `lock` guards them while a chain is
+ * checked or the list grows), where to find more, and one seeded random generator
+ * (locked inside mbedTLS). */
 typedef struct mbed_context {
     mbedtls_ssl_config config;
+    pthread_mutex_t lock;
     mbedtls_x509_crt trusted;
+    int trusted_count;
+    trust_sources sources;
     mbedtls_x509_crt own; /* the client's certificate chain, if any */
     mbedtls_pk_context key; /* and its key */
     mbedtls_entropy_context entropy;
@@ -124,9 +146,81 @@ typedef struct mbed_context {
 /* One connection's TLS state, and the socket its callbacks use. */
 typedef struct mbed_session {
     mbedtls_ssl_context ssl;
+    mbed_context *context;
+    char host[256];
     int fd;
     int last_errno; /* of the last failed send or recv, for the message */
 } mbed_session;
+
+/* Build options this file relies on: the random generator is shared by connections
+ * (threads), and the peer's chain is kept after the handshake for `verify_peer`. */
+static const char *const required_features[] = {
+    "MBEDTLS_THREADING_C", "MBEDTLS_THREADING_PTHREAD", "MBEDTLS_SSL_KEEP_PEER_CERTIFICATE",
+    "MBEDTLS_SSL_SERVER_NAME_INDICATION",
+};
+
+/* Wrappers of the same type for the layout probe. */
+static void probe_ssl_init(void *p) { f_mbedtls_ssl_init(p); }
+static void probe_ssl_free(void *p) { f_mbedtls_ssl_free(p); }
+static void probe_config_init(void *p) { f_mbedtls_ssl_config_init(p); }
+static void probe_config_free(void *p) { f_mbedtls_ssl_config_free(p); }
+static void probe_crt_init(void *p) { f_mbedtls_x509_crt_init(p); }
+static void probe_crt_free(void *p) { f_mbedtls_x509_crt_free(p); }
+static void probe_pk_init(void *p) { f_mbedtls_pk_init(p); }
+static void probe_pk_free(void *p) { f_mbedtls_pk_free(p); }
+static void probe_drbg_init(void *p) { f_mbedtls_ctr_drbg_init(p); }
+static void probe_drbg_free(void *p) { f_mbedtls_ctr_drbg_free(p); }
+static void probe_entropy_init(void *p) { f_mbedtls_entropy_init(p); }
+static void probe_entropy_free(void *p) { f_mbedtls_entropy_free(p); }
+
+/* Room past a structure for the probe: a library's structure larger than ours by
+ * less than this is seen, not overrun. */
+#define PROBE_SLACK 4096
+
+/* Whether the library's init function for a structure of `size` bytes (ours) stays
+ * within it, and with `whole`, clears all of it: mbedTLS 2.28's init functions for
+ * these structures begin with a memset of the whole structure (the library's size),
+ * so over a buffer filled with a pattern, one past the last byte changed is the
+ * library's size. Two patterns, so that a field set to one of them hides nothing. */
+static int same_size(void (*init)(void *), void (*release)(void *), size_t size, int whole)
+{
+    unsigned char *buffer = malloc(size + PROBE_SLACK);
+    if (!buffer) return 0;
+    size_t end = 0;
+    for (int round = 0; round < 2; round++) {
+        unsigned char pattern = round ? 0x5A : 0xA5;
+        memset(buffer, pattern, size + PROBE_SLACK);
+        init(buffer);
+        size_t changed = 0;
+        for (size_t i = size + PROBE_SLACK; i > 0; i--)
+            if (buffer[i - 1] != pattern) {
+                changed = i;
+                break;
+            }
+        release(buffer);
+        if (changed > end) end = changed;
+    }
+    free(buffer);
+    return whole ? end == size : end <= size;
+}
+
+/* The structures allocated here are allocated with the sizes of the headers built
+ * against; the library's own sizes depend on its version and build options. The
+ * name of the first that differs, or NULL. (The entropy context's init sets fields
+ * without clearing the whole structure: for it, only that nothing past ours is
+ * written.) */
+static const char *layout_differs(void)
+{
+    if (!same_size(probe_ssl_init, probe_ssl_free, sizeof(mbedtls_ssl_context), 1)) return "mbedtls_ssl_context";
+    if (!same_size(probe_config_init, probe_config_free, sizeof(mbedtls_ssl_config), 1)) return "mbedtls_ssl_config";
+    if (!same_size(probe_crt_init, probe_crt_free, sizeof(mbedtls_x509_crt), 1)) return "mbedtls_x509_crt";
+    if (!same_size(probe_pk_init, probe_pk_free, sizeof(mbedtls_pk_context), 1)) return "mbedtls_pk_context";
+    if (!same_size(probe_drbg_init, probe_drbg_free, sizeof(mbedtls_ctr_drbg_context), 1))
+        return "mbedtls_ctr_drbg_context";
+    if (!same_size(probe_entropy_init, probe_entropy_free, sizeof(mbedtls_entropy_context), 0))
+        return "mbedtls_entropy_context";
+    return NULL;
+}
 
 static void load(void)
 {
@@ -148,9 +242,9 @@ static void load(void)
     MBED_FUNCTIONS(RESOLVE)
 #undef RESOLVE
     /* The structures are allocated here with the sizes of the headers built against,
-     * which depend on the library's build options: a library of another minor version,
-     * or one built without threads (the random generator is shared by connections),
-     * is not used. */
+     * which depend on the library's version and build options: a library of another
+     * minor version, one without an option this file relies on, or one whose
+     * structures have other sizes (probed), is not used. */
     unsigned version = f_mbedtls_version_get_number();
     if ((version >> 16) != (MBEDTLS_VERSION_NUMBER >> 16)) {
         snprintf(load_error, sizeof load_error, "%s is version %u.%u, built against %u.%u", LIBMBEDTLS,
@@ -158,9 +252,16 @@ static void load(void)
                  (MBEDTLS_VERSION_NUMBER >> 16) & 0xff);
         return;
     }
-    if (f_mbedtls_version_check_feature("MBEDTLS_THREADING_C") != 0
-        || f_mbedtls_version_check_feature("MBEDTLS_THREADING_PTHREAD") != 0) {
-        snprintf(load_error, sizeof load_error, "%s was built without pthread support", LIBMBEDTLS);
+    for (size_t i = 0; i < sizeof required_features / sizeof *required_features; i++)
+        if (f_mbedtls_version_check_feature(required_features[i]) != 0) {
+            snprintf(load_error, sizeof load_error, "%s was built without %s", LIBMBEDTLS, required_features[i]);
+            return;
+        }
+    const char *differs = layout_differs();
+    if (differs) {
+        snprintf(load_error, sizeof load_error,
+                 "%s was built with another size of %s than its headers here give (other build options)",
+                 LIBMBEDTLS, differs);
         return;
     }
     atomic_store(&loaded, 1);
@@ -187,64 +288,154 @@ static void mbed_message(char *message, size_t cap, const char *what, int code)
     snprintf(message, cap, "%s: %s (-0x%04x)", what, text, (unsigned)-code);
 }
 
-/* Adds the certificates of the *.pem and *.crt files in `directory` (Debian's
- * /etc/ssl/certs also holds the bundle and a hash link per certificate: reading every
- * file, as mbedtls_x509_crt_parse_path does, would parse each certificate three
- * times). Returns how many files gave at least one certificate. */
-static int add_directory(mbedtls_x509_crt *trusted, const char *directory)
+/* Calls `visit(certificate, arg)` for each certificate of the PEM file `path`, parsed
+ * one at a time into a temporary (so a whole bundle is never held), until `visit`
+ * returns nonzero. Blocks that do not parse are skipped, as OpenSSL skips them.
+ * Returns -1 (errno set) when the file cannot be opened, else how many parsed. */
+static int each_certificate(const char *path, int (*visit)(const mbedtls_x509_crt *, void *), void *arg)
 {
-    DIR *dir = opendir(directory);
-    if (!dir) return 0;
-    int added = 0;
-    struct dirent *entry;
-    while ((entry = readdir(dir)) != NULL) {
-        size_t len = strlen(entry->d_name);
-        if (len < 5 || (strcmp(entry->d_name + len - 4, ".pem") != 0
-                        && strcmp(entry->d_name + len - 4, ".crt") != 0))
-            continue;
-        char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s", directory, entry->d_name) >= (int)sizeof path) continue;
-        if (f_mbedtls_x509_crt_parse_file(trusted, path) >= 0) added++;
+    FILE *file = fopen(path, "re");
+    if (!file) return -1;
+    enum { BLOCK_CAP = 64 * 1024 };
+    static const char begin[] = "-----BEGIN CERTIFICATE-----", end[] = "-----END CERTIFICATE-----";
+    char *block = malloc(BLOCK_CAP);
+    if (!block) {
+        fclose(file);
+        errno = ENOMEM;
+        return -1;
     }
-    closedir(dir);
-    return added;
+    char line[1024];
+    size_t len = 0;
+    int inside = 0, parsed = 0, stop = 0;
+    while (!stop && fgets(line, sizeof line, file)) {
+        size_t n = strlen(line);
+        if (!inside) {
+            if (strncmp(line, begin, sizeof begin - 1) != 0) continue;
+            inside = 1;
+            len = 0;
+        }
+        if (len + n + 1 > BLOCK_CAP) { /* not a certificate of any sane size: skip it */
+            inside = 0;
+            continue;
+        }
+        memcpy(block + len, line, n);
+        len += n;
+        if (strncmp(line, end, sizeof end - 1) != 0) continue;
+        inside = 0;
+        block[len] = '\0';
+        mbedtls_x509_crt one;
+        f_mbedtls_x509_crt_init(&one);
+        if (f_mbedtls_x509_crt_parse(&one, (const unsigned char *)block, len + 1) == 0) {
+            parsed++;
+            stop = visit(&one, arg);
+        }
+        f_mbedtls_x509_crt_free(&one);
+    }
+    free(block);
+    fclose(file);
+    return parsed;
 }
 
-/* Loads the trusted CAs. With `ca_file`, that file alone, and a file that gives no
- * certificate is an error naming it. Without, the system store as OpenSSL reads it:
- * the file SSL_CERT_FILE names (else Debian's bundle) and each directory of
- * SSL_CERT_DIR (a `:`-separated list), whichever of them can be read; Debian's
- * directory when neither gave a certificate. A positive result of a parse counts
- * certificates that did not parse: the others are kept, as OpenSSL keeps the good
- * ones of a bundle. 0, or -1 with `message`. */
-static int load_trusted(mbed_context *c, const char *ca_file, char *message, size_t cap)
+/* Whether `name` is one OpenSSL gives a certificate in a hashed directory: eight
+ * lowercase hex digits (the subject's hash), a dot, a decimal sequence number. */
+static int hashed_name(const char *name)
+{
+    for (int i = 0; i < 8; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
+    if (name[8] != '.' || name[9] == '\0') return 0;
+    for (const char *p = name + 9; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+/* A lookup of trusted CAs by subject. */
+typedef struct issuer_search {
+    mbed_context *context;
+    const mbedtls_x509_buf *names[16]; /* the subjects wanted (DER) */
+    int count;
+    int added;
+} issuer_search;
+
+static int same_buffer(const mbedtls_x509_buf *a, const mbedtls_x509_buf *b)
+{
+    return a->len == b->len && memcmp(a->p, b->p, a->len) == 0;
+}
+
+/* Keeps `certificate` when its subject is wanted and it is not kept already. */
+static int keep_if_wanted(const mbedtls_x509_crt *certificate, void *arg)
+{
+    issuer_search *search = arg;
+    int wanted = 0;
+    for (int i = 0; i < search->count && !wanted; i++) wanted = same_buffer(&certificate->subject_raw, search->names[i]);
+    if (!wanted) return 0;
+    mbed_context *c = search->context;
+    if (c->trusted.version != 0)
+        for (const mbedtls_x509_crt *kept = &c->trusted; kept; kept = kept->next)
+            if (same_buffer(&kept->raw, &certificate->raw)) return 0;
+    if (f_mbedtls_x509_crt_parse_der(&c->trusted, certificate->raw.p, certificate->raw.len) == 0) {
+        c->trusted_count++;
+        search->added++;
+    }
+    return 0;
+}
+
+/* Adds to the context's trusted CAs every certificate of its sources whose subject
+ * is one of `search`'s names; how many were added. Sets `*readable` when at least one
+ * source could be read. Called with the context's lock held. */
+static int find_issuers(issuer_search *search, int *readable)
+{
+    mbed_context *c = search->context;
+    if (each_certificate(c->sources.file, keep_if_wanted, search) >= 0) *readable = 1;
+    char dirs[sizeof c->sources.dirs];
+    memcpy(dirs, c->sources.dirs, sizeof dirs);
+    char *rest = dirs;
+    for (char *dir = strsep(&rest, ":"); dir; dir = strsep(&rest, ":")) {
+        DIR *listing = *dir ? opendir(dir) : NULL;
+        if (!listing) continue;
+        struct dirent *entry;
+        while ((entry = readdir(listing)) != NULL) {
+            if (!hashed_name(entry->d_name)) continue;
+            char path[8192];
+            if (snprintf(path, sizeof path, "%s/%s", dir, entry->d_name) >= (int)sizeof path) continue;
+            if (each_certificate(path, keep_if_wanted, search) >= 0) *readable = 1;
+        }
+        closedir(listing);
+    }
+    return search->added;
+}
+
+/* Where to look for trusted CAs (see trust_sources), from `ca_file` or the
+ * environment. */
+static void read_sources(trust_sources *sources, const char *ca_file)
 {
     if (ca_file) {
-        int rc = f_mbedtls_x509_crt_parse_file(&c->trusted, ca_file);
-        if (rc >= 0 && c->trusted.version != 0) return 0;
-        char what[512];
-        snprintf(what, sizeof what, "loading the CA file %s", ca_file);
-        if (rc < 0)
-            mbed_message(message, cap, what, rc);
-        else
-            snprintf(message, cap, "%s: no certificate could be read", what);
-        return -1;
+        snprintf(sources->file, sizeof sources->file, "%s", ca_file);
+        sources->dirs[0] = '\0';
+        return;
     }
     const char *env_file = getenv("SSL_CERT_FILE");
     const char *env_dirs = getenv("SSL_CERT_DIR");
-    const char *file = env_file && *env_file ? env_file : SYSTEM_BUNDLE;
-    (void)f_mbedtls_x509_crt_parse_file(&c->trusted, file);
-    if (env_dirs && *env_dirs) {
-        char dirs[4096];
-        snprintf(dirs, sizeof dirs, "%s", env_dirs);
-        char *rest = dirs;
-        for (char *dir = strsep(&rest, ":"); dir; dir = strsep(&rest, ":"))
-            if (*dir) add_directory(&c->trusted, dir);
-    }
-    if (c->trusted.version == 0) add_directory(&c->trusted, SYSTEM_DIRECTORY);
-    if (c->trusted.version != 0) return 0;
-    snprintf(message, cap, "loading the system trust store: no certificate could be read from %s%s%s or %s",
-             file, env_dirs && *env_dirs ? ", " : "", env_dirs && *env_dirs ? env_dirs : "", SYSTEM_DIRECTORY);
+    snprintf(sources->file, sizeof sources->file, "%s", env_file && *env_file ? env_file : SYSTEM_BUNDLE);
+    snprintf(sources->dirs, sizeof sources->dirs, "%s", env_dirs && *env_dirs ? env_dirs : SYSTEM_DIRECTORY);
+}
+
+static int stop_at_first(const mbedtls_x509_crt *certificate, void *arg)
+{
+    (void)certificate;
+    (void)arg;
+    return 1;
+}
+
+/* A CA file that is given must hold a certificate: else an error naming it. 0, or
+ * -1 with `message`. */
+static int check_ca_file(const char *ca_file, char *message, size_t cap)
+{
+    int found = each_certificate(ca_file, stop_at_first, NULL);
+    if (found > 0) return 0;
+    if (found < 0)
+        snprintf(message, cap, "loading the CA file %s: %s", ca_file, CAIRN_HTTP_ERRNO_TEXT(errno));
+    else
+        snprintf(message, cap, "loading the CA file %s: no certificate could be read", ca_file);
     return -1;
 }
 
@@ -258,6 +449,7 @@ static void *mbed_context_new(const cairn_http__tls_files *files, char *message,
         return NULL;
     }
     f_mbedtls_ssl_config_init(&c->config);
+    pthread_mutex_init(&c->lock, NULL);
     f_mbedtls_x509_crt_init(&c->trusted);
     f_mbedtls_x509_crt_init(&c->own);
     f_mbedtls_pk_init(&c->key);
@@ -276,9 +468,11 @@ static void *mbed_context_new(const cairn_http__tls_files *files, char *message,
         mbed_message(message, cap, "TLS configuration", rc);
         goto fail;
     }
-    if (load_trusted(c, ca_file, message, cap) != 0) goto fail;
-    f_mbedtls_ssl_conf_authmode(&c->config, MBEDTLS_SSL_VERIFY_REQUIRED);
-    f_mbedtls_ssl_conf_ca_chain(&c->config, &c->trusted, NULL);
+    if (ca_file && check_ca_file(ca_file, message, cap) != 0) goto fail;
+    read_sources(&c->sources, ca_file);
+    /* The chain's trust is checked by verify_peer, after the handshake and before any
+     * use; the handshake checks all the rest (module comment). */
+    f_mbedtls_ssl_conf_authmode(&c->config, MBEDTLS_SSL_VERIFY_OPTIONAL);
     f_mbedtls_ssl_conf_rng(&c->config, f_mbedtls_ctr_drbg_random, &c->random);
     f_mbedtls_ssl_conf_min_version(&c->config, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
     if (files->cert_file) {
@@ -310,6 +504,7 @@ static void mbed_context_free(void *context)
     mbed_context *c = context;
     if (!c) return;
     f_mbedtls_ssl_config_free(&c->config);
+    pthread_mutex_destroy(&c->lock);
     f_mbedtls_x509_crt_free(&c->trusted);
     f_mbedtls_x509_crt_free(&c->own);
     f_mbedtls_pk_free(&c->key);
@@ -356,6 +551,8 @@ static void *mbed_session_new(void *context, int fd, const char *host, int host_
         return NULL;
     }
     s->fd = fd;
+    s->context = c;
+    snprintf(s->host, sizeof s->host, "%s", host);
     f_mbedtls_ssl_init(&s->ssl);
     int rc = f_mbedtls_ssl_setup(&s->ssl, &c->config);
     /* The name is both sent (SNI) and checked against the certificate. */
@@ -377,11 +574,10 @@ static void mbed_session_free(void *session)
     free(s);
 }
 
-/* The certificate check's failure in OpenSSL's words first (what the transport's
- * callers and logs already know), then mbedTLS's own lines. */
-static void verify_message(mbed_session *s, char *message, size_t cap, const char *what)
+/* The certificate check's failure `flags` in OpenSSL's words first (what the
+ * transport's callers and logs already know), then mbedTLS's own lines. */
+static void verify_message(uint32_t flags, char *message, size_t cap, const char *what)
 {
-    uint32_t flags = f_mbedtls_ssl_get_verify_result(&s->ssl);
     const char *summary = (flags & MBEDTLS_X509_BADCERT_EXPIRED)      ? "certificate has expired"
                           : (flags & MBEDTLS_X509_BADCERT_FUTURE)     ? "certificate is not yet valid"
                           : (flags & MBEDTLS_X509_BADCERT_CN_MISMATCH) ? "hostname mismatch"
@@ -395,6 +591,67 @@ static void verify_message(mbed_session *s, char *message, size_t cap, const cha
     snprintf(message, cap, "%s: certificate verify failed: %s (%s)", what, summary, detail);
 }
 
+/* The subjects a chain's trust may rest on: the issuer of each certificate of the
+ * peer's chain, and of each CA found so far that another CA issued (an intermediate
+ * in the store). */
+static void wanted_issuers(issuer_search *search, const mbedtls_x509_crt *peer)
+{
+    search->count = 0;
+    for (const mbedtls_x509_crt *crt = peer; crt && search->count < 16; crt = crt->next)
+        search->names[search->count++] = &crt->issuer_raw;
+    mbed_context *c = search->context;
+    if (c->trusted.version == 0) return;
+    for (const mbedtls_x509_crt *crt = &c->trusted; crt && search->count < 16; crt = crt->next)
+        if (!same_buffer(&crt->issuer_raw, &crt->subject_raw)) search->names[search->count++] = &crt->issuer_raw;
+}
+
+/* After a completed handshake: the handshake's own result (name, dates, key usage),
+ * then the peer's chain against the trusted CAs, looking up by subject those it
+ * lacks (a few rounds, for intermediates kept in the store). 0, or CAIRN_TLS_FAILED
+ * with `message`. */
+static int verify_peer(mbed_session *s, char *message, size_t cap)
+{
+    const char *what = "TLS handshake";
+    uint32_t flags = f_mbedtls_ssl_get_verify_result(&s->ssl);
+    if (flags & ~(uint32_t)MBEDTLS_X509_BADCERT_NOT_TRUSTED) {
+        verify_message(flags, message, cap, what);
+        return CAIRN_TLS_FAILED;
+    }
+    const mbedtls_x509_crt *peer = f_mbedtls_ssl_get_peer_cert(&s->ssl);
+    if (!peer) {
+        snprintf(message, cap, "%s: the server sent no certificate", what);
+        return CAIRN_TLS_FAILED;
+    }
+    mbed_context *c = s->context;
+    issuer_search search = {.context = c};
+    int readable = 0, looked = 0;
+    pthread_mutex_lock(&c->lock);
+    int rc;
+    for (int round = 0;; round++) {
+        flags = 0;
+        rc = f_mbedtls_x509_crt_verify_with_profile((mbedtls_x509_crt *)peer, c->trusted.version ? &c->trusted : NULL,
+                                                    NULL, c->config.cert_profile, s->host, &flags, NULL, NULL);
+        if (rc == 0 || flags != MBEDTLS_X509_BADCERT_NOT_TRUSTED || round == 4) break;
+        wanted_issuers(&search, peer);
+        search.added = 0;
+        looked = 1;
+        if (find_issuers(&search, &readable) == 0) break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0) return 0;
+    if (looked && !readable && c->trusted.version == 0) {
+        snprintf(message, cap, "%s: certificate verify failed: no trusted certificate could be read from %s%s%s",
+                 what, c->sources.file, c->sources.dirs[0] ? " or " : "", c->sources.dirs);
+        return CAIRN_TLS_FAILED;
+    }
+    if (flags == 0) {
+        mbed_message(message, cap, what, rc);
+        return CAIRN_TLS_FAILED;
+    }
+    verify_message(flags, message, cap, what);
+    return CAIRN_TLS_FAILED;
+}
+
 /* The CAIRN_TLS_* step for mbedTLS result `rc` (< 0), or FAILED with a message. */
 static int next_step(mbed_session *s, int rc, const char *what, char *message, size_t cap)
 {
@@ -404,7 +661,7 @@ static int next_step(mbed_session *s, int rc, const char *what, char *message, s
     case MBEDTLS_ERR_SSL_WANT_WRITE:
         return CAIRN_TLS_WANT_WRITE;
     case MBEDTLS_ERR_X509_CERT_VERIFY_FAILED:
-        verify_message(s, message, cap, what);
+        verify_message(f_mbedtls_ssl_get_verify_result(&s->ssl), message, cap, what);
         return CAIRN_TLS_FAILED;
     case MBEDTLS_ERR_NET_SEND_FAILED:
     case MBEDTLS_ERR_NET_RECV_FAILED:
@@ -421,7 +678,7 @@ static int mbed_handshake(void *session, char *message, size_t cap)
 {
     mbed_session *s = session;
     int rc = f_mbedtls_ssl_handshake(&s->ssl);
-    if (rc == 0) return 0;
+    if (rc == 0) return verify_peer(s, message, cap);
     if (rc == MBEDTLS_ERR_SSL_CONN_EOF) {
         snprintf(message, cap, "TLS handshake: the server closed the connection");
         return CAIRN_TLS_FAILED;

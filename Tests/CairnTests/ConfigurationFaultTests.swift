@@ -214,21 +214,7 @@ import Testing
     @Test(arguments: ["mbedtls", "openssl"])
     func aClientCertificateCollectorThroughThePublicAPI(library: String) throws {
         let dir = try TemporaryDirectory("cairn-mtls")
-        func openssl(_ args: [String]) throws {
-            let r = try runToEnd("/usr/bin/env", ["openssl"] + args, directory: dir.path)
-            try #require(r.status == 0, "openssl \(args.first ?? ""): \(r.err)")
-        }
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        try openssl(["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=Test CA"])
-        for (name, san) in [("server", "DNS:localhost"), ("client", "DNS:orders.internal")] {
-            try Data("subjectAltName=\(san)\n".utf8).write(to: URL(fileURLWithPath: dir.appending("\(name).ext")))
-            try openssl(["req"] + ec + ["-keyout", "\(name).key", "-out", "\(name).csr", "-subj", "/CN=\(name)"])
-            try openssl(["x509", "-req", "-in", "\(name).csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                         "-out", "\(name).crt", "-days", "2", "-extfile", "\(name).ext"])
-        }
-        let server = try Data(contentsOf: URL(fileURLWithPath: dir.appending("server.crt")))
-            + Data(contentsOf: URL(fileURLWithPath: dir.appending("server.key")))
-        try server.write(to: URL(fileURLWithPath: dir.appending("server.pem")))
+        try Self.makeCertificates(in: dir, [("server", "DNS:localhost"), ("client", "DNS:orders.internal")])
         let collector = try CollectorProcess(tlsCertificate: dir.appending("server.pem"), clientCA: dir.appending("ca.pem"))
         defer { collector.stop() }
         let env = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.appending("data"), "CAIRN_API_KEY": "k",
@@ -248,6 +234,85 @@ import Testing
         #expect(Self.notices(ok.err).count == 1 && Self.notices(ok.err).first?.contains("recovered") == true, "\(ok.err)")
         let shown = try Self.status(dir.appending("data"))
         #expect(shown.out.contains("stored requests: 0 (0 bytes)"), "every event delivered: \(shown.out)")
+    }
+
+    /// `openssl` in `dir`, which must succeed.
+    static func openssl(_ args: [String], in dir: TemporaryDirectory) throws {
+        let r = try runToEnd("/usr/bin/env", ["openssl"] + args, directory: dir.path)
+        try #require(r.status == 0, "openssl \(args.first ?? ""): \(r.err)")
+    }
+
+    /// A test CA (`ca.pem`) in `dir`, and for each (name, subjectAltName) a certificate
+    /// it signed (`name.crt`, `name.key`); the first one's certificate and key also
+    /// together in `name.pem`, for the collector.
+    static func makeCertificates(in dir: TemporaryDirectory, _ names: [(String, String)]) throws {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        try openssl(["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=Test CA"],
+                    in: dir)
+        for (name, san) in names {
+            try Data("subjectAltName=\(san)\n".utf8).write(to: URL(fileURLWithPath: dir.appending("\(name).ext")))
+            try openssl(["req"] + ec + ["-keyout", "\(name).key", "-out", "\(name).csr", "-subj", "/CN=\(name)"], in: dir)
+            try openssl(["x509", "-req", "-in", "\(name).csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                         "-out", "\(name).crt", "-days", "2", "-extfile", "\(name).ext"], in: dir)
+        }
+        if let first = names.first?.0 {
+            let pem = try Data(contentsOf: URL(fileURLWithPath: dir.appending("\(first).crt")))
+                + Data(contentsOf: URL(fileURLWithPath: dir.appending("\(first).key")))
+            try pem.write(to: URL(fileURLWithPath: dir.appending("\(first).pem")))
+        }
+    }
+
+    /// The same custom CA is trusted the same way by both TLS libraries, through the
+    /// public API, whether the collector is named by host (mbedTLS by default) or by
+    /// address (OpenSSL): in a file SSL_CERT_FILE names, or in a directory of
+    /// SSL_CERT_DIR under OpenSSL's hashed name (`openssl rehash`); a directory where
+    /// it has no hashed name trusts it with neither, and that refusal is said once and
+    /// loses nothing.
+    @Test func aCustomCAIsTrustedAlikeByBothLibraries() throws {
+        let dir = try TemporaryDirectory("cairn-ca")
+        try Self.makeCertificates(in: dir, [("server", "DNS:localhost,IP:127.0.0.1")])
+        let hashed = dir.appending("hashed"), plain = dir.appending("plain")
+        for store in [hashed, plain] {
+            try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: dir.appending("ca.pem"), toPath: store + "/test-ca.pem")
+        }
+        try Self.openssl(["rehash", hashed], in: dir)
+        let collector = try CollectorProcess(tlsCertificate: dir.appending("server.pem"))
+        defer { collector.stop() }
+        let missing = dir.appending("absent")
+        let ways: [(String, String)] = [("mbedtls", "localhost"), ("openssl", "localhost"), ("auto", "127.0.0.1")]
+        let trusts: [[String: String]] = [["SSL_CERT_FILE": missing, "SSL_CERT_DIR": missing + ":" + hashed],
+                                          ["SSL_CERT_FILE": dir.appending("ca.pem")]]
+        for (index, (library, host)) in ways.enumerated() {
+            let data = dir.appending("data-\(index)")
+            let base = ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": data, "CAIRN_API_KEY": "k",
+                        "CAIRN_UPLOAD_URL": "https://\(host):\(collector.port)/v1/batch", "CAIRN_TLS_LIBRARY": library]
+            let refused = try Child.child(["run", "3"], env: base.merging(["SSL_CERT_FILE": missing,
+                                                                           "SSL_CERT_DIR": plain]) { $1 })
+            let said = Self.notices(refused.err)
+            #expect(refused.status == 0 && said.count == 1 && said.first?.contains("certificate verify failed") == true,
+                    "\(library) \(host): \(refused.err)")
+            let kept = try Self.status(data).out
+            #expect(kept.contains { $0.hasPrefix("stored requests: ") } && !kept.contains("stored requests: 0 (0 bytes)"),
+                    "\(library): kept \(kept)")
+            for (round, trust) in trusts.enumerated() {
+                let ok = try Child.child(["run", "3"], env: base.merging(trust) { $1 })
+                let lines = Self.notices(ok.err)
+                #expect(ok.status == 0 && lines.count == (round == 0 ? 1 : 0), "\(library) \(host) \(trust): \(ok.err)")
+                #expect(round > 0 || lines.first?.contains("recovered") == true, "\(lines)")
+                #expect(try Self.status(data).out.contains("stored requests: 0 (0 bytes)"), "\(library) \(trust)")
+            }
+        }
+        // Each run's three events, once each (the collector's control answers over TLS
+        // here: asked with Python's client, trusting the test CA).
+        let script = "import ssl, sys, urllib.request; context = ssl.create_default_context(cafile=sys.argv[2]); "
+            + "print(urllib.request.urlopen(sys.argv[1], context=context).read().decode())"
+        let asked = try runToEnd("/usr/bin/env", ["python3", "-c", script,
+                                                  "https://localhost:\(collector.port)/_control/events", dir.appending("ca.pem")])
+        let records = (try? JSONSerialization.jsonObject(with: Data(asked.out.utf8))) as? [[String: Any]] ?? []
+        let events = records.compactMap { ($0["record"] as? String).flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any] }
+        let indexes = LifecycleTests.childIndexes(events)
+        #expect(indexes.count == ways.count * 3 * 3 && Set(indexes) == [0, 1, 2], "\(indexes)")
     }
 
     /// An upload URL without an API key is said at start, once.

@@ -42,6 +42,34 @@ private final class Certificates {
         return pem.path
     }
 
+    /// An intermediate CA the CA signed (`intermediate.pem`), and a server certificate
+    /// for `subjectAltName` it signed: the PEM file with the leaf alone and its key, and
+    /// the one with the leaf, the intermediate and the key (as servers send chains).
+    func chained(subjectAltName: String) throws -> (leafOnly: String, withIntermediate: String) {
+        try Data("basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n".utf8)
+            .write(to: directory.appendingPathComponent("intermediate.ext"))
+        try openssl(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                     "-keyout", "intermediate.key", "-out", "intermediate.csr", "-subj", "/CN=Cairn Test Intermediate"])
+        try openssl(["x509", "-req", "-in", "intermediate.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                     "-out", "intermediate.pem", "-days", "2", "-extfile", "intermediate.ext"])
+        try Data("subjectAltName=\(subjectAltName)\n".utf8).write(to: directory.appendingPathComponent("leaf.ext"))
+        try openssl(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                     "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=leaf"])
+        try openssl(["x509", "-req", "-in", "leaf.csr", "-CA", "intermediate.pem", "-CAkey", "intermediate.key",
+                     "-CAcreateserial", "-out", "leaf.crt", "-days", "2", "-extfile", "leaf.ext"])
+        func file(_ name: String) throws -> Data { try Data(contentsOf: directory.appendingPathComponent(name)) }
+        let leafOnly = directory.appendingPathComponent("leaf-only.pem")
+        let withIntermediate = directory.appendingPathComponent("leaf-chain.pem")
+        try (file("leaf.crt") + file("leaf.key")).write(to: leafOnly)
+        try (file("leaf.crt") + file("intermediate.pem") + file("leaf.key")).write(to: withIntermediate)
+        return (leafOnly.path, withIntermediate.path)
+    }
+
+    /// `directory`'s certificates under OpenSSL's hashed names (`openssl rehash`).
+    func rehash(_ directory: URL) throws {
+        try openssl(["rehash", directory.path])
+    }
+
     private func openssl(_ arguments: [String]) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
@@ -230,10 +258,12 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         #expect(refused?.message.contains("garbage.pem") == true, "\(refused?.message ?? "")")
     }
 
-    /// The system store as OpenSSL reads it, with mbedTLS too: a file SSL_CERT_FILE names
-    /// that cannot be read is skipped, and each directory of SSL_CERT_DIR (a `:` list,
-    /// one of them missing here) is read. In a child, whose environment is its own.
-    @Test func mbedTLSReadsTheSystemStoreVariablesAsOpenSSLDoes() throws {
+    /// The system store as OpenSSL reads it, with either library: a file SSL_CERT_FILE
+    /// names that cannot be read is skipped, and each directory of SSL_CERT_DIR (a `:`
+    /// list, one of them missing here) is searched by OpenSSL's hashed names; a
+    /// certificate there without one is not found by either. In a child, whose
+    /// environment is its own.
+    @Test(arguments: ["mbedtls", "openssl"]) func theSystemStoreVariablesAreReadAlike(library: String) throws {
         let certificates = try Certificates()
         let pem = try certificates.server("server", subjectAltName: "DNS:localhost")
         let collector = try CollectorProcess(tlsCertificate: pem)
@@ -243,14 +273,45 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         try FileManager.default.copyItem(atPath: certificates.caFile, toPath: store.appendingPathComponent("test-ca.pem").path)
         let url = "https://localhost:\(collector.port)/v1/batch"
         let missing = certificates.directory.appendingPathComponent("absent").path
-        let trusted = try runChild("cairn-http-child", [url], environment: [
-            "SSL_CERT_FILE": missing + ".pem", "SSL_CERT_DIR": missing + ":" + store.path,
-        ])
+        let environment = ["SSL_CERT_FILE": missing + ".pem", "SSL_CERT_DIR": missing + ":" + store.path,
+                           "CAIRN_TLS_LIBRARY": library]
+        let unhashed = try runChild("cairn-http-child", [url], environment: environment)
+        #expect(unhashed.contains("FAILURE tls") && unhashed.contains("certificate verify failed"), "\(unhashed)")
+        try certificates.rehash(store)
+        let trusted = try runChild("cairn-http-child", [url], environment: environment)
         #expect(trusted.contains("STATUS 200"), "\(trusted)")
-        #expect(trusted.contains("LIBMBEDTLS yes"), "\(trusted)")
+        #expect(trusted.contains(library == "mbedtls" ? "LIBMBEDTLS yes" : "LIBSSL yes"), "\(trusted)")
         // Without the directory, the test CA is trusted nowhere.
-        let refused = try runChild("cairn-http-child", [url], environment: ["SSL_CERT_DIR": missing])
+        let refused = try runChild("cairn-http-child", [url], environment: ["SSL_CERT_DIR": missing,
+                                                                            "CAIRN_TLS_LIBRARY": library])
         #expect(refused.contains("FAILURE tls") && refused.contains("certificate verify failed"), "\(refused)")
+    }
+
+    /// A chain through an intermediate CA, with either library: sent by the server with
+    /// the root alone trusted (as most public collectors are), or with the leaf alone
+    /// when the trusted file holds the intermediate and the root; refused when the
+    /// server sends the leaf alone and only the root is trusted (neither library
+    /// fetches a missing intermediate).
+    @Test(arguments: libraries) func aChainThroughAnIntermediate(_ library: HTTPTransport.TLSLibrary) throws {
+        let certificates = try Certificates()
+        let chain = try certificates.chained(subjectAltName: "DNS:localhost")
+        let both = certificates.directory.appendingPathComponent("intermediate-and-root.pem")
+        try (Data(contentsOf: URL(fileURLWithPath: certificates.directory.appendingPathComponent("intermediate.pem").path))
+            + Data(contentsOf: URL(fileURLWithPath: certificates.caFile))).write(to: both)
+        for (served, trusted, accepted) in [(chain.withIntermediate, certificates.caFile, true),
+                                            (chain.leafOnly, both.path, true),
+                                            (chain.leafOnly, certificates.caFile, false)] {
+            let collector = try CollectorProcess(tlsCertificate: served)
+            defer { collector.stop() }
+            let result = HTTPTransport(caFile: trusted, tlsLibrary: library)
+                .send(request("https://localhost:\(collector.port)"), attempt: 0, timeout: generous)
+            if accepted {
+                #expect(status(result) == 200, "\(library) \(served) \(trusted): \(String(describing: failure(result)))")
+            } else {
+                #expect(failure(result)?.kind == .tls && failure(result)?.message.contains("certificate verify failed") == true,
+                        "\(library): \(String(describing: failure(result)))")
+            }
+        }
     }
 
     /// In a process of its own: by default a host name loads mbedTLS and not libssl, an

@@ -1,6 +1,7 @@
 // cairn-http-child: one request with HTTPTransport, then what the process has mapped.
 //
 // Usage: cairn-http-child <url> [ca file]
+// CAIRN_TLS_LIBRARY=openssl|mbedtls picks the TLS library (else the default, automatic).
 // Prints, one per line:
 //   "STATUS <n>" or "FAILURE <kind> <message>"
 //   "LIBSSL yes|no"    whether a libssl is mapped (/proc/self/maps)
@@ -15,7 +16,13 @@ guard args.count == 2 || args.count == 3 else {
     FileHandle.standardError.write(Data("usage: cairn-http-child <url> [ca file]\n".utf8))
     exit(2)
 }
-let transport = HTTPTransport(caFile: args.count == 3 ? args[2] : nil)
+let library: HTTPTransport.TLSLibrary
+switch ProcessInfo.processInfo.environment["CAIRN_TLS_LIBRARY"] {
+case "openssl": library = .openSSL
+case "mbedtls": library = .mbedTLS
+default: library = .automatic
+}
+let transport = HTTPTransport(caFile: args.count == 3 ? args[2] : nil, tlsLibrary: library)
 let request = UploadRequest(url: args[1], headers: [HTTPHeader("Content-Type", "application/json")],
                             body: Array(#"{"event":"probe"}"#.utf8), idempotencyKey: "probe")
 switch transport.send(request, attempt: 0, timeout: .seconds(60)) {
