@@ -14,7 +14,13 @@
  *
  * Verification is always on: SSL_VERIFY_PEER against the system store (or the given
  * CA file), the host name (or IP literal) checked against the certificate, TLS 1.2
- * at least.
+ * at least. The store is read as SSL_CTX_set_default_verify_paths reads it (the file
+ * SSL_CERT_FILE names, else OpenSSL's default bundle; then the directories of
+ * SSL_CERT_DIR, else the default one, by hashed name), except that the file is not
+ * parsed whole at the first handshake: a lookup of our own (`lookup_by_subject`)
+ * reads it for the certificates whose subject a chain asks for, as OpenSSL's
+ * directory lookup does, and keeps those only. The system bundle's 140 certificates,
+ * parsed, were about 0.8 MiB of the process's memory.
  */
 #include "http_internal.h"
 
@@ -30,9 +36,11 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__openssl, "OpenSSL", "libssl-dev");
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/bio.h>
+#include <openssl/pem.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
@@ -50,8 +58,23 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__openssl, "OpenSSL", "libssl-dev");
     X(SSL_CTX_set_verify)                 \
     X(SSL_CTX_set_options)                \
     X(SSL_CTX_ctrl)                       \
-    X(SSL_CTX_set_default_verify_paths)   \
-    X(SSL_CTX_load_verify_locations)      \
+    X(SSL_CTX_get_cert_store)             \
+    X(X509_STORE_add_lookup)              \
+    X(X509_STORE_add_cert)                \
+    X(X509_LOOKUP_hash_dir)               \
+    X(X509_LOOKUP_ctrl)                   \
+    X(X509_LOOKUP_meth_new)               \
+    X(X509_LOOKUP_meth_set_get_by_subject) \
+    X(X509_LOOKUP_meth_set_free)          \
+    X(X509_LOOKUP_set_method_data)        \
+    X(X509_LOOKUP_get_method_data)        \
+    X(X509_LOOKUP_get_store)              \
+    X(X509_OBJECT_set1_X509)              \
+    X(X509_get_default_cert_file)         \
+    X(X509_get_subject_name)              \
+    X(X509_NAME_cmp)                      \
+    X(X509_free)                          \
+    X(PEM_read_X509)                      \
     X(SSL_CTX_use_certificate_chain_file) \
     X(SSL_CTX_use_PrivateKey_file)        \
     X(SSL_CTX_check_private_key)          \
@@ -91,6 +114,9 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[256];
 static atomic_int loaded;
 static BIO_METHOD *socket_method;
+static X509_LOOKUP_METHOD *subject_method;
+
+static void openssl_message(char *message, size_t cap, const char *what);
 
 static int ossl_loaded(void)
 {
@@ -129,6 +155,110 @@ static long bio_ctrl(BIO *bio, int command, long number, void *pointer)
     return command == BIO_CTRL_FLUSH ? 1 : 0;
 }
 
+/* A trust file read by subject: the certificates found in it so far (each also added
+ * to the store, which asks the lookups only for subjects it does not hold), kept
+ * until the lookup is freed with its store. */
+typedef struct by_subject {
+    pthread_mutex_t lock;
+    char file[4096];
+    X509 *found[64];
+    int count;
+} by_subject;
+
+/* The lookup's get_by_subject: adds to the store every certificate of the file whose
+ * subject is `name`, and gives the first in `ret` (borrowed, as OpenSSL's own
+ * lookups give theirs: `found` holds the reference). */
+static int lookup_by_subject(X509_LOOKUP *lookup, X509_LOOKUP_TYPE type, const X509_NAME *name, X509_OBJECT *ret)
+{
+    by_subject *b = f_X509_LOOKUP_get_method_data(lookup);
+    X509_STORE *store = f_X509_LOOKUP_get_store(lookup);
+    if (type != X509_LU_X509 || !b || !store) return 0;
+    FILE *file = fopen(b->file, "re");
+    if (!file) return 0;
+    int given = 0;
+    pthread_mutex_lock(&b->lock);
+    X509 *certificate;
+    while ((certificate = f_PEM_read_X509(file, NULL, NULL, NULL)) != NULL) {
+        if (b->count == (int)(sizeof b->found / sizeof *b->found)
+            || f_X509_NAME_cmp(f_X509_get_subject_name(certificate), name) != 0) {
+            f_X509_free(certificate);
+            continue;
+        }
+        b->found[b->count++] = certificate;
+        (void)f_X509_STORE_add_cert(store, certificate);
+        if (!given && f_X509_OBJECT_set1_X509(ret, certificate) == 1) {
+            f_X509_free(certificate); /* the reference set1 took: `found` keeps one */
+            given = 1;
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    fclose(file);
+    f_ERR_clear_error(); /* the end of the file reads as "no start line" */
+    return given;
+}
+
+static void lookup_free(X509_LOOKUP *lookup)
+{
+    by_subject *b = f_X509_LOOKUP_get_method_data(lookup);
+    if (!b) return;
+    for (int i = 0; i < b->count; i++) f_X509_free(b->found[i]);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+static X509_LOOKUP_METHOD *make_subject_method(void)
+{
+    X509_LOOKUP_METHOD *method = f_X509_LOOKUP_meth_new("cairn: a PEM file read by subject");
+    if (!method || f_X509_LOOKUP_meth_set_get_by_subject(method, lookup_by_subject) != 1
+        || f_X509_LOOKUP_meth_set_free(method, lookup_free) != 1)
+        return NULL;
+    return method;
+}
+
+/* Adds to `context`'s store the lookup of `file` by subject, then with `dirs` the
+ * directory lookup of the SSL_CERT_DIR directories (else the default one), as
+ * SSL_CTX_set_default_verify_paths adds them. 0, or -1 with `message`. */
+static int add_trust(SSL_CTX *context, const char *file, int dirs, char *message, size_t cap)
+{
+    X509_STORE *store = f_SSL_CTX_get_cert_store(context);
+    X509_LOOKUP *lookup = store ? f_X509_STORE_add_lookup(store, subject_method) : NULL;
+    by_subject *b = lookup ? calloc(1, sizeof *b) : NULL;
+    if (!b) {
+        openssl_message(message, cap, "setting up the trust store");
+        return -1;
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    snprintf(b->file, sizeof b->file, "%s", file);
+    f_X509_LOOKUP_set_method_data(lookup, b);
+    if (!dirs) return 0;
+    lookup = f_X509_STORE_add_lookup(store, f_X509_LOOKUP_hash_dir());
+    if (!lookup || f_X509_LOOKUP_ctrl(lookup, X509_L_ADD_DIR, NULL, X509_FILETYPE_DEFAULT, NULL) != 1) {
+        openssl_message(message, cap, "setting up the trust store's directories");
+        return -1;
+    }
+    return 0;
+}
+
+/* A CA file that is given must hold a certificate: else an error naming it. */
+static int check_ca_file(const char *ca_file, char *message, size_t cap)
+{
+    FILE *file = fopen(ca_file, "re");
+    if (!file) {
+        snprintf(message, cap, "loading the CA file %s: %s", ca_file, CAIRN_HTTP_ERRNO_TEXT(errno));
+        return -1;
+    }
+    X509 *certificate = f_PEM_read_X509(file, NULL, NULL, NULL);
+    fclose(file);
+    if (certificate) {
+        f_X509_free(certificate);
+        return 0;
+    }
+    char what[4200];
+    snprintf(what, sizeof what, "loading the CA file %s: no certificate could be read", ca_file);
+    openssl_message(message, cap, what);
+    return -1;
+}
+
 static void load(void)
 {
     void *library = dlopen(LIBSSL, RTLD_NOW | RTLD_LOCAL);
@@ -159,6 +289,11 @@ static void load(void)
         || f_BIO_meth_set_read(socket_method, bio_read) != 1
         || f_BIO_meth_set_ctrl(socket_method, bio_ctrl) != 1) {
         snprintf(load_error, sizeof load_error, "TLS is unavailable: a BIO method could not be made");
+        return;
+    }
+    subject_method = make_subject_method();
+    if (!subject_method) {
+        snprintf(load_error, sizeof load_error, "TLS is unavailable: an X509_LOOKUP method could not be made");
         return;
     }
     atomic_store(&loaded, 1);
@@ -201,15 +336,9 @@ static void *ossl_context_new(const cairn_http__tls_files *files, char *message,
         f_SSL_CTX_free(context);
         return NULL;
     }
-    int trusted = ca_file ? f_SSL_CTX_load_verify_locations(context, ca_file, NULL)
-                          : f_SSL_CTX_set_default_verify_paths(context);
-    if (trusted != 1) {
-        char what[512];
-        if (ca_file)
-            snprintf(what, sizeof what, "loading the CA file %s", ca_file);
-        else
-            snprintf(what, sizeof what, "loading the system trust store");
-        openssl_message(message, cap, what);
+    const char *env_file = getenv("SSL_CERT_FILE");
+    const char *file = ca_file ? ca_file : env_file && *env_file ? env_file : f_X509_get_default_cert_file();
+    if ((ca_file && check_ca_file(ca_file, message, cap) != 0) || add_trust(context, file, !ca_file, message, cap) != 0) {
         f_SSL_CTX_free(context);
         return NULL;
     }
