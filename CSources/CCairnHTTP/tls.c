@@ -1,18 +1,16 @@
 /*
  * tls.c: which TLS library a connection uses, and the calls that pass it on.
  *
- * CAIRN_HTTP_TLS_AUTO (the default) uses mbedTLS (tls_mbedtls.c) for collectors named
- * by host name: it costs the host process a quarter of OpenSSL's memory. OpenSSL 3
- * (tls_openssl.c) serves an IP-literal collector, which mbedTLS 2.28 cannot verify,
- * and everything when mbedTLS is not installed. CAIRN_HTTP_TLS_OPENSSL and
- * CAIRN_HTTP_TLS_MBEDTLS use that library only (and fail when it is missing, or, for
- * mbedTLS, for an IP literal). Each library is loaded on its first use, never before;
- * each is reached through its table of functions (http_internal.h).
+ * CAIRN_HTTP_TLS_AUTO (the default) uses mbedTLS (tls_mbedtls.c), by host name or by
+ * address: it costs the host process a fraction of OpenSSL's memory. OpenSSL 3
+ * (tls_openssl.c) serves everything when mbedTLS is not installed or cannot be set up.
+ * CAIRN_HTTP_TLS_OPENSSL and CAIRN_HTTP_TLS_MBEDTLS use that library only (and fail
+ * when it is missing). Each library is loaded on its first use, never before; each is
+ * reached through its table of functions (http_internal.h).
  *
  * A context is made once per client under the client's lock. It holds each library's
  * own context, made on the first session that uses that library (under the context's
- * lock), so an automatic client that only ever talks to an IP literal never maps
- * mbedTLS, and one that only talks to host names never maps OpenSSL.
+ * lock), so an automatic client that finds mbedTLS never maps OpenSSL.
  */
 #include "http_internal.h"
 
@@ -101,15 +99,14 @@ void cairn_http__tls_context_free(void *context)
     free(c);
 }
 
-/* Which library serves `host` for `c`: what was asked, or for automatic, mbedTLS for a
- * host name while it can be loaded and set up. */
-static int choose(tls_context *c, int host_is_ip)
+/* Which library serves `c`: what was asked, or for automatic, mbedTLS while it can be
+ * loaded and set up. */
+static int choose(tls_context *c)
 {
     if (c->library == CAIRN_HTTP_TLS_OPENSSL) return OPENSSL;
     if (c->library == CAIRN_HTTP_TLS_MBEDTLS) return MBEDTLS;
     char why[256];
-    return !host_is_ip && !c->mbed_failed && cairn_http__mbedtls.available(why, sizeof why) ? MBEDTLS
-                                                                                             : OPENSSL;
+    return !c->mbed_failed && cairn_http__mbedtls.available(why, sizeof why) ? MBEDTLS : OPENSSL;
 }
 
 void *cairn_http__tls_session_new(void *context, int fd, const char *host, int host_is_ip,
@@ -123,7 +120,7 @@ void *cairn_http__tls_session_new(void *context, int fd, const char *host, int h
     }
     /* A CA file that cannot be read fails here, at each try, with its name. */
     pthread_mutex_lock(&c->lock);
-    int chosen = choose(c, host_is_ip);
+    int chosen = choose(c);
     if (!c->contexts[chosen])
         c->contexts[chosen] = libraries[chosen]->context_new(&c->files, message, cap);
     if (!c->contexts[chosen] && chosen == MBEDTLS && c->library == CAIRN_HTTP_TLS_AUTO) {

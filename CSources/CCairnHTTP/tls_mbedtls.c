@@ -16,8 +16,10 @@
  *
  * Verification is always on, and no application byte is written before it passed: the
  * peer's chain against the trusted CAs, the host name checked against the certificate
- * and sent as SNI, TLS 1.2 at least (mbedTLS 2.28 has no TLS 1.3). mbedTLS 2.28 does
- * not check IP addresses in certificates, so tls.c never gives it an IP-literal host.
+ * and sent as SNI, TLS 1.2 at least (mbedTLS 2.28 has no TLS 1.3). mbedTLS 2.28 keeps
+ * a certificate's iPAddress entries but does not match them, so for an IP-literal
+ * host `verify_peer` does (RFC 6125: an address matches an iPAddress entry of the same
+ * bytes, never a name or the CN), and no SNI is sent (RFC 6066).
  *
  * The trusted CAs are found as OpenSSL finds them, by subject, and only those a peer's
  * chain asks for are kept (see `find_issuers`): the system store's 140 certificates,
@@ -39,6 +41,7 @@
 CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__mbedtls, "mbedTLS", "libmbedtls-dev");
 #else
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -52,6 +55,7 @@ CAIRN_HTTP_UNBUILT_TLS_LIBRARY(cairn_http__mbedtls, "mbedTLS", "libmbedtls-dev")
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
+#include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/version.h>
@@ -148,6 +152,8 @@ typedef struct mbed_session {
     mbedtls_ssl_context ssl;
     mbed_context *context;
     char host[256];
+    unsigned char address[16]; /* an IP-literal host's bytes (address_len 4 or 16), else 0 */
+    size_t address_len;
     int fd;
     int last_errno; /* of the last failed send or recv, for the message */
 } mbed_session;
@@ -538,12 +544,6 @@ static int recv_callback(void *context, unsigned char *data, size_t len)
 static void *mbed_session_new(void *context, int fd, const char *host, int host_is_ip,
                               char *message, size_t cap)
 {
-    if (host_is_ip) {
-        snprintf(message, cap,
-                 "TLS to %s: mbedTLS 2.28 cannot check an IP address in a certificate "
-                 "(name the collector by host name, or use OpenSSL)", host);
-        return NULL;
-    }
     mbed_context *c = context;
     mbed_session *s = calloc(1, sizeof *s);
     if (!s) {
@@ -553,10 +553,22 @@ static void *mbed_session_new(void *context, int fd, const char *host, int host_
     s->fd = fd;
     s->context = c;
     snprintf(s->host, sizeof s->host, "%s", host);
+    if (host_is_ip) {
+        if (inet_pton(AF_INET, host, s->address) == 1)
+            s->address_len = 4;
+        else if (inet_pton(AF_INET6, host, s->address) == 1)
+            s->address_len = 16;
+    }
     f_mbedtls_ssl_init(&s->ssl);
     int rc = f_mbedtls_ssl_setup(&s->ssl, &c->config);
-    /* The name is both sent (SNI) and checked against the certificate. */
-    if (rc == 0) rc = f_mbedtls_ssl_set_hostname(&s->ssl, host);
+    if (rc == 0 && host_is_ip && s->address_len == 0) {
+        snprintf(message, cap, "TLS session: %s is not an IP address", host);
+        mbed_session_free(s);
+        return NULL;
+    }
+    /* A name is both sent (SNI) and checked against the certificate; an address is
+     * checked by verify_peer. */
+    if (rc == 0 && !host_is_ip) rc = f_mbedtls_ssl_set_hostname(&s->ssl, host);
     if (rc != 0) {
         mbed_message(message, cap, "TLS session", rc);
         mbed_session_free(s);
@@ -605,6 +617,18 @@ static void wanted_issuers(issuer_search *search, const mbedtls_x509_crt *peer)
         if (!same_buffer(&crt->issuer_raw, &crt->subject_raw)) search->names[search->count++] = &crt->issuer_raw;
 }
 
+/* Whether the leaf `certificate` has an iPAddress entry (subjectAltName, [7]) of
+ * exactly these bytes. */
+static int has_address(const mbedtls_x509_crt *certificate, const unsigned char *address, size_t len)
+{
+    if (!(certificate->ext_types & MBEDTLS_X509_EXT_SUBJECT_ALT_NAME)) return 0;
+    for (const mbedtls_x509_sequence *name = &certificate->subject_alt_names; name; name = name->next)
+        if (name->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && name->buf.len == len
+            && memcmp(name->buf.p, address, len) == 0)
+            return 1;
+    return 0;
+}
+
 /* After a completed handshake: the handshake's own result (name, dates, key usage),
  * then the peer's chain against the trusted CAs, looking up by subject those it
  * lacks (a few rounds, for intermediates kept in the store). 0, or CAIRN_TLS_FAILED
@@ -630,7 +654,8 @@ static int verify_peer(mbed_session *s, char *message, size_t cap)
     for (int round = 0;; round++) {
         flags = 0;
         rc = f_mbedtls_x509_crt_verify_with_profile((mbedtls_x509_crt *)peer, c->trusted.version ? &c->trusted : NULL,
-                                                    NULL, c->config.cert_profile, s->host, &flags, NULL, NULL);
+                                                    NULL, c->config.cert_profile, s->address_len ? NULL : s->host,
+                                                    &flags, NULL, NULL);
         if (rc == 0 || flags != MBEDTLS_X509_BADCERT_NOT_TRUSTED || round == 4) break;
         wanted_issuers(&search, peer);
         search.added = 0;
@@ -638,6 +663,11 @@ static int verify_peer(mbed_session *s, char *message, size_t cap)
         if (find_issuers(&search, &readable) == 0) break;
     }
     pthread_mutex_unlock(&c->lock);
+    if (rc == 0 && s->address_len && !has_address(peer, s->address, s->address_len)) {
+        snprintf(message, cap, "%s: certificate verify failed: IP address mismatch (%s is not among the certificate's "
+                 "IP addresses)", what, s->host);
+        return CAIRN_TLS_FAILED;
+    }
     if (rc == 0) return 0;
     if (looked && !readable && c->trusted.version == 0) {
         snprintf(message, cap, "%s: certificate verify failed: no trusted certificate could be read from %s%s%s",

@@ -100,9 +100,9 @@ extension Cairn {
         /// Used by the default transport only.
         public var caFile: String?
         /// The TLS library of an `https` upload URL (`CAIRN_TLS_LIBRARY`: `auto`,
-        /// `openssl` or `mbedtls`): by default mbedTLS for a collector named by host name
-        /// (about 1.4 MiB in the process where OpenSSL takes about 6 MiB), OpenSSL for an
-        /// IP address or when mbedTLS is not installed. Used by the default transport only.
+        /// `openssl` or `mbedtls`): by default mbedTLS (about 1.4 MiB in the process
+        /// where OpenSSL takes about 6 MiB), OpenSSL when mbedTLS is not installed. Used
+        /// by the default transport only.
         public var tlsLibrary: HTTPTransport.TLSLibrary = .automatic
         /// A PEM file with this service's client certificate (and any intermediates),
         /// presented to a collector that asks for one (mutual TLS; `CAIRN_CLIENT_CERT`);

@@ -65,14 +65,13 @@ public final class HTTPTransport: Transport {
     /// `http`). Whichever is used, the certificate chain and the host name are verified
     /// and TLS 1.2 is the least accepted.
     public enum TLSLibrary: Sendable, Hashable {
-        /// mbedTLS 2.28 (`libmbedtls14`) for collectors named by host name: about a
-        /// quarter of OpenSSL's memory in the process. OpenSSL 3 (`libssl3`) for an
-        /// IP-address collector, which mbedTLS 2.28 cannot verify, and whenever mbedTLS
-        /// is not installed.
+        /// mbedTLS 2.28 (`libmbedtls14`), for collectors named by host name or by IP
+        /// address: a fraction of OpenSSL's memory in the process. OpenSSL 3 (`libssl3`)
+        /// whenever mbedTLS is not installed.
         case automatic
         /// OpenSSL 3 only: TLS 1.3, or a FIPS-validated setup.
         case openSSL
-        /// mbedTLS 2.28 only (TLS 1.2); an IP-address collector fails.
+        /// mbedTLS 2.28 only (TLS 1.2).
         case mbedTLS
 
         var code: Int32 {

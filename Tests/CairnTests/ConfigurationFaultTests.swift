@@ -263,8 +263,8 @@ import Testing
     }
 
     /// The same custom CA is trusted the same way by both TLS libraries, through the
-    /// public API, whether the collector is named by host (mbedTLS by default) or by
-    /// address (OpenSSL): in a file SSL_CERT_FILE names, or in a directory of
+    /// public API, whether the collector is named by host or by address: in a file
+    /// SSL_CERT_FILE names, or in a directory of
     /// SSL_CERT_DIR under OpenSSL's hashed name (`openssl rehash`); a directory where
     /// it has no hashed name trusts it with neither, and that refusal is said once and
     /// loses nothing.
@@ -280,7 +280,8 @@ import Testing
         let collector = try CollectorProcess(tlsCertificate: dir.appending("server.pem"))
         defer { collector.stop() }
         let missing = dir.appending("absent")
-        let ways: [(String, String)] = [("mbedtls", "localhost"), ("openssl", "localhost"), ("auto", "127.0.0.1")]
+        let ways: [(String, String)] = [("mbedtls", "localhost"), ("openssl", "localhost"), ("auto", "127.0.0.1"),
+                                        ("openssl", "127.0.0.1")]
         let trusts: [[String: String]] = [["SSL_CERT_FILE": missing, "SSL_CERT_DIR": missing + ":" + hashed],
                                           ["SSL_CERT_FILE": dir.appending("ca.pem")]]
         for (index, (library, host)) in ways.enumerated() {
