@@ -1573,6 +1573,17 @@ int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to)
     return advise(ring, from, to, MADV_DONTNEED);
 }
 
+int cairn_ring_release_backlog(cairn_ring_t *ring, uint64_t keep)
+{
+    if (!ring) return CAIRN_EINVAL;
+    if (!ring->reclaim_bytes) return 0;
+    uint64_t tail = load_acq(ring->read_pos);
+    uint64_t head = load_acq(ring->write_pos);
+    uint64_t from = ring->peeked_to > tail ? ring->peeked_to : tail;
+    if (head < from || head - from <= 2 * keep) return 0;
+    return advise(ring, from + keep, head - keep, MADV_DONTNEED);
+}
+
 int cairn_ring_sync(cairn_ring_t *ring)
 {
     if (!ring) return CAIRN_EINVAL;

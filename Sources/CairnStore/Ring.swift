@@ -508,6 +508,17 @@ public final class Ring: @unchecked Sendable {
         try cairnCheck("cairn_ring_release_pages") { cairn_ring_release_pages(handle, from, to) }
     }
 
+    /// Drops from this process's memory the pages of the backlog that are neither about
+    /// to be read nor being written, keeping `keep` bytes mapped past the furthest
+    /// peeked position and before the write position (`cairn_ring_release_backlog`):
+    /// a backlog is then held by the ring file, not by the process. Nothing is
+    /// consumed; reading the records later faults their pages back in.
+    ///
+    /// - Throws: an `errno` code when `madvise` fails.
+    public func releaseBacklog(keeping keep: Int) throws(CairnError) {
+        try cairnCheck("cairn_ring_release_backlog") { cairn_ring_release_backlog(handle, UInt64(max(0, keep))) }
+    }
+
     /// Flushes the mapping to disk, for durability across power loss.
     public func sync() throws(CairnError) {
         try cairnCheck("cairn_ring_sync") { cairn_ring_sync(handle) }

@@ -261,6 +261,9 @@ public final class Uploader: @unchecked Sendable {
     /// ``UploaderOptions/maxBatchBytes`` (never more than ``maxGrownBatchBytes``, nor an
     /// eighth of the ring's bytes).
     public static let maxBatchScale = 16
+    /// Bytes of a backlog kept mapped past the next batch's start and before the write
+    /// position, 256 KiB: the rest waits in the ring file (``Ring/releaseBacklog(keeping:)``).
+    static let backlogKeptMapped = 256 * 1024
     /// The most a grown batch holds, 768 KiB (unless ``UploaderOptions/maxBatchBytes``
     /// is larger): a batch's ring pages stay in memory until it is framed, so a larger
     /// ring buys headroom, not larger batches. Eight requests out of 768 KiB each carry
@@ -577,6 +580,9 @@ public final class Uploader: @unchecked Sendable {
                 if let next = advanceFlights() { wake.append(next) }
                 replayIfDue()
             }
+            // A backlog (producers ahead of the collector) waits in the ring file, not
+            // in the process: only the pages near the two cursors stay mapped.
+            try? ring.releaseBacklog(keeping: Self.backlogKeptMapped)
             if !pendingOutcomes && !progressed {
                 sleep(until: wake.min() ?? clock.now + options.maxBatchAge)
                 ring.disarmFillAlarm()

@@ -77,6 +77,39 @@ import Testing
         #expect(ring.stats().used == 0)
     }
 
+    /// A backlog not yet read leaves memory but for the pages near the two cursors, while
+    /// a producer thread goes on writing; every record then reads back intact.
+    @Test func aBacklogWaitsInTheFileNotInMemory() throws {
+        let dir = Scratch()
+        let path = dir.path + "/events.ring"
+        let ring = try Ring(path: path, options: .init(capacity: 4 << 20))
+        let records = (0..<12_000).map { i in Array("record \(i) ".utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: 200) }
+        for r in records.prefix(8000) { try ring.append(r) }
+        // What a consumer has read so far: the first 100 records.
+        let first = try ring.peek(maxRecords: 100, maxBytes: 1 << 20)
+        let before = try #require(residentKB(ofMapping: path))
+        // A producer writes the rest meanwhile.
+        let producer = Thread { for r in records.suffix(4000) { try? ring.append(r) } }
+        producer.start()
+        try ring.releaseBacklog(keeping: 64 * 1024)
+        while !producer.isFinished { usleep(1000) }
+        try ring.releaseBacklog(keeping: 64 * 1024)
+        let after = try #require(residentKB(ofMapping: path))
+        // About 1.7 MiB of backlog was mapped; about 2 x 64 KiB of it stays (and up to a
+        // few pages more at the edges).
+        #expect(before > 1500 && after < 400, "\(before) KiB -> \(after) KiB")
+        // Nothing was consumed, and every record reads back intact, in order.
+        let again = try ring.peek(maxRecords: 20_000, maxBytes: 1 << 30)
+        #expect(again.records.map { Array($0.bytes) } == records)
+        #expect(first.records.count == 100 && ring.stats().appended == 12_000)
+        // A small backlog is left as it is.
+        try ring.commit(upTo: again.next)
+        try ring.append(records[0])
+        let small = try #require(residentKB(ofMapping: path))
+        try ring.releaseBacklog(keeping: 64 * 1024)
+        #expect(try #require(residentKB(ofMapping: path)) == small)
+    }
+
     @Test func errorsAreTypedAndCarryTheCoreMessage() throws {
         let dir = Scratch()
         let ring = try Ring(path: dir.path + "/r", options: .init(capacity: 1 << 16, maxRecord: 100))

@@ -469,6 +469,28 @@ CAIRN_API int cairn_ring_commit(cairn_ring_t *ring, uint64_t upto);
 CAIRN_API int cairn_ring_release_pages(cairn_ring_t *ring, uint64_t from, uint64_t to);
 
 /**
+ * Drops from this process's memory the whole pages of the backlog that are neither
+ * about to be read nor being written: those in [furthest peeked + keep, write position
+ * - keep). A backlog (a collector slower than the producers) is then held by the ring
+ * file, not by the process: its pages stay mapped only around the two cursors, and
+ * the consumer faults the others back in as it reaches them. Nothing is consumed and
+ * no record changes (the mapping is shared: a producer still writing in a dropped page
+ * faults it back in with its contents). A no-op when the backlog is under 2 * keep,
+ * or when the ring was opened with `reclaim_bytes` 0.
+ *
+ * @param ring  The ring.
+ * @param keep  Bytes kept mapped past the furthest peeked position and before the
+ *              write position.
+ * @return 0; CAIRN_EINVAL for a NULL ring; an errno value when madvise fails.
+ *
+ * Ownership: nothing changes hands.
+ * Thread-safety: one consumer thread at a time (with cairn_ring_peek()); producers
+ *                may write meanwhile.
+ * Async-signal-safe: no (calls madvise).
+ */
+CAIRN_API int cairn_ring_release_backlog(cairn_ring_t *ring, uint64_t keep);
+
+/**
  * Writes the mapping to disk (msync MS_SYNC), for durability across power loss.
  *
  * @param ring  The ring.
