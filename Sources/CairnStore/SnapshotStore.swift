@@ -380,7 +380,7 @@ public final class SnapshotStore: @unchecked Sendable {
             var out: [Snapshot] = []
             // Only the headers are read while looking: a record is copied (its pages
             // touched) only when it is taken.
-            try Self.forEach(txn, self.snapshots) { key, value in
+            try Self.forEach(txn, self.snapshots, release: releaseMappedPages) { key, value in
                 guard let header = SnapshotCodec.header(value) else { return true }
                 if readyAt.map({ header.nextAttemptAt <= $0 }) ?? true,
                    let s = SnapshotCodec.decode(id: SnapshotID(bytes: Array(key)), Array(value)) {
@@ -426,7 +426,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var evicted: [(key: [UInt8], size: Int, record: [UInt8])] = []
         try write({ txn throws(StoreError) in
             evicted = []
-            try Self.forEach(txn, self.snapshots) { key, value in
+            try Self.forEach(txn, self.snapshots, release: releaseMappedPages) { key, value in
                 guard let header = SnapshotCodec.header(value) else { return true }
                 // Keys are time-ordered, so the first young one ends the scan.
                 if header.createdAt >= cutoff { return false }
@@ -511,7 +511,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var excess = current + incoming - options.maxBytes
         guard excess > 0 else { return [] }
         var candidates: [Victim] = []
-        try Self.forEach(txn, snapshots) { key, value in
+        try Self.forEach(txn, snapshots, release: releaseMappedPages) { key, value in
             let priority = value.count > 1 ? Tier(storeCode: value[1]) ?? .debug : .debug
             candidates.append(Victim(key: Array(key), size: key.count + value.count, priority: priority))
             return true
@@ -949,8 +949,11 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Visits entries in key order until `visit` returns false. Key and value are LMDB's
     /// own bytes in the map, valid during the call only: what `visit` does not read is
-    /// never paged in.
-    private static func forEach(_ txn: OpaquePointer, _ dbi: MDB_dbi,
+    /// never paged in. With `release`, it is called every 64 entries, so that a scan of
+    /// a full store does not map the whole file at once (``releaseMappedPages()``: the
+    /// map is of the file and read-only, so the pages of entries already visited, and of
+    /// those to come, are read again from the page cache if touched again).
+    private static func forEach(_ txn: OpaquePointer, _ dbi: MDB_dbi, release: (() -> Void)? = nil,
                                 _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Bool) throws(StoreError) {
         var cursor: OpaquePointer?
         var rc = mdb_cursor_open(txn, dbi, &cursor)
@@ -958,10 +961,13 @@ public final class SnapshotStore: @unchecked Sendable {
         defer { mdb_cursor_close(cursor) }
         var key = MDB_val(), value = MDB_val()
         rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+        var visited = 0
         while rc == 0 {
             let k = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
             let v = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
             if !visit(k, v) { return }
+            visited += 1
+            if visited % 64 == 0 { release?() }
             rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
         }
         if rc != MDB_NOTFOUND { throw StoreError(rc, function: "mdb_cursor_get") }
