@@ -139,11 +139,15 @@ package struct DeliveryStatus {
     package static func display(_ url: String) -> String {
         var u = Substring(url)
         if let q = u.firstIndex(where: { $0 == "?" || $0 == "#" }) { u = u[..<q] }
-        if let scheme = u.firstRange(of: "://") {
-            let rest = u[scheme.upperBound...]
+        // "://" found by hand: String's firstRange(of:) would map in the
+        // _StringProcessing library's pages (about 160 KiB) for this alone.
+        let bytes = Array(u.utf8)
+        if let colon = bytes.indices.first(where: { bytes[$0...].starts(with: [0x3A, 0x2F, 0x2F]) }) {
+            let schemeEnd = u.utf8.index(u.startIndex, offsetBy: colon + 3)
+            let rest = u[schemeEnd...]
             let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
             if let at = rest[..<authorityEnd].lastIndex(of: "@") {
-                return String(u[..<scheme.upperBound]) + String(rest[rest.index(after: at)...])
+                return String(u[..<schemeEnd]) + String(rest[rest.index(after: at)...])
             }
         }
         return String(u)
