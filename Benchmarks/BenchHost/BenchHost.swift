@@ -34,6 +34,26 @@ public struct MemoryFigures: Sendable {
             }
         }
         m.privateDirty = fields("/proc/self/smaps_rollup").first { $0.0 == "Private_Dirty" }?.1 ?? 0
+        // CAIRN_BENCH_MALLOC_INFO=<path>: glibc's malloc_info (its arenas, what is in
+        // use and what is free) when the figures were read.
+        if let path = getenv("CAIRN_BENCH_MALLOC_INFO"), let symbol = dlsym(nil, "malloc_info"),
+           let to = fopen(path, "w") {
+            typealias MallocInfo = @convention(c) (Int32, UnsafeMutablePointer<FILE>?) -> Int32
+            _ = unsafeBitCast(symbol, to: MallocInfo.self)(0, to)
+            fclose(to)
+        }
+        // CAIRN_BENCH_SMAPS=<path>: keep a copy of /proc/self/smaps as it was when read,
+        // to see which mappings make up the figures.
+        if let path = getenv("CAIRN_BENCH_SMAPS"), let from = fopen("/proc/self/smaps", "r"), let to = fopen(path, "w") {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = fread(&buffer, 1, buffer.count, from)
+                if n <= 0 { break }
+                fwrite(buffer, 1, n, to)
+            }
+            fclose(from)
+            fclose(to)
+        }
         return m
     }
 

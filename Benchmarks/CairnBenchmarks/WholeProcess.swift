@@ -305,17 +305,18 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
         defer { tls.stop() }
         let url = "https://localhost:\(tls.port)/v1/batch"
         for (library, key) in [("auto", "rss_delta_kb_upload_https"), ("openssl", "rss_delta_kb_upload_https_openssl")] {
-            let runs = pairedRuns(["rate", "10000", seconds], runs: runs, uploadURL: url,
+            // The gated state takes the median of five runs (it moves by about 0.4 MiB
+            // from run to run); OpenSSL's, reported only, of the usual number.
+            let runs = pairedRuns(["rate", "10000", seconds], runs: library == "auto" ? 5 : runs, uploadURL: url,
                                   extraEnvironment: ["SSL_CERT_FILE": tls.bundle, "CAIRN_TLS_LIBRARY": library])
             let delivered = runs.cairn.allSatisfy { $0.outcome("dropped") == 0 && $0.outcome("flushed") == 1 }
             let name = library == "auto" ? "mbedTLS, the default" : "OpenSSL"
-            // mbedTLS sits at the 5 MiB budget (4.8 to 5.3 MiB from run to run, about 0.6
-            // MiB of it the system store's 140 CAs, parsed whole as mbedTLS 2.28 needs
-            // them): gated at 5.5 MiB against regressions until it has room under 5;
-            // OpenSSL (about 10 MiB) is reported only.
+            // mbedTLS, the default, is gated at the budget. OpenSSL (about 9 MiB, of which
+            // 4.7 MiB are its libraries' own pages, libcrypto's 4.1 MiB of them) is
+            // reported only: it serves only where mbedTLS is missing or asked for.
             record(key, "RSS added, 10k events/s over HTTPS (\(name))\(delivered ? "" : " [NOT DELIVERED]")",
                    delivered ? delta(runs, "rss_kb") : .nan, "KiB", goal: "<= 2048",
-                   budget: library == "auto" ? budgetKB + 384 : nil)
+                   budget: library == "auto" ? budgetKB : nil)
         }
     } else {
         FileHandle.standardError.write(Data("https states skipped: no openssl command or python3 collector\n".utf8))
@@ -331,6 +332,9 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
     record("rss_delta_kb_store_full", "RSS added, collector down, store at its cap (32 MiB)", delta(full, "rss_kb"),
            "KiB", goal: "<= 2048", budget: budgetKB)
     record("file_delta_kb_store_full", "of which file pages (RssFile), store at its cap", delta(full, "file_kb"), "KiB")
+    // The peak, which the start's scans of the full store set (they release the store's
+    // pages every 64 entries: whole, a scan mapped the 32 MiB file at once, +25 MiB).
+    record("peak_delta_kb_store_full", "peak RSS (VmHWM) added, store at its cap", delta(full, "peak_kb"), "KiB")
     // After the first upload, idle: what delivering once leaves behind.
     let first = pairedRuns(["first-upload"], runs: runs, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
     record("rss_delta_kb_after_first_upload", "RSS added, idle after the first upload", delta(first, "rss_kb"), "KiB",
