@@ -110,10 +110,18 @@ $(FUZZ_DIR)/fuzz_%: CSources/Fuzz/fuzz_%.c $(CORE_SOURCES) $(CORE_HEADERS)
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) $(CORE_SOURCES) $< -lzstd -lunwind -o $@
 
-# The HTTP response parser's fuzzer builds from the HTTP client's sources instead.
-$(FUZZ_DIR)/fuzz_http_response: CSources/Fuzz/fuzz_http_response.c $(HTTP_SOURCES) $(HTTP_HEADERS)
+# The HTTP client's fuzzers (the response parser; URLs and proxies) build from its
+# sources instead; the exchange's with the hook that hands the client a socket pair
+# for its connection (http_internal.h).
+$(FUZZ_DIR)/fuzz_http_response $(FUZZ_DIR)/fuzz_http_url: $(FUZZ_DIR)/fuzz_http_%: CSources/Fuzz/fuzz_http_%.c \
+  $(HTTP_SOURCES) $(HTTP_HEADERS)
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP $(HTTP_SOURCES) $< -o $@
+
+$(FUZZ_DIR)/fuzz_http_exchange: CSources/Fuzz/fuzz_http_exchange.c $(HTTP_SOURCES) $(HTTP_HEADERS)
+	@mkdir -p $(FUZZ_DIR)
+	$(CLANG) $(FUZZ_FLAGS) -DCAIRN_HTTP_FUZZ_HOOKS -pthread -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP \
+	  $(HTTP_SOURCES) $< -o $@
 
 # The DWARF readers' fuzzer is Swift: the three source files, built with swiftc's
 # libFuzzer support; its seeds are the DWARF 4 and 5 sections of a small program with

@@ -759,6 +759,10 @@ static int still_open(cairn_http_conn_t *conn)
 #define MAX_ADDRESSES 32
 #define MAX_RACING 8
 
+#ifdef CAIRN_HTTP_FUZZ_HOOKS
+int (*cairn_http__connect_hook)(const char *host, int port);
+#endif
+
 static size_t interleave(struct addrinfo *list, struct addrinfo **out, size_t cap)
 {
     struct addrinfo *first[MAX_ADDRESSES], *other[MAX_ADDRESSES];
@@ -785,6 +789,14 @@ static int connect_tcp(cairn_http_conn_t *conn, const endpoint *e, int64_t deadl
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;
     const char *kind = via_proxy ? "proxy " : "";
+#ifdef CAIRN_HTTP_FUZZ_HOOKS
+    if (cairn_http__connect_hook) {
+        conn->fd = cairn_http__connect_hook(e->host, e->port);
+        if (conn->fd >= 0) return CAIRN_HTTP_OK;
+        return failure(conn, CAIRN_HTTP_ECONNECT, "connecting to %s%s port %d: %s", kind, e->host, e->port,
+                       CAIRN_HTTP_ERRNO_TEXT(errno));
+    }
+#endif
     int rc = getaddrinfo(e->host, port, &hints, &addresses);
     if (rc != 0) {
         char text[128];

@@ -16,6 +16,15 @@ int cairn_http__is_token(unsigned char c);
 ssize_t cairn_http__send(int fd, const void *data, size_t len);
 ssize_t cairn_http__recv(int fd, void *data, size_t len);
 
+/* Fuzzing only (CSources/Fuzz/fuzz_http_exchange.c), compiled in when
+ * CAIRN_HTTP_FUZZ_HOOKS is defined and never in the library: when set, connecting to
+ * host:port (the collector's, or the proxy's) calls it instead of resolving the name
+ * and connecting. It returns a connected non-blocking socket, which the connection
+ * then owns, or -1 with errno set (the connect fails as a refused one does). */
+#ifdef CAIRN_HTTP_FUZZ_HOOKS
+extern int (*cairn_http__connect_hook)(const char *host, int port);
+#endif
+
 /* ---- TLS (tls.c): mbedTLS or OpenSSL 3, loaded with dlopen on first use. ---- */
 
 /* What a non-blocking TLS call needs next. */
