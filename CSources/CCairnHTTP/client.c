@@ -660,6 +660,14 @@ static int read_early(cairn_http_conn_t *conn, early_answer *early, int64_t dead
     return CAIRN_HTTP_OK;
 }
 
+/* How long a failed send waits for the server's answer: a second at most, and never
+ * past the request's deadline. */
+static int64_t answer_deadline(int64_t deadline)
+{
+    int64_t until = now_ms() + 1000;
+    return until < deadline ? until : deadline;
+}
+
 /* Writes all of data; 0 or a CAIRN_HTTP_E* code with the message set. With `early`, the
  * socket is also watched for an answer while writing waits: once a whole response has
  * come, writing stops there (`early->complete`), and a send the server refused (it
@@ -674,7 +682,8 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
         if (conn->tls) {
             n = cairn_http__tls_write(conn->tls, cursor, len, conn->message, sizeof conn->message);
             if (n == CAIRN_TLS_FAILED) {
-                if (early && read_early(conn, early, now_ms() + 1000) == CAIRN_HTTP_OK && early->complete) break;
+                if (early && read_early(conn, early, answer_deadline(deadline)) == CAIRN_HTTP_OK && early->complete)
+                    break;
                 return CAIRN_HTTP_ENETWORK;
             }
             if (n == CAIRN_TLS_WANT_READ) wait = POLLIN;
@@ -682,7 +691,8 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
             n = cairn_http__send(conn->fd, cursor, len);
             if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
                 int error = errno;
-                if (early && read_early(conn, early, now_ms() + 1000) == CAIRN_HTTP_OK && early->complete) break;
+                if (early && read_early(conn, early, answer_deadline(deadline)) == CAIRN_HTTP_OK && early->complete)
+                    break;
                 return failure(conn, CAIRN_HTTP_ENETWORK, "sending %s: %s", what, CAIRN_HTTP_ERRNO_TEXT(error));
             }
         }
@@ -1131,6 +1141,9 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
 
     conn->reusable = parser.keep_alive && !parser.abandoned && !closes;
     if (!conn->reusable) disconnect(conn);
+    /* What went wrong on the way (a reused socket found closed, a partial early answer
+     * whose rest was not there yet) is not the send's error. */
+    conn->message[0] = 0;
     response->status = parser.status;
     response->headers = conn->headers;
     response->headers_len = parser.headers_len;
