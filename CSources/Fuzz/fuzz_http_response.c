@@ -12,7 +12,8 @@
  * `make fuzz-smoke` builds and runs every fuzzer; by hand, from the repository root:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I CSources/CCairnHTTP/include \
  *     -I CSources/CCairnHTTP CSources/CCairnHTTP/parser.c CSources/CCairnHTTP/client.c \
- *     CSources/CCairnHTTP/tls.c CSources/Fuzz/fuzz_http_response.c \
+ *     CSources/CCairnHTTP/tls.c CSources/CCairnHTTP/tls_openssl.c \
+ *     CSources/CCairnHTTP/tls_mbedtls.c CSources/Fuzz/fuzz_http_response.c \
  *     -o fuzz_http_response
  *   mkdir -p corpus && ./fuzz_http_response -max_total_time=60 corpus \
  *     CSources/Fuzz/corpus/http_response
