@@ -313,6 +313,70 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         }
     }
 
+    /// An mbedTLS whose structures have other sizes than the headers Cairn was built
+    /// against (another build of 2.28) is never driven: its load fails, naming the
+    /// structure, and the automatic choice serves the request through OpenSSL. The
+    /// fake library (a fault no real library here produces) has every function Cairn
+    /// resolves, reports 2.28 and every feature, and its mbedtls_ssl_init clears 64
+    /// bytes more than the real structure; it comes first through LD_LIBRARY_PATH.
+    @Test func anMbedTLSWithOtherStructureSizesIsNotUsed() throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let dir = certificates.directory.path
+        let clang = try runToEnd("/bin/sh", ["-c", "dirname \"$(readlink -f \"$(command -v swift)\")\""])
+            .out.trimmingCharacters(in: .whitespacesAndNewlines) + "/clang"
+        // The real sizes and version, from the headers.
+        try Data("""
+            #include <stdio.h>
+            #include <mbedtls/ctr_drbg.h>
+            #include <mbedtls/entropy.h>
+            #include <mbedtls/pk.h>
+            #include <mbedtls/ssl.h>
+            #include <mbedtls/version.h>
+            #include <mbedtls/x509_crt.h>
+            int main(void) {
+                printf("-DSSL=%zu -DCONFIG=%zu -DCRT=%zu -DPK=%zu -DDRBG=%zu -DENTROPY=%zu -DVERSION=%uu",
+                       sizeof(mbedtls_ssl_context), sizeof(mbedtls_ssl_config), sizeof(mbedtls_x509_crt),
+                       sizeof(mbedtls_pk_context), sizeof(mbedtls_ctr_drbg_context), sizeof(mbedtls_entropy_context),
+                       (unsigned)MBEDTLS_VERSION_NUMBER);
+                return 0;
+            }
+            """.utf8).write(to: URL(fileURLWithPath: dir + "/sizes.c"))
+        let built = try runToEnd(clang, ["-o", dir + "/sizes", dir + "/sizes.c"])
+        try #require(built.status == 0, "\(built.err)")
+        let sizes = try runToEnd(dir + "/sizes", []).out.split(separator: " ").map(String.init)
+        let stubs = ["ssl_free", "ssl_setup", "ssl_set_hostname", "ssl_set_bio", "ssl_handshake", "ssl_read", "ssl_write",
+                     "ssl_get_verify_result", "ssl_config_defaults", "ssl_config_free", "ssl_conf_authmode",
+                     "ssl_conf_rng", "ssl_conf_min_version", "x509_crt_free", "x509_crt_parse", "x509_crt_parse_der",
+                     "x509_crt_parse_file", "x509_crt_verify_with_profile", "ssl_get_peer_cert", "x509_crt_verify_info",
+                     "pk_free", "pk_parse_keyfile", "pk_check_pair", "ssl_conf_own_cert", "entropy_free", "entropy_func",
+                     "ctr_drbg_free", "ctr_drbg_seed", "ctr_drbg_random", "strerror"]
+        let fake = """
+            #include <string.h>
+            #define CLEAR(name, size) void mbedtls_##name(void *p) { memset(p, 0, size); }
+            CLEAR(ssl_init, SSL + 64)
+            CLEAR(ssl_config_init, CONFIG)
+            CLEAR(x509_crt_init, CRT)
+            CLEAR(pk_init, PK)
+            CLEAR(ctr_drbg_init, DRBG)
+            CLEAR(entropy_init, ENTROPY)
+            unsigned mbedtls_version_get_number(void) { return VERSION; }
+            int mbedtls_version_check_feature(const char *feature) { (void)feature; return 0; }
+
+            """ + stubs.map { "int mbedtls_\($0)(void) { return -1; }\n" }.joined()
+        try Data(fake.utf8).write(to: URL(fileURLWithPath: dir + "/fake.c"))
+        let shared = try runToEnd(clang, ["-shared", "-fPIC"] + sizes + ["-o", dir + "/libmbedtls.so.14", dir + "/fake.c"])
+        try #require(shared.status == 0, "\(shared.err)")
+        let url = "https://localhost:\(collector.port)/v1/batch"
+        let refused = try runChild("cairn-http-child", [url, certificates.caFile],
+                                   environment: ["LD_LIBRARY_PATH": dir, "CAIRN_TLS_LIBRARY": "mbedtls"])
+        #expect(refused.contains("FAILURE tls") && refused.contains("another size of mbedtls_ssl_context"), "\(refused)")
+        let served = try runChild("cairn-http-child", [url, certificates.caFile], environment: ["LD_LIBRARY_PATH": dir])
+        #expect(served.contains("STATUS 200") && served.contains("LIBSSL yes"), "\(served)")
+    }
+
     /// In a process of its own: by default a host name and an IP literal both load
     /// mbedTLS and not libssl; OpenSSL, asked for, loads libssl alone.
     @Test func httpsLoadsOneTLSLibraryInTheChild() throws {
