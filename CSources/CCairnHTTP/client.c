@@ -681,10 +681,11 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
         short wait = POLLOUT;
         if (conn->tls) {
             n = cairn_http__tls_write(conn->tls, cursor, len, conn->message, sizeof conn->message);
-            if (n == CAIRN_TLS_FAILED) {
+            if (n == CAIRN_TLS_FAILED || n == CAIRN_TLS_REFUSED) {
+                int code = n == CAIRN_TLS_REFUSED ? CAIRN_HTTP_ETLS : CAIRN_HTTP_ENETWORK;
                 if (early && read_early(conn, early, answer_deadline(deadline)) == CAIRN_HTTP_OK && early->complete)
                     break;
-                return CAIRN_HTTP_ENETWORK;
+                return code;
             }
             if (n == CAIRN_TLS_WANT_READ) wait = POLLIN;
         } else {
@@ -729,6 +730,7 @@ static ssize_t read_some(cairn_http_conn_t *conn, int64_t deadline, const char *
                                      sizeof conn->message);
             if (n >= 0) return n;
             if (n == CAIRN_TLS_FAILED) return CAIRN_HTTP_ENETWORK;
+            if (n == CAIRN_TLS_REFUSED) return CAIRN_HTTP_ETLS;
             if (n == CAIRN_TLS_WANT_WRITE) wait = POLLOUT;
         } else {
             n = cairn_http__recv(conn->fd, conn->input, sizeof conn->input);
@@ -931,7 +933,7 @@ static int start_tls(cairn_http_conn_t *conn, const endpoint *to, int64_t deadli
     for (;;) {
         int step = cairn_http__tls_handshake(conn->tls, conn->message, sizeof conn->message);
         if (step == 0) return CAIRN_HTTP_OK;
-        if (step == CAIRN_TLS_FAILED) return CAIRN_HTTP_ETLS;
+        if (step == CAIRN_TLS_FAILED || step == CAIRN_TLS_REFUSED) return CAIRN_HTTP_ETLS;
         int ready = wait_for(conn->fd, step == CAIRN_TLS_WANT_READ ? POLLIN : POLLOUT, deadline);
         if (ready == 0) return failure(conn, CAIRN_HTTP_ETIMEOUT, "TLS handshake with %s: timed out", to->host);
         if (ready < 0) return failure(conn, CAIRN_HTTP_ENETWORK, "poll: %s", CAIRN_HTTP_ERRNO_TEXT(errno));

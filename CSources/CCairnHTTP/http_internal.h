@@ -27,11 +27,16 @@ extern int (*cairn_http__connect_hook)(const char *host, int port);
 
 /* ---- TLS (tls.c): mbedTLS or OpenSSL 3, loaded with dlopen on first use. ---- */
 
-/* What a non-blocking TLS call needs next. */
+/* What a non-blocking TLS call needs next. FAILED: the connection failed (the
+ * network's doing, or the handshake's); REFUSED: after the handshake, the peer ended
+ * the session at the TLS level (an alert, such as TLS 1.3's certificate_required from
+ * a server that wants a client certificate), or sent what TLS cannot accept: a `tls`
+ * failure, not a `network` one. Both set `message`. */
 enum {
     CAIRN_TLS_WANT_READ = -1,
     CAIRN_TLS_WANT_WRITE = -2,
     CAIRN_TLS_FAILED = -3,
+    CAIRN_TLS_REFUSED = -4,
 };
 
 /* A TLS context for `library` (CAIRN_HTTP_TLS_*): verification on, TLS 1.2 minimum,
@@ -60,7 +65,7 @@ void cairn_http__tls_session_free(void *session);
 int cairn_http__tls_handshake(void *session, char *message, size_t cap);
 
 /* Reads or writes: bytes done (> 0), 0 for the peer's close (read only), or a
- * CAIRN_TLS_* value (FAILED sets `message`). */
+ * CAIRN_TLS_* value (FAILED and REFUSED set `message`). */
 ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *message, size_t cap);
 ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, char *message,
                               size_t cap);

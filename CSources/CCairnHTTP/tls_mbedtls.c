@@ -699,8 +699,10 @@ static int next_step(mbed_session *s, int rc, const char *what, char *message, s
                  s->last_errno ? CAIRN_HTTP_ERRNO_TEXT(s->last_errno) : "the connection failed");
         return CAIRN_TLS_FAILED;
     default:
+        /* The TLS layer itself (an alert the peer sent, a record it could not accept),
+         * not the socket. */
         mbed_message(message, cap, what, rc);
-        return CAIRN_TLS_FAILED;
+        return CAIRN_TLS_REFUSED;
     }
 }
 

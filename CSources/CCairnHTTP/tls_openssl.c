@@ -436,8 +436,10 @@ static int next_step(SSL *ssl, int result, const char *what, char *message, size
                      f_X509_verify_cert_error_string(verify));
             return CAIRN_TLS_FAILED;
         }
+        /* SSL_ERROR_SSL: the TLS layer itself (an alert the peer sent, a record it
+         * could not accept), not the socket. */
         openssl_message(message, cap, what);
-        return CAIRN_TLS_FAILED;
+        return CAIRN_TLS_REFUSED;
     }
     }
 }

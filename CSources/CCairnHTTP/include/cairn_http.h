@@ -8,9 +8,8 @@
  *
  *   - A client (cairn_http_client_t) holds what connections share: options, the proxy
  *     settings read once at creation, and the TLS context, made on the first https
- *     request. The TLS library (mbedTLS 2.28's libmbedtls.so.14 for host names,
- *     OpenSSL 3's libssl.so.3 for IP literals or when mbedTLS is missing; see
- *     CAIRN_HTTP_TLS_AUTO) is loaded with dlopen() at that moment and never before:
+ *     request. The TLS library (mbedTLS 2.28's libmbedtls.so.14, or OpenSSL 3's
+ *     libssl.so.3 when mbedTLS is missing; see CAIRN_HTTP_TLS_AUTO) is loaded with dlopen() at that moment and never before:
  *     a process that only speaks http maps no TLS library.
  *   - A connection (cairn_http_conn_t) holds one socket (kept alive between requests
  *     when the server allows it), a fixed header buffer and the response body up to
@@ -46,8 +45,9 @@ extern "C" {
 #define CAIRN_HTTP_ECONNECT (-1)
 /** The connect timeout or the request's total deadline passed. */
 #define CAIRN_HTTP_ETIMEOUT (-2)
-/** The TLS library could not be loaded, the handshake failed, or the peer's
- *  certificate did not verify. */
+/** The TLS library could not be loaded, the handshake failed, the peer's
+ *  certificate did not verify, or the peer ended the session at the TLS level after
+ *  the handshake (an alert, such as TLS 1.3's certificate_required). */
 #define CAIRN_HTTP_ETLS (-3)
 /** The connection broke, or the reply is not well-formed HTTP/1.x. */
 #define CAIRN_HTTP_ENETWORK (-4)
@@ -215,14 +215,13 @@ typedef struct cairn_http_client cairn_http_client_t;
 typedef struct cairn_http_conn cairn_http_conn_t;
 
 /** TLS library choice (cairn_http_client_options_t.tls_library), and the bits of
- *  cairn_http_tls_loaded(). Automatic (the default, 0): mbedTLS 2.28 for collectors
- *  named by host name (about a quarter of OpenSSL's memory in the host process),
- *  OpenSSL 3 for an IP-literal collector (mbedTLS 2.28 cannot check IP addresses in
- *  certificates) and whenever libmbedtls.so.14 cannot be loaded. */
+ *  cairn_http_tls_loaded(). Automatic (the default, 0): mbedTLS 2.28, for collectors
+ *  named by host name or by IP address (a fraction of OpenSSL's memory in the host
+ *  process), and OpenSSL 3 whenever libmbedtls.so.14 cannot be loaded or set up. */
 #define CAIRN_HTTP_TLS_AUTO 0
 /** OpenSSL 3 only (libssl.so.3): TLS 1.3, and the choice for FIPS-validated setups. */
 #define CAIRN_HTTP_TLS_OPENSSL 1
-/** mbedTLS 2.28 only (libmbedtls.so.14): TLS 1.2; an IP-literal collector fails. */
+/** mbedTLS 2.28 only (libmbedtls.so.14): TLS 1.2. */
 #define CAIRN_HTTP_TLS_MBEDTLS 2
 
 /** Options for cairn_http_client_new(). Zero-initialise, then set what you need. */
