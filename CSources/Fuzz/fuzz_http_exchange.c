@@ -60,6 +60,7 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include "cairn_http.h"
+#include "header_block.h"
 #include "http_internal.h"
 
 #include <errno.h>
@@ -374,18 +375,8 @@ static void check_response(const cairn_http_response_t *response, size_t kept)
     check(response->headers_len <= CAIRN_HTTP_MAX_HEADER_BYTES, "headers past their buffer");
     check(response->body_len <= kept, "more body than the client keeps");
     check(!response->body_truncated || response->body_len == kept, "a truncated body shorter than the limit");
-    size_t pairs = 0, offset = 0;
-    while (offset < response->headers_len) {
-        const char *name = response->headers + offset;
-        size_t name_len = strnlen(name, response->headers_len - offset);
-        check(name_len > 0 && offset + name_len < response->headers_len, "a header name is empty or unterminated");
-        offset += name_len + 1;
-        size_t value_len = strnlen(response->headers + offset, response->headers_len - offset);
-        check(offset + value_len < response->headers_len, "a header value is unterminated");
-        offset += value_len + 1;
-        pairs++;
-    }
-    check(pairs == response->header_count, "header count differs from the pairs");
+    const char *problem = header_block_problem(response->headers, response->headers_len, response->header_count);
+    check(problem == NULL, problem);
 }
 
 /* The parser alone over the reply and filler, then the close. */

@@ -19,6 +19,7 @@
  *     CSources/Fuzz/corpus/http_response
  */
 #include "cairn_http.h"
+#include "header_block.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,18 +77,8 @@ static void check_accepted(const outcome *out, size_t body_cap)
     check(p->status >= 200 && p->status <= 999, "final status out of range");
     check(p->headers_len <= sizeof out->headers, "headers past the buffer");
     check(p->body_len <= body_cap, "body past its limit");
-    size_t pairs = 0, offset = 0;
-    while (offset < p->headers_len) {
-        const char *name = out->headers + offset;
-        size_t name_len = strnlen(name, p->headers_len - offset);
-        check(name_len > 0 && offset + name_len < p->headers_len, "a header name is empty or unterminated");
-        offset += name_len + 1;
-        size_t value_len = strnlen(out->headers + offset, p->headers_len - offset);
-        check(offset + value_len < p->headers_len, "a header value is unterminated");
-        offset += value_len + 1;
-        pairs++;
-    }
-    check(pairs == p->header_count, "header count differs from the pairs");
+    const char *problem = header_block_problem(out->headers, p->headers_len, p->header_count);
+    check(problem == NULL, problem);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
