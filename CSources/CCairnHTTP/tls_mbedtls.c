@@ -139,7 +139,6 @@ typedef struct mbed_context {
     mbedtls_ssl_config config;
     pthread_mutex_t lock;
     mbedtls_x509_crt trusted;
-    int trusted_count;
     trust_sources sources;
     mbedtls_x509_crt own; /* the client's certificate chain, if any */
     mbedtls_pk_context key; /* and its key */
@@ -378,10 +377,7 @@ static int keep_if_wanted(const mbedtls_x509_crt *certificate, void *arg)
     if (c->trusted.version != 0)
         for (const mbedtls_x509_crt *kept = &c->trusted; kept; kept = kept->next)
             if (same_buffer(&kept->raw, &certificate->raw)) return 0;
-    if (f_mbedtls_x509_crt_parse_der(&c->trusted, certificate->raw.p, certificate->raw.len) == 0) {
-        c->trusted_count++;
-        search->added++;
-    }
+    if (f_mbedtls_x509_crt_parse_der(&c->trusted, certificate->raw.p, certificate->raw.len) == 0) search->added++;
     return 0;
 }
 
