@@ -683,8 +683,13 @@ static int write_all(cairn_http_conn_t *conn, const void *data, size_t len, int6
             n = cairn_http__tls_write(conn->tls, cursor, len, conn->message, sizeof conn->message);
             if (n == CAIRN_TLS_FAILED || n == CAIRN_TLS_REFUSED) {
                 int code = n == CAIRN_TLS_REFUSED ? CAIRN_HTTP_ETLS : CAIRN_HTTP_ENETWORK;
-                if (early && read_early(conn, early, answer_deadline(deadline)) == CAIRN_HTTP_OK && early->complete)
-                    break;
+                if (early) {
+                    /* What the server sent before the write failed says why: an answer,
+                     * or a TLS alert (it refused the session and closed). */
+                    int said = read_early(conn, early, answer_deadline(deadline));
+                    if (said == CAIRN_HTTP_OK && early->complete) break;
+                    if (said == CAIRN_HTTP_ETLS) code = CAIRN_HTTP_ETLS;
+                }
                 return code;
             }
             if (n == CAIRN_TLS_WANT_READ) wait = POLLIN;
