@@ -748,6 +748,9 @@ public final class Uploader: @unchecked Sendable {
             // The request holds the batch now: its ring pages need not stay in memory
             // while it is out (the ring file keeps them until they are released).
             try? ring.releasePages(from: mark.first, to: run.next)
+            // And a backlog behind it (see the main loop), at each batch: a pass that
+            // stores many batches (a slow collector, a full store) takes a while.
+            try? ring.releaseBacklog(keeping: Self.backlogKeptMapped)
             // Drops ride with one request at a time, so that no count is reported twice;
             // the mark keeps them, so a batch resumed after a kill (which the collector
             // may already hold) is rebuilt with the same drop headers under its key.
