@@ -38,10 +38,7 @@ enum InlineFixture {
     }
 
     /// The directory of the toolchain's `swift` (where its clang and llvm-symbolizer live).
-    static func toolchain() throws -> String {
-        try run(["sh", "-c", "dirname \"$(readlink -f \"$(command -v swift)\")\""])
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-    }
+    static func toolchain() throws -> String { try toolchainDirectory() }
 
     /// Function symbols of `file` with a size, from `nm`: name, address, size.
     static func functions(in file: String) throws -> [(name: String, address: UInt64, size: UInt64)] {

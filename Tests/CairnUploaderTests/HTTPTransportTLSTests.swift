@@ -325,8 +325,7 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         let collector = try CollectorProcess(tlsCertificate: pem)
         defer { collector.stop() }
         let dir = certificates.directory.path
-        let clang = try runToEnd("/bin/sh", ["-c", "dirname \"$(readlink -f \"$(command -v swift)\")\""])
-            .out.trimmingCharacters(in: .whitespacesAndNewlines) + "/clang"
+        let clang = try toolchainDirectory() + "/clang"
         // The real sizes and version, from the headers.
         try Data("""
             #include <stdio.h>

@@ -184,3 +184,10 @@ public func runCapturing(_ executable: String, _ arguments: [String],
     let f = try runToEnd(executable, arguments, environment: environment)
     return (f.status, f.out, f.err)
 }
+
+/// The directory of the toolchain's `swift` (where its clang, llvm-symbolizer and
+/// llvm-objcopy live), for tests that build or read native code with them.
+public func toolchainDirectory() throws -> String {
+    let found = try runToEnd("/bin/sh", ["-c", "dirname \"$(readlink -f \"$(command -v swift)\")\""])
+    return found.out.trimmingCharacters(in: .whitespacesAndNewlines)
+}
