@@ -107,6 +107,17 @@ public struct Snapshot: Sendable, Equatable {
 /// for snapshot in try store.oldest(limit: 10) { … try store.delete(snapshot.id) }
 /// ```
 ///
+/// A full disk: LMDB copies every page it changes, so even a delete needs a few free
+/// pages, and the data file never shrinks. Were puts to take the last of them, no
+/// delivered request could be deleted again. So the store keeps a reserve file
+/// (`reserve`, 256 KiB, allocated when the store opens) and, when a write finds the disk
+/// full (`ENOSPC`, `EDQUOT`, or LMDB's `EIO` for a short write), releases it for the
+/// deletes and bookkeeping that free space, and from then on refuses puts that would
+/// take the store within the reserve's size of what it held at that moment
+/// (``Stats/diskFullCap``), so the pages the deletes free are kept for the next
+/// deletes. Once a second, a refused put tries to allocate the reserve again: when the
+/// disk has room once more, the limit is lifted.
+///
 /// Thread-safety: every method may be called from any thread. LMDB serialises write
 /// transactions itself and read transactions are not tied to threads (`MDB_NOTLS`);
 /// the Swift-side counters and the map size are guarded by a mutex.
@@ -150,6 +161,9 @@ public final class SnapshotStore: @unchecked Sendable {
         public var damage: StoreDamage?
         /// The LMDB map size now.
         public var mapSize: Int
+        /// The largest total size puts may reach while the disk is full (see
+        /// ``SnapshotStore`` "A full disk"); nil when the disk has room.
+        public var diskFullCap: Int?
     }
 
     private struct State {
@@ -160,6 +174,10 @@ public final class SnapshotStore: @unchecked Sendable {
         var evictedSize: [Tier: Int] = [:]
         var failedPuts = 0
         var sequence: UInt64
+        /// Set when a write found the disk full: puts keep the store under it.
+        var diskFullCap: Int?
+        /// When a put last looked for room again (milliseconds since the epoch).
+        var lastRoomCheck: UInt64 = 0
     }
 
     private let env: OpaquePointer
@@ -266,6 +284,7 @@ public final class SnapshotStore: @unchecked Sendable {
         mdb_env_info(env, &info)
         state = Locked(State(mapSize: max(mapSize, Int(info.me_mapsize)), bytes: tally.bytes, count: tally.count,
                             sequence: UInt64(UInt32.random(in: 0...UInt32.max)) << 32))
+        Self.allocateReserve(directory)
     }
 
     /// Reads the store in `directory` without writing anything: no lock file, no
@@ -338,8 +357,9 @@ public final class SnapshotStore: @unchecked Sendable {
         let size = id.bytes.count + value.count
         do throws(StoreError) {
             if size > options.maxBytes { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
+            if !roomWhileDiskFull(for: size) { throw StoreError(ENOSPC, function: "SnapshotStore.put", path: directory) }
             var victims: [Victim] = []
-            try write({ txn throws(StoreError) in
+            try write(spending: true, { txn throws(StoreError) in
                 victims = try self.evictForSpace(txn, incoming: size, incomingPriority: priority)
                 if !victims.isEmpty {
                     self.evictionObserver?(victims.map { Eviction(record: $0.record, reason: .storeSize) })
@@ -458,7 +478,8 @@ public final class SnapshotStore: @unchecked Sendable {
     public var stats: Stats {
         state.withLock { s in
             Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
-                  failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize)
+                  failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize,
+                  diskFullCap: s.diskFullCap)
         }
     }
 
@@ -553,11 +574,14 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Runs `body` in a write transaction and commits it, then runs `committed`, all
     /// under the store's lock. When the map is full, grows it (up to twice the size cap
-    /// plus headroom) and runs `body` again.
-    private func write(_ body: (OpaquePointer) throws(StoreError) -> Void,
+    /// plus headroom) and runs `body` again. When the disk is full, limits puts from then
+    /// on, and a write that is not `spending` (one that frees space or keeps its size)
+    /// runs again in the space of the released reserve.
+    private func write(spending: Bool = false, _ body: (OpaquePointer) throws(StoreError) -> Void,
                        committed: () -> Void = {}) throws(StoreError) {
         if failingWrites.withLock({ $0 }) { throw StoreError(EIO, function: "mdb_txn_commit") }
         try serial.withLock { _ throws(StoreError) in
+            var reserveReleased = false
             for _ in 0..<8 {
                 var txn: OpaquePointer?
                 var rc = mdb_txn_begin(env, nil, 0, &txn)
@@ -575,10 +599,77 @@ public final class SnapshotStore: @unchecked Sendable {
                     releaseMappedPages()
                     return
                 }
+                if Self.meansDiskFull(rc) {
+                    // Set once per full disk (a later put refused under it lowers nothing:
+                    // it took no pages, and what puts leave free is the deletes' share).
+                    state.withLock { s in s.diskFullCap = s.diskFullCap ?? max(0, s.bytes - Self.reserveBytes) }
+                    if !spending && !reserveReleased && unlink(directory + "/" + Self.reserveName) == 0 {
+                        reserveReleased = true
+                        continue
+                    }
+                }
                 guard rc == MDB_MAP_FULL, try growMap() else { throw StoreError(rc, function: "mdb_txn_commit") }
             }
             throw StoreError(MDB_MAP_FULL, function: "mdb_txn_commit")
         }
+    }
+
+    // MARK: A full disk
+
+    /// The reserve file's name in the store's directory, and its size.
+    static let reserveName = "reserve"
+    static let reserveBytes = 256 << 10
+
+    /// Whether LMDB's `rc` says the disk (or the user's quota) is full: `EIO` is what
+    /// LMDB reports for a short write.
+    private static func meansDiskFull(_ rc: Int32) -> Bool { rc == ENOSPC || rc == EDQUOT || rc == EIO }
+
+    /// Allocates the reserve file when it is missing; false when the disk has no room
+    /// for it (nothing is left behind then).
+    @discardableResult
+    private static func allocateReserve(_ directory: String) -> Bool {
+        let path = directory + "/" + reserveName
+        var st = stat()
+        if stat(path, &st) == 0 && Int(st.st_size) == reserveBytes { return true }
+        return allocate(path, keep: true)
+    }
+
+    /// Whether the disk has room again: the reserve allocated anew when it was
+    /// released, or else room for as much again (allocated and removed).
+    private static func diskHasRoom(_ directory: String) -> Bool {
+        let path = directory + "/" + reserveName
+        var st = stat()
+        guard stat(path, &st) == 0 && Int(st.st_size) == reserveBytes else { return allocate(path, keep: true) }
+        return allocate(path + ".probe", keep: false)
+    }
+
+    /// Creates `path` (0600) with `reserveBytes` allocated on disk; false when they
+    /// cannot be, leaving no file. With `keep` false, removes it again.
+    private static func allocate(_ path: String, keep: Bool) -> Bool {
+        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        let rc = posix_fallocate(fd, 0, off_t(reserveBytes))
+        close(fd)
+        if rc != 0 || !keep { unlink(path) }
+        return rc == 0
+    }
+
+    /// Whether a put of `size` bytes may be tried: always while the disk has room; while
+    /// it is full, when the store stays under ``Stats/diskFullCap``, or when the reserve
+    /// could be allocated again (tried once a second), which ends the limit.
+    private func roomWhileDiskFull(for size: Int) -> Bool {
+        let now = Self.nowMillis()
+        let check: Bool? = state.withLock { s in
+            guard let cap = s.diskFullCap else { return nil }
+            if s.bytes + size <= cap { return nil }
+            guard now >= s.lastRoomCheck + 1000 else { return false }
+            s.lastRoomCheck = now
+            return true
+        }
+        guard let check else { return true }
+        guard check, serial.withLock({ _ in Self.diskHasRoom(directory) }) else { return false }
+        state.withLock { $0.diskFullCap = nil }
+        return true
     }
 
     /// Doubles the map size within the limit; false when already at the limit.
