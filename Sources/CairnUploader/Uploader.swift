@@ -493,6 +493,8 @@ public final class Uploader: @unchecked Sendable {
         var attempts = 0
         /// When the next attempt may start.
         var due: ContinuousClock.Instant
+        /// When the store may be offered it again, after it refused it (full, failing).
+        var storeDue: ContinuousClock.Instant?
         var sending = false
         var done = false
         /// Whether its mark, and the contexts its records need, are in the snapshot
@@ -918,9 +920,14 @@ public final class Uploader: @unchecked Sendable {
                 state.withLock { $0.stats.unmarkedSends += 1 }
             }
             let paused = state.withLock { ($0.pausedUntil ?? now) > now }
-            // Paused while a flush waits, or the breaker open: store now rather than wait.
+            // Paused while a flush waits, or the breaker open: store now rather than wait
+            // (unless the store refused it a moment ago).
             if options.storeOnly || paused || f.attempts >= options.attempts || !breaker.allows(at: now) {
-                storeFlight(f)
+                if let t = f.storeDue, t > now {
+                    next = min(next ?? t, t)
+                } else {
+                    storeFlight(f)
+                }
                 continue
             }
             if f.due > now {
@@ -988,11 +995,23 @@ public final class Uploader: @unchecked Sendable {
             progressed = true
             state.withLock { counting(&$0.stats) }
         } catch {
+            // The store refused it (a full disk, a failing one): it stays in the ring and
+            // in memory, and goes back to the collector, which may be back by then (one
+            // more attempt, then the store again), rather than waiting on the store alone.
             state.withLock { $0.stats.storeFailures += 1 }
-            f.due = clock.now + options.backoff.cap / 10
-            f.attempts = options.attempts
+            let wait = options.backoff.cap / 10
+            f.storeDue = clock.now + wait
+            f.due = clock.now + wait
+            f.attempts = min(f.attempts, max(0, options.attempts - 1))
         }
     }
+
+    /// Stored requests that were delivered but could not be deleted (a full disk, see
+    /// ``SnapshotStore``): skipped by replays, their deletes tried again once a second.
+    /// Beyond ``maxUndeleted`` such requests, one may be sent again (same key).
+    private var deliveredUndeleted: [SnapshotID] = []
+    private var undeletedRetry = ContinuousClock.now
+    private static let maxUndeleted = 64
 
     /// Stored requests whose next attempt is due by this time are replayed now.
     private var replayReadyAt: UInt64 { replayAllDue ? .max : SnapshotStore.nowMillis() }
@@ -1002,7 +1021,13 @@ public final class Uploader: @unchecked Sendable {
     private func replayIfDue() {
         guard replaying == nil, !options.storeOnly, let store,
               !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }) else { return }
-        guard canSendAnother, let snapshot = try? store.oldest(limit: 1, readyAt: replayReadyAt).first,
+        if !deliveredUndeleted.isEmpty && clock.now >= undeletedRetry {
+            deliveredUndeleted.removeAll { (try? store.delete($0)) != nil }
+            undeletedRetry = clock.now + .seconds(1)
+        }
+        guard canSendAnother,
+              let snapshot = try? store.oldest(limit: deliveredUndeleted.count + 1, readyAt: replayReadyAt)
+                  .first(where: { !deliveredUndeleted.contains($0.id) }),
               breaker.allows(at: clock.now) else { return }
         guard let request = UploadRequest(record: snapshot.record) else {
             // Not a request (written by something else, or damaged where no check
@@ -1130,7 +1155,12 @@ public final class Uploader: @unchecked Sendable {
         guard let store else { return }
         switch action {
         case .delivered:
-            try? store.delete(snapshot.id)
+            do {
+                try store.delete(snapshot.id)
+            } catch {
+                // Delivered, but still stored (the disk is full): not sent again.
+                if deliveredUndeleted.count < Self.maxUndeleted { deliveredUndeleted.append(snapshot.id) }
+            }
             let events = (try? FrameDecoder.info(of: request.body)).map { Int($0.recordCount) } ?? 0
             state.withLock {
                 $0.stats.replayedBatches += 1

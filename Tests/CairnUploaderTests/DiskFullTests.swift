@@ -62,12 +62,23 @@ import Testing
         while (store.stats.count > 0 || ring.stats().used > 0) && Date() < drained {
             uploader.flush(timeout: .seconds(1))
         }
+        // What the collector answered, by status (for a failure message).
+        func answers() -> [Int: Int] {
+            Dictionary(((try? collector.requests()) ?? []).map { ($0.response.status ?? 0, 1) }, uniquingKeysWith: +)
+        }
+        let drainedIn = 60 - drained.timeIntervalSinceNow
         uploader.shutdown(timeout: .seconds(5))
-        #expect(store.stats.count == 0 && ring.stats().used == 0)
+        #expect(store.stats.count == 0 && ring.stats().used == 0,
+                "not drained after \(drainedIn) s: \(uploader.stats), store \(store.stats), ring \(ring.stats()), collector answered \(answers())")
         let delivered = Set(try collector.events().compactMap { e -> String? in
             guard let o = try? JSONSerialization.jsonObject(with: Data(e.record.utf8)) as? [String: Any] else { return nil }
             return o["event_id"] as? String
         })
+        // A delivered request is not sent again, not even when the full disk keeps it
+        // from being deleted (only an answer the uploader did not see in time may be).
+        let acknowledged = try collector.requests().filter(\.acknowledged).compactMap(\.idempotency_key)
+        #expect(acknowledged.count - Set(acknowledged).count <= 2,
+                "\(acknowledged.count - Set(acknowledged).count) delivered requests sent again")
         let lost = Set(accepted).subtracting(delivered)
         #expect(lost.isEmpty, "\(lost.count) accepted events lost")
         #expect(uploader.stats.storedBatches > 0, "storing resumed after the failures")
