@@ -178,6 +178,9 @@ public final class SnapshotStore: @unchecked Sendable {
         var diskFullCap: Int?
         /// When a put last looked for room again (milliseconds since the epoch).
         var lastRoomCheck: UInt64 = 0
+        /// The snapshots' bytes by tier (``evictionTier(_:)``'s store code), so that an
+        /// eviction knows which tiers it takes from before it reads a key.
+        var tierBytes: [Int]
     }
 
     private let env: OpaquePointer
@@ -269,7 +272,7 @@ public final class SnapshotStore: @unchecked Sendable {
             damage = try Self.salvage(directory, found: nil, options: options)
         }
         var opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
-        var tally: (count: Int, bytes: Int)
+        var tally: (count: Int, bytes: Int, tierBytes: [Int])
         do {
             tally = try Self.tally(opened.env, opened.snapshots)
         } catch where Self.isUnreadable(error.code) && damage == nil {
@@ -283,7 +286,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
         state = Locked(State(mapSize: max(mapSize, Int(info.me_mapsize)), bytes: tally.bytes, count: tally.count,
-                            sequence: UInt64(UInt32.random(in: 0...UInt32.max)) << 32))
+                            sequence: UInt64(UInt32.random(in: 0...UInt32.max)) << 32, tierBytes: tally.tierBytes))
         Self.allocateReserve(directory)
     }
 
@@ -371,10 +374,12 @@ public final class SnapshotStore: @unchecked Sendable {
                     for v in victims {
                         s.bytes -= v.size
                         s.count -= 1
+                        s.tierBytes[Int(v.priority.storeCode)] -= v.size
                         s.evictedSize[v.priority, default: 0] += 1
                     }
                     s.bytes += size
                     s.count += 1
+                    s.tierBytes[Int(priority.storeCode)] += size
                 }
             })
         } catch {
@@ -415,14 +420,15 @@ public final class SnapshotStore: @unchecked Sendable {
     /// Removes the snapshot with `id` (delivered, or dropped by policy). Removing a
     /// snapshot that is not there is not an error.
     public func delete(_ id: SnapshotID) throws(StoreError) {
-        var removed = 0
+        var removed = 0, tier = 0
         try write({ txn throws(StoreError) in
             if let value = try Self.get(txn, self.snapshots, key: id.bytes) {
                 removed = id.bytes.count + value.count
+                tier = value.withUnsafeBytes { Int(Self.evictionTier($0).storeCode) }
                 try Self.del(txn, self.snapshots, key: id.bytes)
             }
         }, committed: {
-            if removed > 0 { self.state.withLock { $0.bytes -= removed; $0.count -= 1 } }
+            if removed > 0 { self.state.withLock { $0.bytes -= removed; $0.count -= 1; $0.tierBytes[tier] -= removed } }
         })
     }
 
@@ -443,14 +449,15 @@ public final class SnapshotStore: @unchecked Sendable {
     public func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
         let ageMillis = UInt64(max(0, options.maxAge.components.seconds)) * 1000
         let cutoff = now > ageMillis ? now - ageMillis : 0
-        var evicted: [(key: [UInt8], size: Int, record: [UInt8])] = []
+        var evicted: [(key: [UInt8], size: Int, tier: Int, record: [UInt8])] = []
         try write({ txn throws(StoreError) in
             evicted = []
             try Self.forEach(txn, self.snapshots, release: releaseMappedPages) { key, value in
                 guard let header = SnapshotCodec.header(value) else { return true }
                 // Keys are time-ordered, so the first young one ends the scan.
                 if header.createdAt >= cutoff { return false }
-                evicted.append((Array(key), key.count + value.count, Array(value[SnapshotCodec.headerSize...])))
+                evicted.append((Array(key), key.count + value.count, Int(header.priority.storeCode),
+                                Array(value[SnapshotCodec.headerSize...])))
                 return true
             }
             for e in evicted { try Self.del(txn, self.snapshots, key: e.key) }
@@ -463,6 +470,7 @@ public final class SnapshotStore: @unchecked Sendable {
                 $0.bytes -= freed
                 $0.count -= evicted.count
                 $0.evictedAge += evicted.count
+                for e in evicted { $0.tierBytes[e.tier] -= e.size }
             }
         })
         return evicted.count
@@ -528,14 +536,30 @@ public final class SnapshotStore: @unchecked Sendable {
     /// priority than the one coming in (that one is refused instead). Returns what it
     /// deleted, to be counted once the transaction commits.
     private func evictForSpace(_ txn: OpaquePointer, incoming: Int, incomingPriority: Tier) throws(StoreError) -> [Victim] {
-        let current = state.withLock { $0.bytes }
+        let (current, tierBytes) = state.withLock { ($0.bytes, $0.tierBytes) }
         var excess = current + incoming - options.maxBytes
         guard excess > 0 else { return [] }
+        // What each tier must give, from the least important up to the incoming one's:
+        // the lower tiers whole, the last the bytes still missing. The scan (oldest
+        // first) keeps only what is needed and stops once every tier has given it, so
+        // a put at the cap reads a few keys, not all of them. When the tiers allowed
+        // cannot make the room, every key is read (and the put refused).
+        var need = [Int](repeating: 0, count: tierBytes.count)
+        var missing = excess
+        for code in stride(from: tierBytes.count - 1, through: Int(incomingPriority.storeCode), by: -1) where missing > 0 {
+            need[code] = min(tierBytes[code], missing)
+            missing -= need[code]
+        }
+        if missing > 0 { need = tierBytes.map { _ in Int.max } }
+        var taken = [Int](repeating: 0, count: tierBytes.count)
         var candidates: [Victim] = []
         try Self.forEach(txn, snapshots, release: releaseMappedPages) { key, value in
-            let priority = value.count > 1 ? Tier(storeCode: value[1]) ?? .debug : .debug
+            let priority = Self.evictionTier(value)
+            let code = Int(priority.storeCode)
+            guard taken[code] < need[code] else { return true }
             candidates.append(Victim(key: Array(key), size: key.count + value.count, priority: priority))
-            return true
+            taken[code] += key.count + value.count
+            return zip(taken, need).contains { $0 < $1 }
         }
         // Keys were visited oldest first; a stable sort keeps that within a priority.
         let order = candidates.enumerated().sorted {
@@ -558,18 +582,28 @@ public final class SnapshotStore: @unchecked Sendable {
     }
 
     /// Counts the snapshots and their bytes: the first full read of a fresh open.
-    private static func tally(_ env: OpaquePointer, _ dbi: MDB_dbi) throws(StoreError) -> (count: Int, bytes: Int) {
+    private static func tally(_ env: OpaquePointer, _ dbi: MDB_dbi) throws(StoreError)
+        -> (count: Int, bytes: Int, tierBytes: [Int])
+    {
         var txn: OpaquePointer?
         let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn)
         guard rc == 0, let txn else { throw StoreError(rc, function: "mdb_txn_begin") }
         defer { mdb_txn_abort(txn) }
         var bytes = 0, count = 0
+        var tierBytes = [Int](repeating: 0, count: Tier.allCases.count)
         try forEach(txn, dbi) { key, value in
             bytes += key.count + value.count
+            tierBytes[Int(evictionTier(value).storeCode)] += key.count + value.count
             count += 1
             return true
         }
-        return (count, bytes)
+        return (count, bytes, tierBytes)
+    }
+
+    /// The tier a snapshot is evicted as: its value's priority byte, or the first to go
+    /// (``Tier/debug``) for a value without a known one.
+    private static func evictionTier(_ value: UnsafeRawBufferPointer) -> Tier {
+        value.count > 1 ? Tier(storeCode: value[1]) ?? .debug : .debug
     }
 
     /// Runs `body` in a write transaction and commits it, then runs `committed`, all

@@ -104,18 +104,6 @@ private enum Fixture {
         return []
     }
 
-    /// A generator with a fixed seed (SplitMix64), so corrupted copies are reproducible.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9e37_79b9_7f4a_7c15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-            z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Offset and size of section `name` in `file`, from `readelf -S`.
     static func section(_ name: String, in file: String) throws -> (offset: Int, size: Int)? {
         let output = try run(["readelf", "-SW", file])
@@ -433,7 +421,7 @@ private func collectModule(_ info: UnsafeRawPointer?, _ size: Int, _ context: Un
         for cut in cuts where cut >= 0 && cut < original.count { variants.append(Array(original[..<cut])) }
 
         // Corruptions aimed where parsers look: the headers, section table, symbols, line table.
-        var random = Fixture.SeededGenerator(state: 0xCA12_5EED)
+        var random = SplitMix(seed: 0xCA12_5EED)
         let regions = [0..<64, sectionHeaders..<original.count, symtab.offset..<symtab.offset + symtab.size,
                        debugLine.offset..<debugLine.offset + debugLine.size, 0..<original.count]
         for variant in 0..<200 {
