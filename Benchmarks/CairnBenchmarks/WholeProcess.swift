@@ -346,6 +346,12 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
     let flat = pairedRuns(["rate", "0", seconds], runs: 5, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
     record("rss_delta_kb_upload_flat_out", "RSS added, track() flat out, local collector", delta(flat, "rss_kb"),
            "KiB", goal: "<= 2048", budget: budgetKB)
+    // Flat out with the collector down: every batch goes to the store, which reaches its
+    // cap within seconds and evicts as it takes more (8 MiB when each put at the cap read
+    // every key, and each pass looked for a due request while the breaker was open).
+    let flatDown = pairedRuns(["rate", "0", seconds], runs: 5, uploadURL: closedPortURL())
+    record("rss_delta_kb_down_flat_out", "RSS added, track() flat out, collector down", delta(flatDown, "rss_kb"),
+           "KiB", goal: "<= 2048", budget: budgetKB)
 
     // Process start with Cairn linked: paired runs of the two hosts' `exit` mode.
     record("link_start_ms", "process start added by linking Cairn (paired, median)",

@@ -171,6 +171,16 @@ public struct CircuitBreaker: Sendable, Equatable {
         self.probeAfter = probeAfter
     }
 
+    /// Whether ``allows(at:)`` would let an attempt through at `now`, without moving
+    /// the breaker: for looking before the work of preparing one.
+    public func wouldAllow(at now: ContinuousClock.Instant) -> Bool {
+        switch state {
+        case .closed: return true
+        case .halfOpen: return false
+        case .open(let until): return now >= until
+        }
+    }
+
     /// Whether an attempt may be made at `now`; moves an open breaker whose time is up
     /// to half-open (the attempt is the probe).
     public mutating func allows(at now: ContinuousClock.Instant) -> Bool {

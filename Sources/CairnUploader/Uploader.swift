@@ -1025,7 +1025,9 @@ public final class Uploader: @unchecked Sendable {
             deliveredUndeleted.removeAll { (try? store.delete($0)) != nil }
             undeletedRetry = clock.now + .seconds(1)
         }
-        guard canSendAnother,
+        // The breaker first: while the collector is down, a pass must not read the
+        // store's keys looking for a due request that could not be sent anyway.
+        guard canSendAnother, breaker.wouldAllow(at: clock.now),
               let snapshot = try? store.oldest(limit: deliveredUndeleted.count + 1, readyAt: replayReadyAt)
                   .first(where: { !deliveredUndeleted.contains($0.id) }),
               breaker.allows(at: clock.now) else { return }
