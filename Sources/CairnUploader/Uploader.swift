@@ -159,8 +159,8 @@ public struct UploaderStats: Sendable, Equatable {
 ///
 /// One background thread forms batches (up to twice ``UploaderOptions/maxInFlight``
 /// framed at once while the collector answers) and decides what happens to them; up to
-/// ``UploaderOptions/maxInFlight`` sender threads, started as they are needed, make the
-/// attempts. The ring's records are released, in order, only when their batch is
+/// ``UploaderOptions/maxInFlight`` sender threads, started as they are needed (another
+/// when an attempt has waited 2 ms for one), make the attempts. The ring's records are released, in order, only when their batch is
 /// acknowledged or safely stored.
 ///
 /// ```swift
@@ -531,6 +531,8 @@ public final class Uploader: @unchecked Sendable {
         let attempt: Int
         let timeout: Duration
         let log: UploadStartLog?
+        /// When it was handed over.
+        let queued: ContinuousClock.Instant
     }
     private struct Outcome: @unchecked Sendable {
         let job: Job
@@ -582,6 +584,7 @@ public final class Uploader: @unchecked Sendable {
                 if let next = advanceFlights() { wake.append(next) }
                 replayIfDue()
             }
+            if let next = growSenders() { wake.append(next) }
             // A backlog (producers ahead of the collector) waits in the ring file, not
             // in the process: only the pages near the two cursors stay mapped.
             try? ring.releaseBacklog(keeping: Self.backlogKeptMapped)
@@ -1058,20 +1061,44 @@ public final class Uploader: @unchecked Sendable {
         if let deadline = state.withLock({ $0.flushDeadline }) {
             timeout = max(.milliseconds(100), min(timeout, deadline - clock.now))
         }
-        let job = Job(token: token, request: request, attempt: attempt, timeout: timeout, log: log)
+        let job = Job(token: token, request: request, attempt: attempt, timeout: timeout, log: log, queued: clock.now)
         senders.lock()
         jobs.append(job)
-        let spawn = idleSenders == 0 && senderCount < maxInFlight
-        if spawn { senderCount += 1 }
         senders.signal()
         senders.unlock()
-        if spawn && !startThread(name: "cairn-sender", { [self] in self.sendLoop() }) {
+        _ = growSenders()
+    }
+
+    /// How long an attempt waits for a busy sender before another sender is started.
+    /// Senders start as the collector's pace needs them, not one per attempt handed
+    /// over while the others are busy: a collector that answers in a millisecond keeps
+    /// one or two busy, and each sender thread costs its stack and a heap arena of its
+    /// own (about 60 KiB).
+    static let senderGrowthDelay: Duration = .milliseconds(2)
+
+    /// Starts a sender when none is idle, fewer than ``UploaderOptions/maxInFlight``
+    /// run, and there are none yet or the oldest attempt waiting has waited
+    /// ``senderGrowthDelay``. Returns when to look again while one waits.
+    private func growSenders() -> ContinuousClock.Instant? {
+        let now = clock.now
+        senders.lock()
+        guard let oldest = jobs.first?.queued, idleSenders == 0, senderCount < maxInFlight else {
+            senders.unlock()
+            return nil
+        }
+        let spawn = senderCount == 0 || now - oldest >= Self.senderGrowthDelay
+        if spawn { senderCount += 1 }
+        senders.unlock()
+        guard spawn else { return oldest + Self.senderGrowthDelay }
+        if !startThread(name: "cairn-sender", { [self] in self.sendLoop() }) {
             // Thread limit reached: the senders there are (or the next spawn) take it.
             senders.lock()
             senderCount -= 1
             senders.unlock()
             if options.debugLogging { writeStandardError("[cairn] sender not started: the system refused a thread\n") }
+            return now + .milliseconds(100)
         }
+        return nil
     }
 
     /// A sender thread: sends the attempts it is handed, one at a time, and hands back
