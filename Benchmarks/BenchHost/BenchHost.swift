@@ -19,6 +19,8 @@ public struct MemoryFigures: Sendable {
     /// `Private_Dirty` of `/proc/self/smaps_rollup`: pages only this process has
     /// written (its heap, stacks, written data of its libraries and mappings).
     public var privateDirty = 0
+    /// `Threads`: how many threads the process has.
+    public var threads = 0
 
     /// Reads them now.
     public static func now() -> MemoryFigures {
@@ -30,6 +32,7 @@ public struct MemoryFigures: Sendable {
             case "RssAnon": m.anon = kb
             case "RssFile": m.file = kb
             case "RssShmem": m.shmem = kb
+            case "Threads": m.threads = kb
             default: break
             }
         }
@@ -71,7 +74,7 @@ public struct MemoryFigures: Sendable {
     /// One JSON object, the line a host prints for the benchmark to read.
     public func json(extra: [String: Int] = [:]) -> String {
         var all = ["rss_kb": rss, "peak_kb": peak, "anon_kb": anon, "file_kb": file, "shmem_kb": shmem,
-                   "private_dirty_kb": privateDirty]
+                   "private_dirty_kb": privateDirty, "threads": threads]
         all.merge(extra) { $1 }
         return "{" + all.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \($0.value)" }.joined(separator: ", ") + "}"
     }

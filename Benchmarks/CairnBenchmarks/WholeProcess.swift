@@ -339,6 +339,17 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
     let first = pairedRuns(["first-upload"], runs: runs, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
     record("rss_delta_kb_after_first_upload", "RSS added, idle after the first upload", delta(first, "rss_kb"), "KiB",
            goal: "<= 2048", budget: budgetKB)
+    benchFlatOut(sink: sink, seconds: seconds)
+
+    // Process start with Cairn linked: paired runs of the two hosts' `exit` mode.
+    record("link_start_ms", "process start added by linking Cairn (paired, median)",
+           linkCost(pairs: quick ? 40 : 100, essentials: false), "ms", goal: "<= 1")
+}
+
+/// The flat-out states (`--only flat` runs them alone): track() as fast as one thread
+/// can, to `sink` and to a collector that is down.
+@MainActor func benchFlatOut(sink: Sink, seconds: String) {
+    let budgetKB = 5.0 * 1024
     // Flat out: track() as fast as one thread can, to a local collector. Five runs, not
     // three: single runs move by about 0.5 MiB (4.3 to 4.9 MiB seen) with the part of the
     // ring not yet framed and the batches out at the instant it is read; the median of
@@ -346,16 +357,13 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
     let flat = pairedRuns(["rate", "0", seconds], runs: 5, uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")
     record("rss_delta_kb_upload_flat_out", "RSS added, track() flat out, local collector", delta(flat, "rss_kb"),
            "KiB", goal: "<= 2048", budget: budgetKB)
+    record("threads_flat_out", "threads added, flat out (uploader, senders)", delta(flat, "threads"), "threads")
     // Flat out with the collector down: every batch goes to the store, which reaches its
     // cap within seconds and evicts as it takes more (8 MiB when each put at the cap read
     // every key, and each pass looked for a due request while the breaker was open).
     let flatDown = pairedRuns(["rate", "0", seconds], runs: 5, uploadURL: closedPortURL())
     record("rss_delta_kb_down_flat_out", "RSS added, track() flat out, collector down", delta(flatDown, "rss_kb"),
            "KiB", goal: "<= 2048", budget: budgetKB)
-
-    // Process start with Cairn linked: paired runs of the two hosts' `exit` mode.
-    record("link_start_ms", "process start added by linking Cairn (paired, median)",
-           linkCost(pairs: quick ? 40 : 100, essentials: false), "ms", goal: "<= 1")
 }
 
 /// Throughput through `track()` with default options to a collector that answers each

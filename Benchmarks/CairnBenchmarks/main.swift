@@ -144,7 +144,8 @@ try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirect
 
 // `--only memory-idle`: the whole-process memory of the linked and idle states alone
 // (what the gate's own test runs); `--only process`: every whole-process figure;
-// `--only memory`: every whole-process memory state alone; `--only throughput`: the
+// `--only memory`: every whole-process memory state alone; `--only flat`: its two
+// flat-out states alone; `--only throughput`: the
 // default-options throughput runs alone; `--only start`: the
 // start figures alone.
 // `--fill-store DIR`: fills DIR's snapshot store as the store-full state does, and exits
@@ -165,6 +166,10 @@ if !onlyTrack, let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < C
         benchDefaultThroughput()
     case "memory":
         benchWholeProcess(full: true)
+    case "flat":
+        let sink = Sink()
+        benchFlatOut(sink: sink, seconds: quick ? "4" : "10")
+        sink.stop()
     case "throughput":
         benchDefaultThroughput()
     case "start":
