@@ -803,11 +803,14 @@ public final class SnapshotStore: @unchecked Sendable {
     }
 
     /// Reads `path` until one read saw no commit happen (the meta pages did not change
-    /// from start to end), at most five times.
+    /// from start to end): up to 30 times, waiting a few milliseconds (more each time,
+    /// at random) between reads, so that a read beside a writer committing flat out
+    /// falls between two of its commits.
     static func examine(_ path: String, maxSize: Int, contents: Bool, recordCheck: RecordCheck?) throws(StoreError)
         -> (analysis: LMDBFile.Analysis, contents: StoreContents)
     {
-        for _ in 0..<5 {
+        for attempt in 0..<30 {
+            if attempt > 0 { usleep(UInt32.random(in: 0...UInt32(min(attempt, 10) * 2_000))) }
             let file = try LMDBFile(path: path)
             file.recordCheck = recordCheck
             let analysis = try file.analyze(maxSize: maxSize)
