@@ -156,7 +156,8 @@ import Testing
         try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
         let mounted = try Self.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount])
         try #require(mounted.status == 0, "mounting a tmpfs needs root: \(mounted.err)")
-        defer { _ = try? Self.run(["umount", mount]) }
+        // Lazily: the store still has its files open when this runs.
+        defer { _ = try? Self.run(["umount", "-l", mount]) }
         let store = try SnapshotStore(directory: mount + "/store", options: .init(maxBytes: 8 << 20, recordCheck: UploadRequest.recordCheck))
         var stored = 0, refused = 0
         for n in 0..<40 {
