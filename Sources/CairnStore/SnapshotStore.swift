@@ -663,18 +663,20 @@ public final class SnapshotStore: @unchecked Sendable {
     @discardableResult
     private static func allocateReserve(_ directory: String) -> Bool {
         let path = directory + "/" + reserveName
-        var st = stat()
-        if stat(path, &st) == 0 && Int(st.st_size) == reserveBytes { return true }
-        return allocate(path, keep: true)
+        return reserveIsWhole(path) || allocate(path, keep: true)
     }
 
     /// Whether the disk has room again: the reserve allocated anew when it was
     /// released, or else room for as much again (allocated and removed).
     private static func diskHasRoom(_ directory: String) -> Bool {
         let path = directory + "/" + reserveName
+        return reserveIsWhole(path) ? allocate(path + ".probe", keep: false) : allocate(path, keep: true)
+    }
+
+    /// Whether the reserve file at `path` is there with its whole size.
+    private static func reserveIsWhole(_ path: String) -> Bool {
         var st = stat()
-        guard stat(path, &st) == 0 && Int(st.st_size) == reserveBytes else { return allocate(path, keep: true) }
-        return allocate(path + ".probe", keep: false)
+        return stat(path, &st) == 0 && Int(st.st_size) == reserveBytes
     }
 
     /// Creates `path` (0600) with `reserveBytes` allocated on disk; false when they

@@ -160,8 +160,8 @@ public struct UploaderStats: Sendable, Equatable {
 /// One background thread forms batches (up to twice ``UploaderOptions/maxInFlight``
 /// framed at once while the collector answers) and decides what happens to them; up to
 /// ``UploaderOptions/maxInFlight`` sender threads, started as they are needed (another
-/// when an attempt has waited 2 ms for one), make the attempts. The ring's records are released, in order, only when their batch is
-/// acknowledged or safely stored.
+/// when an attempt has waited 2 ms for one), make the attempts. The ring's records are
+/// released, in order, only when their batch is acknowledged or safely stored.
 ///
 /// ```swift
 /// let uploader = Uploader(ring: ring, store: store, transport: HTTPTransport(),
