@@ -106,7 +106,8 @@ let package = Package(
                                   "cairn-crash-child", "cairn-swift-crash-child"],
                     path: "Tests/CCairnTests"),
         // A child process for the store's fault tests: opens a store read-write, as a service does.
-        .executableTarget(name: "cairn-store-child", dependencies: ["CairnStore", "CairnUploader"], path: "Tests/StoreChild"),
+        .executableTarget(name: "cairn-store-child", dependencies: ["CairnStore", "CairnUploader", "CairnTestSupport"],
+                          path: "Tests/StoreChild"),
         .testTarget(name: "CairnStoreTests", dependencies: ["CairnBase", "CairnStore", "CairnUploader", "CZstd", "CLMDB", "CairnTestSupport",
                                                             "cairn-store-child", "cairn"],
                     path: "Tests/CairnStoreTests"),
@@ -114,7 +115,7 @@ let package = Package(
         .executableTarget(name: "cairn-upload-child", dependencies: ["CairnUploader", "CairnStore"],
                           path: "Tests/UploadChild"),
         // A child process for the transport tests: one request, then what it has mapped.
-        .executableTarget(name: "cairn-http-child", dependencies: ["CairnUploader", "CairnStore"],
+        .executableTarget(name: "cairn-http-child", dependencies: ["CairnUploader", "CairnStore", "CCairnHTTP"],
                           path: "Tests/HTTPChild"),
         // Test support shared by test targets: the scripted Python collector as a child
         // process, and a control client that does not use the transport under test.

@@ -274,12 +274,12 @@ public final class SnapshotStore: @unchecked Sendable {
         var opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
         var tally: (count: Int, bytes: Int, tierBytes: [Int])
         do {
-            tally = try Self.tally(opened.env, opened.snapshots)
+            tally = try Self.tally(opened.env, opened.snapshots, release: Self.mappedPagesReleaser(directory))
         } catch where Self.isUnreadable(error.code) && damage == nil {
             mdb_env_close(opened.env)
             damage = try Self.salvage(directory, found: "LMDB: \(error)", options: options)
             opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
-            tally = try Self.tally(opened.env, opened.snapshots)
+            tally = try Self.tally(opened.env, opened.snapshots, release: Self.mappedPagesReleaser(directory))
         }
         (env, snapshots, meta) = opened
         self.damage = damage
@@ -581,8 +581,11 @@ public final class SnapshotStore: @unchecked Sendable {
         return victims
     }
 
-    /// Counts the snapshots and their bytes: the first full read of a fresh open.
-    private static func tally(_ env: OpaquePointer, _ dbi: MDB_dbi) throws(StoreError)
+    /// Counts the snapshots and their bytes by tier: the first full read of a fresh
+    /// open. It reads each value's priority byte, a page per snapshot (and the kernel
+    /// maps the pages around it): the pages are released every 16 entries, and at the
+    /// end, or opening a full store (32 MiB) mapped most of it (+23 MiB VmHWM).
+    private static func tally(_ env: OpaquePointer, _ dbi: MDB_dbi, release: @escaping () -> Void) throws(StoreError)
         -> (count: Int, bytes: Int, tierBytes: [Int])
     {
         var txn: OpaquePointer?
@@ -591,7 +594,8 @@ public final class SnapshotStore: @unchecked Sendable {
         defer { mdb_txn_abort(txn) }
         var bytes = 0, count = 0
         var tierBytes = [Int](repeating: 0, count: Tier.allCases.count)
-        try forEach(txn, dbi) { key, value in
+        defer { release() }
+        try forEach(txn, dbi, release: release) { key, value in
             bytes += key.count + value.count
             tierBytes[Int(evictionTier(value).storeCode)] += key.count + value.count
             count += 1
@@ -749,6 +753,21 @@ public final class SnapshotStore: @unchecked Sendable {
             if m == nil { m = Self.mapping(of: directory + "/data.mdb") ?? (0, 0) }
             return m ?? (0, 0)
         }
+        Self.release(range)
+    }
+
+    /// ``releaseMappedPages()`` for the scans of `init`, before the store exists: the
+    /// map of `directory`'s data file, found once.
+    private static func mappedPagesReleaser(_ directory: String) -> () -> Void {
+        var range: (address: UInt, length: Int)?
+        return {
+            if range == nil { range = mapping(of: directory + "/data.mdb") ?? (0, 0) }
+            if let range { release(range) }
+        }
+    }
+
+    /// Unmaps `range` of the data file's map (nothing for an empty one).
+    private static func release(_ range: (address: UInt, length: Int)) {
         guard range.address != 0, range.length > 0, let start = UnsafeMutableRawPointer(bitPattern: range.address)
         else { return }
         _ = madvise(start, range.length, MADV_DONTNEED)
@@ -1079,7 +1098,8 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Visits entries in key order until `visit` returns false. Key and value are LMDB's
     /// own bytes in the map, valid during the call only: what `visit` does not read is
-    /// never paged in. With `release`, it is called every 64 entries, so that a scan of
+    /// never paged in. With `release`, it is called every 16 entries (about 1 MiB of pages
+    /// mapped at most: the kernel maps 64 KiB around each page read), so that a scan of
     /// a full store does not map the whole file at once (``releaseMappedPages()``: the
     /// map is of the file and read-only, so the pages of entries already visited, and of
     /// those to come, are read again from the page cache if touched again).
@@ -1097,7 +1117,7 @@ public final class SnapshotStore: @unchecked Sendable {
             let v = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
             if !visit(k, v) { return }
             visited += 1
-            if visited % 64 == 0 { release?() }
+            if visited % 16 == 0 { release?() }
             rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
         }
         if rc != MDB_NOTFOUND { throw StoreError(rc, function: "mdb_cursor_get") }

@@ -11,8 +11,12 @@
 //          "headers", "body" in base64}), then {"metadata": {key: base64}}.
 //        cairn-store-child put <store dir> <n>
 //          Stores n snapshots, each in its own commit, then prints "PUT <n>".
+//        cairn-store-child peak <store dir>
+//          Opens the store and prints "PEAK <kB>": how much the process's peak RSS
+//          (VmHWM) grew while it opened, and "MAPPED <kB>": data.mdb's resident pages after.
 // Exits 0, or 1 with the error on stderr.
 import CairnStore
+import CairnTestSupport
 import CairnUploader
 import Foundation
 
@@ -27,12 +31,25 @@ func request(_ n: Int) -> UploadRequest {
 }
 
 let args = CommandLine.arguments
-guard args.count >= 3, ["open", "put"].contains(args[1]) else {
-    FileHandle.standardError.write(Data("usage: cairn-store-child open|put <store dir> [n]\n".utf8))
+guard args.count >= 3, ["open", "put", "peak"].contains(args[1]) else {
+    FileHandle.standardError.write(Data("usage: cairn-store-child open|put|peak <store dir> [n]\n".utf8))
     exit(2)
 }
+/// `VmHWM` of /proc/self/status, in kB.
+func peakKB() -> Int {
+    let text = String(decoding: FileHandle(forReadingAtPath: "/proc/self/status")?.readDataToEndOfFile() ?? Data(),
+                      as: UTF8.self)
+    return text.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }?
+        .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? -1
+}
+let peakBefore = peakKB()
 do {
     let store = try SnapshotStore(directory: args[2], options: .init(recordCheck: UploadRequest.recordCheck))
+    if args[1] == "peak" {
+        print("PEAK \(peakKB() - peakBefore)")
+        print("MAPPED \(residentKB(ofMapping: args[2] + "/data.mdb") ?? 0)")
+        exit(0)
+    }
     if args[1] == "put" {
         let n = args.count > 3 ? Int(args[3]) ?? 1 : 1
         for i in 1...max(n, 1) { try store.put(request(i).record, priority: .sampled) }
