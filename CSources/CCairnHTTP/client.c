@@ -1128,12 +1128,14 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
 
     cairn_http_parser_t parser;
     int rc = CAIRN_HTTP_ENETWORK;
+    int handshaken = 0; /* a TLS connection was set up for this send */
     for (int attempt = 0; attempt < 2; attempt++) {
         int reused = conn->fd >= 0 && conn->reusable && strcmp(conn->destination, destination) == 0
                      && still_open(conn);
         if (!reused) {
             disconnect(conn);
             rc = open_connection(conn, &t, via, connect_deadline);
+            handshaken |= t.https;
             if (rc != CAIRN_HTTP_OK) break;
             snprintf(conn->destination, sizeof conn->destination, "%s", destination);
         }
@@ -1144,6 +1146,10 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
         if (!(reused && rc == CAIRN_HTTP_ENETWORK && !cairn_http_parser_started(&parser))) break;
     }
     free(h.bytes);
+    /* The code a TLS setup ran (loading the library, the first context, handshakes)
+     * need not stay in the process: unmapped after the exchange, at most once a second. */
+    if (handshaken) cairn_http__tls_connection_used();
+    if (t.https) cairn_http__tls_release_if_due(now_ms());
     if (rc != CAIRN_HTTP_OK) return rc;
 
     conn->reusable = parser.keep_alive && !parser.abandoned && !closes;

@@ -70,6 +70,16 @@ ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *mess
 ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, char *message,
                               size_t cap);
 
+/* Pages of the TLS libraries' code that ran once (pages.c): a send that set up a TLS
+ * connection (its handshake) calls `connection_used` once its exchange is over; every
+ * send then calls `release_if_due`, which unmaps the libraries' pages (see
+ * cairn_http_tls_release_pages) when a connection was set up since they were last
+ * unmapped and that was a second ago or more (or never): so a burst of handshakes is
+ * followed by one release, and a collector that closes every connection costs one per
+ * second at most. */
+void cairn_http__tls_connection_used(void);
+void cairn_http__tls_release_if_due(int64_t now_ms);
+
 /* A TLS library behind those calls (tls_openssl.c, tls_mbedtls.c): its functions, with
  * the same contracts. `available` loads the library if that was not yet tried and says
  * whether it is usable (why not in `message`); `loaded` only says whether it was
@@ -85,10 +95,40 @@ typedef struct cairn_http__tls_library {
     int (*handshake)(void *session, char *message, size_t cap);
     ssize_t (*read)(void *session, void *buffer, size_t len, char *message, size_t cap);
     ssize_t (*write)(void *session, const void *buffer, size_t len, char *message, size_t cap);
+    /* Unmaps the resident pages of the code and read-only data of the shared objects
+     * this library's load brought into the process (not those it found loaded), as
+     * cairn_http__release_code_pages does; returns the bytes unmapped. NULL for a
+     * library built without its headers. */
+    size_t (*release_pages)(void);
 } cairn_http__tls_library;
 
 extern const cairn_http__tls_library cairn_http__openssl;
 extern const cairn_http__tls_library cairn_http__mbedtls;
+
+/* ---- Pages of loaded libraries (pages.c). ---- */
+
+/* The shared objects loaded in the process at one moment, by load address: taken by a
+ * back end before its dlopen, to tell afterwards which objects that dlopen brought. */
+typedef struct cairn_http__objects {
+    size_t count;
+    int overflow; /* more objects than `base` holds: none counts as added */
+    uintptr_t base[512];
+} cairn_http__objects;
+
+void cairn_http__objects_now(cairn_http__objects *objects);
+
+/* Of `addresses` (functions, `count` of them), one per shared object that was not
+ * loaded at `before`, into `added` (room for `count`); returns how many. */
+size_t cairn_http__objects_added(const cairn_http__objects *before, const void *const *addresses, size_t count,
+                                 const void **added);
+
+/* Unmaps from the process the resident pages of the read-only segments (code, tables)
+ * of the shared object that contains `address`, which are still the file's own pages
+ * (/proc/self/pagemap): they come back from the page cache when used again. Nothing
+ * while a debugger is attached, for an object with text relocations, or without
+ * /proc/self/pagemap. Returns the bytes unmapped. Not for a hot path: it reads
+ * /proc files and calls madvise. */
+size_t cairn_http__release_code_pages(const void *address);
 
 /* strerror, thread-safe (strerror_r into `buffer`; client.c). */
 const char *cairn_http__strerror(int error, char *buffer, size_t cap);

@@ -15,6 +15,7 @@
 #include "http_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,35 @@ int cairn_http__tls_handshake(void *session, char *message, size_t cap)
 {
     tls_session *s = session;
     return s->library->handshake(s->impl, message, cap);
+}
+
+/* Whether a connection was set up since the libraries' pages were last released, and
+ * when that was (monotonic milliseconds, 0 for never). */
+static atomic_int setup_since_release;
+static _Atomic int64_t last_release_ms;
+
+void cairn_http__tls_connection_used(void)
+{
+    atomic_store(&setup_since_release, 1);
+}
+
+void cairn_http__tls_release_if_due(int64_t now_ms)
+{
+    if (!atomic_load(&setup_since_release)) return;
+    int64_t last = atomic_load(&last_release_ms);
+    if (last != 0 && now_ms - last < 1000) return;
+    /* One caller releases; a connection set up meanwhile sets the flag again. */
+    if (!atomic_compare_exchange_strong(&last_release_ms, &last, now_ms)) return;
+    atomic_store(&setup_since_release, 0);
+    cairn_http_tls_release_pages();
+}
+
+size_t cairn_http_tls_release_pages(void)
+{
+    size_t released = 0;
+    for (int i = 0; i < LIBRARIES; i++)
+        if (libraries[i]->loaded() && libraries[i]->release_pages) released += libraries[i]->release_pages();
+    return released;
 }
 
 ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *message, size_t cap)

@@ -227,8 +227,15 @@ static const char *layout_differs(void)
     return NULL;
 }
 
+/* A function in each of libmbedtls, libmbedx509 and libmbedcrypto that load() brought
+ * into the process (not those the service had loaded), for mbed_release_pages. */
+static const void *own_objects[3];
+static size_t own_count;
+
 static void load(void)
 {
+    static cairn_http__objects before; /* under load_once */
+    cairn_http__objects_now(&before);
     void *library = dlopen(LIBMBEDTLS, RTLD_NOW | RTLD_LOCAL);
     if (!library) {
         const char *why = dlerror();
@@ -246,6 +253,9 @@ static void load(void)
     }
     MBED_FUNCTIONS(RESOLVE)
 #undef RESOLVE
+    const void *objects[] = {(const void *)f_mbedtls_ssl_handshake, (const void *)f_mbedtls_x509_crt_parse,
+                             (const void *)f_mbedtls_ctr_drbg_seed};
+    own_count = cairn_http__objects_added(&before, objects, 3, own_objects);
     /* The structures are allocated here with the sizes of the headers built against,
      * which depend on the library's version and build options: a library of another
      * minor version, one without an option this file relies on, or one whose
@@ -738,6 +748,16 @@ static ssize_t mbed_write(void *session, const void *buffer, size_t len, char *m
     return next_step(s, rc, "TLS write", message, cap);
 }
 
+/* Unmaps the code pages of what load() brought (pages.c); tls.c calls it after the
+ * first completed handshake. */
+static size_t mbed_release_pages(void)
+{
+    size_t released = 0;
+    if (mbed_loaded())
+        for (size_t i = 0; i < own_count; i++) released += cairn_http__release_code_pages(own_objects[i]);
+    return released;
+}
+
 /* This library, for tls.c. */
 const cairn_http__tls_library cairn_http__mbedtls = {
     .available = mbed_available,
@@ -749,6 +769,7 @@ const cairn_http__tls_library cairn_http__mbedtls = {
     .handshake = mbed_handshake,
     .read = mbed_read,
     .write = mbed_write,
+    .release_pages = mbed_release_pages,
 };
 
 #endif /* __has_include(<mbedtls/ssl.h>) */

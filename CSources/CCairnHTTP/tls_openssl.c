@@ -114,6 +114,10 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[256];
 static atomic_int loaded;
 static BIO_METHOD *socket_method;
+/* A function in each of libssl and libcrypto that load() brought into the process
+ * (not those the service had loaded), for ossl_release_pages. */
+static const void *own_objects[2];
+static size_t own_count;
 static X509_LOOKUP_METHOD *subject_method;
 
 static void openssl_message(char *message, size_t cap, const char *what);
@@ -261,6 +265,8 @@ static int check_ca_file(const char *ca_file, char *message, size_t cap)
 
 static void load(void)
 {
+    static cairn_http__objects before; /* under load_once */
+    cairn_http__objects_now(&before);
     void *library = dlopen(LIBSSL, RTLD_NOW | RTLD_LOCAL);
     if (!library) {
         const char *why = dlerror();
@@ -279,6 +285,8 @@ static void load(void)
     }
     TLS_FUNCTIONS(RESOLVE)
 #undef RESOLVE
+    const void *objects[] = {(const void *)f_SSL_CTX_new, (const void *)f_ERR_get_error};
+    own_count = cairn_http__objects_added(&before, objects, 2, own_objects);
     if (f_OPENSSL_init_ssl(0, NULL) != 1) {
         snprintf(load_error, sizeof load_error, "TLS is unavailable: OPENSSL_init_ssl failed");
         return;
@@ -484,6 +492,16 @@ static ssize_t ossl_write(void *session, const void *buffer, size_t len, char *m
     return step;
 }
 
+/* Unmaps the code pages of what load() brought (pages.c); tls.c calls it after the
+ * first completed handshake. */
+static size_t ossl_release_pages(void)
+{
+    size_t released = 0;
+    if (ossl_loaded())
+        for (size_t i = 0; i < own_count; i++) released += cairn_http__release_code_pages(own_objects[i]);
+    return released;
+}
+
 /* This library, for tls.c. */
 const cairn_http__tls_library cairn_http__openssl = {
     .available = ossl_available,
@@ -495,6 +513,7 @@ const cairn_http__tls_library cairn_http__openssl = {
     .handshake = ossl_handshake,
     .read = ossl_read,
     .write = ossl_write,
+    .release_pages = ossl_release_pages,
 };
 
 #endif /* __has_include(<openssl/ssl.h>) */

@@ -398,6 +398,56 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
     }
 }
 
+/// The pages of a TLS library's code that ran once (its load, its first context, the
+/// handshakes) are unmapped after the exchange (CCairnHTTP's pages.c), for each library
+/// in a process of its own: nearly all of the crypto library's code is resident after a
+/// handshake, and would stay so. A library the service loaded itself is left alone, and
+/// a page written since it was loaded (as a debugger's breakpoint or a uprobe is
+/// written) keeps its change.
+@Suite struct HTTPTransportTLSPagesTests {
+    /// Resident and mapped KiB of the code of the library whose file starts with
+    /// `prefix`, from the child's `CODE` lines.
+    private func code(_ output: String, _ prefix: String) -> (resident: Int, size: Int) {
+        var total = (resident: 0, size: 0)
+        for line in output.split(separator: "\n") where line.hasPrefix("CODE " + prefix) {
+            let fields = line.split(separator: " ")
+            if fields.count == 4, let resident = Int(fields[2]), let size = Int(fields[3]) {
+                total = (total.resident + resident, total.size + size)
+            }
+        }
+        return total
+    }
+
+    @Test(arguments: [("openssl", "libcrypto", "libssl.so.3"), ("mbedtls", "libmbedcrypto", "libmbedtls.so.14")])
+    func theCodeATLSSetUpRanIsNotKeptResident(library: String, crypto: String, soname: String) throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let arguments = ["https://localhost:\(collector.port)/v1/batch", certificates.caFile]
+        // Loaded by the client: after the exchange, almost none of it stays resident.
+        let own = try runChild("cairn-http-child", arguments, environment: ["CAIRN_TLS_LIBRARY": library])
+        #expect(own.contains("STATUS 200"), "\(own)")
+        let released = code(own, crypto)
+        #expect(released.size > 0 && released.resident * 4 < released.size, "\(own)")
+        // Loaded by the service before: left as it is, all of it resident after the handshake.
+        let services = try runChild("cairn-http-child", arguments,
+                                    environment: ["CAIRN_TLS_LIBRARY": library, "CAIRN_CHILD_PRELOAD": soname])
+        #expect(services.contains("STATUS 200"), "\(services)")
+        let kept = code(services, crypto)
+        #expect(kept.size > 0 && kept.resident * 2 > kept.size, "\(services)")
+        // A written page is the process's own copy, and stays one; the rest goes.
+        let written = try runChild("cairn-http-child", arguments,
+                                   environment: ["CAIRN_TLS_LIBRARY": library, "CAIRN_CHILD_WRITE_CODE": crypto])
+        #expect(written.contains("WRITTEN kept"), "\(written)")
+        let count = written.split(separator: "\n").first { $0.hasPrefix("RELEASED ") }?
+            .split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        #expect(count > 64 * 1024, "\(written)")
+        let after = code(written, crypto)
+        #expect(after.resident * 4 < after.size, "\(written)")
+    }
+}
+
 /// Mutual TLS: a collector that requires a client certificate signed by its CA gets
 /// one from either TLS library (the certificate and key in one PEM file, or the key
 /// apart); without one, or with one its CA did not sign, the handshake fails as a `tls`

@@ -1,0 +1,207 @@
+/*
+ * pages.c: letting go of the pages of a TLS library's code that ran once.
+ *
+ * Loading a TLS library and making its first connection run code that never runs
+ * again: the dynamic linker walks the library's relocation and symbol tables, OpenSSL
+ * registers every algorithm of its providers, the first handshake parses the trust
+ * store. The kernel maps file pages around each page touched (64 KiB at a time), so
+ * by then nearly all of libcrypto's 2.5 MiB of code and 0.8 MiB of tables are resident
+ * in the process, about 3 MiB that stay counted in its RSS although the connections
+ * that follow use a fraction of them.
+ *
+ * So after a library's first completed handshake, the pages of its read-only segments
+ * are unmapped from the process (madvise MADV_DONTNEED). They are clean pages of the
+ * file, still in the page cache: code that runs again is mapped back at its first use
+ * (a minor fault), exactly as after the kernel reclaimed them under memory pressure.
+ * Only what the connections keep using comes back (about 0.9 MiB of libcrypto).
+ *
+ * What is never touched:
+ *   - a library the process had loaded before Cairn's dlopen (the service's own
+ *     OpenSSL: its pages are not Cairn's to manage): a back end lists the objects
+ *     loaded before its dlopen (`cairn_http__objects_now`) and releases only those
+ *     its dlopen added (`cairn_http__objects_added`);
+ *   - a page that is no longer the file's own: /proc/self/pagemap says for each page
+ *     whether it is a page-cache page; one a debugger's breakpoint or a uprobe wrote
+ *     (copied on write, now anonymous) is kept, with its change;
+ *   - writable segments and the RELRO range (relocated data), and a library with text
+ *     relocations (its code pages were written by the dynamic linker);
+ *   - anything, while a debugger is attached (TracerPid), or when /proc/self/pagemap
+ *     cannot be read.
+ */
+#define _GNU_SOURCE 1
+#include "http_internal.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* The load address of the shared object that contains `address`, or 0. */
+static uintptr_t object_base(const void *address)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    if (!address || !dladdr1(address, &info, (void **)&map, RTLD_DL_LINKMAP) || !map) return 0;
+    return map->l_addr;
+}
+
+static int record_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    cairn_http__objects *objects = arg;
+    if (objects->count == sizeof objects->base / sizeof *objects->base) {
+        objects->overflow = 1;
+        return 1;
+    }
+    objects->base[objects->count++] = info->dlpi_addr;
+    return 0;
+}
+
+void cairn_http__objects_now(cairn_http__objects *objects)
+{
+    objects->count = 0;
+    objects->overflow = 0;
+    dl_iterate_phdr(record_object, objects);
+}
+
+size_t cairn_http__objects_added(const cairn_http__objects *before, const void *const *addresses, size_t count,
+                                 const void **added)
+{
+    size_t n = 0;
+    if (before->overflow) return 0;
+    for (size_t i = 0; i < count; i++) {
+        uintptr_t base = object_base(addresses[i]);
+        if (!base) continue;
+        int known = 0;
+        for (size_t j = 0; j < before->count && !known; j++) known = before->base[j] == base;
+        for (size_t j = 0; j < n && !known; j++) known = object_base(added[j]) == base;
+        if (!known) added[n++] = addresses[i];
+    }
+    return n;
+}
+
+/* Whether a tracer (a debugger) is attached to this process. Unknown counts as yes. */
+static int traced(void)
+{
+    FILE *file = fopen("/proc/self/status", "re");
+    if (!file) return 1;
+    char line[256];
+    int tracer = 1;
+    while (fgets(line, sizeof line, file)) {
+        if (strncmp(line, "TracerPid:", 10) == 0) {
+            tracer = atoi(line + 10) != 0;
+            break;
+        }
+    }
+    fclose(file);
+    return tracer;
+}
+
+/* The loaded object dl_iterate_phdr is asked to find, by load address and name. */
+typedef struct found_object {
+    ElfW(Addr) base;
+    const char *name;
+    const ElfW(Phdr) *phdr;
+    ElfW(Half) phnum;
+} found_object;
+
+static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    found_object *want = arg;
+    if (info->dlpi_addr != want->base || !info->dlpi_name || strcmp(info->dlpi_name, want->name) != 0) return 0;
+    want->phdr = info->dlpi_phdr;
+    want->phnum = info->dlpi_phnum;
+    return 1;
+}
+
+/* Whether the object's dynamic section asks for text relocations. */
+static int has_text_relocations(const found_object *object)
+{
+    for (ElfW(Half) i = 0; i < object->phnum; i++) {
+        if (object->phdr[i].p_type != PT_DYNAMIC) continue;
+        const ElfW(Dyn) *dyn = (const ElfW(Dyn) *)(object->base + object->phdr[i].p_vaddr);
+        for (; dyn->d_tag != DT_NULL; dyn++) {
+            if (dyn->d_tag == DT_TEXTREL) return 1;
+            if (dyn->d_tag == DT_FLAGS && (dyn->d_un.d_val & DF_TEXTREL)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Unmaps [run, stop); returns the bytes unmapped. */
+static size_t unmap(uintptr_t run, uintptr_t stop)
+{
+    return stop > run && madvise((void *)run, stop - run, MADV_DONTNEED) == 0 ? stop - run : 0;
+}
+
+/* Unmaps the present page-cache pages of [start, end) (page-aligned), run by run, as
+ * /proc/self/pagemap (open as `pagemap`) describes them; pages after an entry that
+ * cannot be read are kept. Returns the bytes unmapped. */
+static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, size_t page)
+{
+    size_t released = 0;
+    uint64_t entries[512];
+    uintptr_t run = 0; /* start of the current run of releasable pages, 0 for none */
+    uintptr_t at = start;
+    while (at < end) {
+        size_t want = (end - at) / page;
+        if (want > sizeof entries / sizeof *entries) want = sizeof entries / sizeof *entries;
+        ssize_t got = pread(pagemap, entries, want * sizeof *entries, (off_t)(at / page * sizeof *entries));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < (ssize_t)sizeof *entries) break;
+        for (size_t i = 0; i < (size_t)got / sizeof *entries; i++, at += page) {
+            /* Bit 63: present; bit 61: a file page (or shared anonymous). */
+            int releasable = (entries[i] >> 63 & 1) && (entries[i] >> 61 & 1);
+            if (releasable && !run) run = at;
+            if (!releasable && run) {
+                released += unmap(run, at);
+                run = 0;
+            }
+        }
+    }
+    if (run) released += unmap(run, at);
+    return released;
+}
+
+size_t cairn_http__release_code_pages(const void *address)
+{
+    Dl_info info;
+    struct link_map *map = NULL;
+    if (!address || !dladdr1(address, &info, (void **)&map, RTLD_DL_LINKMAP) || !map || !map->l_name
+        || !map->l_name[0])
+        return 0; /* not in a shared object (the executable has an empty name) */
+    found_object object = {.base = map->l_addr, .name = map->l_name};
+    if (!dl_iterate_phdr(find_object, &object) || has_text_relocations(&object) || traced()) return 0;
+    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (pagemap < 0) return 0;
+    long page_size = sysconf(_SC_PAGESIZE);
+    size_t page = page_size > 0 ? (size_t)page_size : 4096;
+    uintptr_t relro_start = 0, relro_end = 0;
+    for (ElfW(Half) i = 0; i < object.phnum; i++) {
+        if (object.phdr[i].p_type != PT_GNU_RELRO) continue;
+        relro_start = (object.base + object.phdr[i].p_vaddr) & ~(uintptr_t)(page - 1);
+        relro_end = (object.base + object.phdr[i].p_vaddr + object.phdr[i].p_memsz + page - 1) & ~(uintptr_t)(page - 1);
+    }
+    size_t released = 0;
+    for (ElfW(Half) i = 0; i < object.phnum; i++) {
+        const ElfW(Phdr) *ph = &object.phdr[i];
+        if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
+        /* Whole pages of the segment only: a page it shares with a neighbour is kept. */
+        uintptr_t start = (object.base + ph->p_vaddr + page - 1) & ~(uintptr_t)(page - 1);
+        uintptr_t end = (object.base + ph->p_vaddr + ph->p_filesz) & ~(uintptr_t)(page - 1);
+        if (relro_end > relro_start && start < relro_end && end > relro_start) {
+            if (start < relro_start) released += release_range(pagemap, start, relro_start, page);
+            start = relro_end;
+        }
+        if (end > start) released += release_range(pagemap, start, end, page);
+    }
+    close(pagemap);
+    return released;
+}
