@@ -243,8 +243,8 @@ extension LMDBFile {
     enum PageKind: Equatable {
         /// Beyond the end of the file.
         case missing
-        /// Not a page LMDB could have written here (why, in words).
-        case defective(String)
+        /// Not a page LMDB could have written here (why: ``Defect/text`` in words).
+        case defective(Defect)
         case meta
         /// A branch page; its children are `nodes[first..<first+count]`.
         case branch(first: Int, count: Int)
@@ -252,6 +252,40 @@ extension LMDBFile {
         case leaf(first: Int, count: Int)
         /// The first page of an overflow value spanning `pages` pages.
         case overflow(pages: Int)
+    }
+
+    /// Why a page is not one LMDB could have written: kept for every such page (every
+    /// page but the first of each overflow value carries no header of its own, so a
+    /// store of large values has thousands), hence numbers, not words; ``text`` makes
+    /// the words when a fault is reported. Per-page strings were 8,000 small heap
+    /// allocations for a full store, which the opening thread's heap kept (0.9 MiB).
+    enum Defect: Equatable {
+        case pageNumber(UInt64)
+        case metaFlags
+        case emptyOverflow
+        case flags(UInt16)
+        case bounds(lower: Int32, upper: Int32)
+        case crowded(count: Int32, room: Int32, upper: Int32)
+        case nodeOffset(node: Int32, offset: Int32)
+        case keySize(node: Int32, size: Int32)
+        case value(node: Int32, size: Int32, flags: UInt16)
+        case overlap(Int32, Int32)
+
+        /// The reason in words, as faults report it.
+        var text: String {
+            switch self {
+            case .pageNumber(let n): return "page number \(n)"
+            case .metaFlags: return "meta page flags"
+            case .emptyOverflow: return "overflow of 0 pages"
+            case .flags(let f): return "flags 0x\(hex(f))"
+            case .bounds(let lower, let upper): return "lower \(lower), upper \(upper)"
+            case .crowded(let count, let room, let upper): return "\(count) nodes in the \(room) bytes above upper \(upper)"
+            case .nodeOffset(let k, let at): return "node \(k) at offset \(at)"
+            case .keySize(let k, let size): return "node \(k): key of \(size) bytes"
+            case .value(let k, let size, let flags): return "node \(k): value of \(size) bytes, flags 0x\(hex(flags))"
+            case .overlap(let a, let b): return "nodes at offsets \(a) and \(b) overlap"
+            }
+        }
     }
 
     /// A node of a branch or leaf page: where its key and value are within the page.
@@ -314,23 +348,23 @@ extension LMDBFile {
 
         /// Adds `count` pages of zeros after the meta pages (a hole in the file).
         mutating func addZeroPages(_ count: Int) {
-            kinds.append(contentsOf: repeatElement(.defective("page number 0"), count: count))
+            kinds.append(contentsOf: repeatElement(.defective(.pageNumber(0)), count: count))
         }
 
         private mutating func summary(_ p: UnsafeRawBufferPointer, index: Int) -> PageKind {
             let number = p.u64(0)
-            guard number == UInt64(index) else { return .defective("page number \(number)") }
+            guard number == UInt64(index) else { return .defective(.pageNumber(number)) }
             let flags = p.u16(10) & ~LMDBLayout.dirty
             switch flags {
             case LMDBLayout.meta:
-                return index < LMDBLayout.metaPages ? .meta : .defective("meta page flags")
+                return index < LMDBLayout.metaPages ? .meta : .defective(.metaFlags)
             case LMDBLayout.overflow:
                 let pages = Int(p.u32(12))
-                return pages >= 1 ? .overflow(pages: pages) : .defective("overflow of 0 pages")
+                return pages >= 1 ? .overflow(pages: pages) : .defective(.emptyOverflow)
             case LMDBLayout.branch, LMDBLayout.leaf:
                 return nodes(p, branch: flags == LMDBLayout.branch)
             default:
-                return .defective("flags 0x\(hex(p.u16(10)))")
+                return .defective(.flags(p.u16(10)))
             }
         }
 
@@ -344,24 +378,24 @@ extension LMDBFile {
             let h = LMDBLayout.pageHeader, nh = LMDBLayout.nodeHeader
             let lower = Int(p.u16(12)), upper = Int(p.u16(14))
             guard lower >= h + 2, (lower - h) % 2 == 0, lower <= upper, upper <= pageSize else {
-                return .defective("lower \(lower), upper \(upper)")
+                return .defective(.bounds(lower: Int32(lower), upper: Int32(upper)))
             }
             let count = (lower - h) / 2
             guard count <= (pageSize - upper) / nh else {
-                return .defective("\(count) nodes in the \(pageSize - upper) bytes above upper \(upper)")
+                return .defective(.crowded(count: Int32(count), room: Int32(pageSize - upper), upper: Int32(upper)))
             }
             scratch.removeAll(keepingCapacity: true)
             extents.removeAll(keepingCapacity: true)
             for k in 0..<count {
                 let at = Int(p.u16(h + 2 * k))
                 guard at >= upper, at % 2 == 0, at + nh <= pageSize else {
-                    return .defective("node \(k) at offset \(at)")
+                    return .defective(.nodeOffset(node: Int32(k), offset: Int32(at)))
                 }
                 let lo = UInt64(p.u16(at)), hi = UInt64(p.u16(at + 2)), flags = p.u16(at + 4)
                 let keySize = Int(p.u16(at + 6))
                 let key = at + nh
                 guard keySize <= LMDBLayout.maxKeySize, key + keySize <= pageSize else {
-                    return .defective("node \(k): key of \(keySize) bytes")
+                    return .defective(.keySize(node: Int32(k), size: Int32(keySize)))
                 }
                 if branch {
                     let child = lo | hi << 16 | UInt64(flags) << 32
@@ -375,7 +409,7 @@ extension LMDBFile {
                 let end = data + (big ? 8 : size)
                 guard flags & ~(LMDBLayout.bigData | LMDBLayout.subData | LMDBLayout.dupData) == 0,
                       end <= pageSize else {
-                    return .defective("node \(k): value of \(size) bytes, flags 0x\(hex(flags))")
+                    return .defective(.value(node: Int32(k), size: Int32(truncatingIfNeeded: size), flags: flags))
                 }
                 scratch.append(Node(offset: at, flags: flags, keySize: keySize, dataSize: size,
                                     page: big ? p.u64(data) : 0))
@@ -383,7 +417,7 @@ extension LMDBFile {
             }
             extents.sort { $0.start < $1.start }
             for i in extents.indices.dropFirst() where extents[i].start < extents[i - 1].end {
-                return .defective("nodes at offsets \(extents[i - 1].start) and \(extents[i].start) overlap")
+                return .defective(.overlap(Int32(extents[i - 1].start), Int32(extents[i].start)))
             }
             let first = nodes.count
             nodes.append(contentsOf: scratch)
@@ -702,7 +736,7 @@ extension LMDBFile {
             case .missing:
                 a.fault("\(name) tree: page \(page) is beyond the end of the file")
             case .defective(let why):
-                a.fault("\(name) tree: page \(page): \(why)")
+                a.fault("\(name) tree: page \(page): \(why.text)")
             case .meta, .overflow:
                 a.fault("\(name) tree: page \(page) is not a branch or leaf page")
             }
