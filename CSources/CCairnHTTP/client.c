@@ -525,6 +525,9 @@ struct cairn_http_conn {
     int fd;
     void *tls;
     int reusable;
+    /* TLS sessions started on this slot (start_tls), for the release of their setup's
+     * code pages after the send (tls.c). */
+    unsigned tls_sessions;
     /* Where the open socket leads: scheme, host, port and proxy. */
     char destination[2 * HOST_CAP + 32];
     char *headers;
@@ -930,6 +933,7 @@ static int open_tunnel(cairn_http_conn_t *conn, const proxy *via, const endpoint
 
 static int start_tls(cairn_http_conn_t *conn, const endpoint *to, int64_t deadline)
 {
+    conn->tls_sessions++; /* the library's code runs from here on, loading it included */
     void *context = tls_context(conn->client, conn->message, sizeof conn->message);
     if (!context) return CAIRN_HTTP_ETLS;
     conn->tls = cairn_http__tls_session_new(context, conn->fd, to->host, to->is_ip, conn->message,
@@ -1128,14 +1132,13 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
 
     cairn_http_parser_t parser;
     int rc = CAIRN_HTTP_ENETWORK;
-    int handshaken = 0; /* a TLS connection was set up for this send */
+    unsigned sessions = conn->tls_sessions;
     for (int attempt = 0; attempt < 2; attempt++) {
         int reused = conn->fd >= 0 && conn->reusable && strcmp(conn->destination, destination) == 0
                      && still_open(conn);
         if (!reused) {
             disconnect(conn);
             rc = open_connection(conn, &t, via, connect_deadline);
-            handshaken |= t.https;
             if (rc != CAIRN_HTTP_OK) break;
             snprintf(conn->destination, sizeof conn->destination, "%s", destination);
         }
@@ -1148,7 +1151,7 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
     free(h.bytes);
     /* The code a TLS setup ran (loading the library, the first context, handshakes)
      * need not stay in the process: unmapped after the exchange, at most once a second. */
-    if (handshaken) cairn_http__tls_connection_used();
+    if (conn->tls_sessions != sessions) cairn_http__tls_connection_used();
     if (t.https) cairn_http__tls_release_if_due(now_ms());
     if (rc != CAIRN_HTTP_OK) return rc;
 

@@ -70,13 +70,14 @@ ssize_t cairn_http__tls_read(void *session, void *buffer, size_t len, char *mess
 ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, char *message,
                               size_t cap);
 
-/* Pages of the TLS libraries' code that ran once (pages.c): a send that set up a TLS
- * connection (its handshake) calls `connection_used` once its exchange is over; every
- * send then calls `release_if_due`, which unmaps the libraries' pages (see
- * cairn_http_tls_release_pages) when a connection was set up since they were last
- * unmapped and that was a second ago or more (or never): so a burst of handshakes is
- * followed by one release, and a collector that closes every connection costs one per
- * second at most. */
+/* Pages of the TLS libraries' code that ran once (pages.c): a send that started a TLS
+ * session (its handshake, whether it completed or not) calls `connection_used` once its
+ * exchange is over; every https send then calls `release_if_due`, which unmaps the
+ * libraries' pages (see cairn_http_tls_release_pages) when a session was started since
+ * they were last unmapped and that was a second ago or more (or never). The first
+ * session's setup is released at the end of its send; those of a burst that follows
+ * within the second, at the first https send a second later or more; a collector that
+ * closes every connection costs one release a second at most. */
 void cairn_http__tls_connection_used(void);
 void cairn_http__tls_release_if_due(int64_t now_ms);
 
@@ -123,12 +124,12 @@ size_t cairn_http__objects_added(const cairn_http__objects *before, const void *
                                  const void **added);
 
 /* Unmaps from the process the resident pages of the read-only segments (code, tables)
- * of the shared object that contains `address`, which are still the file's own pages
- * (/proc/self/pagemap): they come back from the page cache when used again. Nothing
- * while a debugger is attached, for an object with text relocations, or without
- * /proc/self/pagemap. Returns the bytes unmapped. Not for a hot path: it reads
+ * of the shared objects that contain `addresses` (`count` of them), which are still the
+ * files' own pages (/proc/self/pagemap): they come back from the page cache when used
+ * again. Nothing while a debugger is attached, for an object with text relocations, or
+ * without /proc/self/pagemap. Returns the bytes unmapped. Not for a hot path: it reads
  * /proc files and calls madvise. */
-size_t cairn_http__release_code_pages(const void *address);
+size_t cairn_http__release_code_pages(const void *const *addresses, size_t count);
 
 /* strerror, thread-safe (strerror_r into `buffer`; client.c). */
 const char *cairn_http__strerror(int error, char *buffer, size_t cap);

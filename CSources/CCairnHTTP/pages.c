@@ -9,11 +9,13 @@
  * in the process, about 3 MiB that stay counted in its RSS although the connections
  * that follow use a fraction of them.
  *
- * So after a library's first completed handshake, the pages of its read-only segments
- * are unmapped from the process (madvise MADV_DONTNEED). They are clean pages of the
- * file, still in the page cache: code that runs again is mapped back at its first use
- * (a minor fault), exactly as after the kernel reclaimed them under memory pressure.
- * Only what the connections keep using comes back (about 0.9 MiB of libcrypto).
+ * So after a send that set up a TLS connection, at most once a second (client.c, through
+ * tls.c's cairn_http__tls_release_if_due), the pages of the read-only segments of the
+ * libraries Cairn loaded are unmapped from the process (madvise MADV_DONTNEED). They are
+ * clean pages of the files, still in the page cache: code that runs again is mapped
+ * back at its first use (a minor fault), exactly as after the kernel reclaimed them
+ * under memory pressure. Only what the connections keep using comes back (about
+ * 0.9 MiB of libcrypto).
  *
  * What is never touched:
  *   - a library the process had loaded before Cairn's dlopen (the service's own
@@ -22,7 +24,10 @@
  *     its dlopen added (`cairn_http__objects_added`);
  *   - a page that is no longer the file's own: /proc/self/pagemap says for each page
  *     whether it is a page-cache page; one a debugger's breakpoint or a uprobe wrote
- *     (copied on write, now anonymous) is kept, with its change;
+ *     (copied on write, now anonymous) is kept, with its change. The check comes just
+ *     before the madvise, not with it: a uprobe attached in between (microseconds, at
+ *     most once a second, and only after a new connection) would leave this process
+ *     for that page, and fire again once re-attached;
  *   - writable segments and the RELRO range (relocated data), and a library with text
  *     relocations (its code pages were written by the dynamic linker);
  *   - anything, while a debugger is attached (TracerPid), or when /proc/self/pagemap
@@ -170,7 +175,10 @@ static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, size_t 
     return released;
 }
 
-size_t cairn_http__release_code_pages(const void *address)
+/* Unmaps the releasable pages of the read-only segments of the shared object that
+ * contains `address` (see the file's comment), with /proc/self/pagemap open as
+ * `pagemap`. Returns the bytes unmapped. */
+static size_t release_object(const void *address, int pagemap, size_t page)
 {
     Dl_info info;
     struct link_map *map = NULL;
@@ -178,11 +186,7 @@ size_t cairn_http__release_code_pages(const void *address)
         || !map->l_name[0])
         return 0; /* not in a shared object (the executable has an empty name) */
     found_object object = {.base = map->l_addr, .name = map->l_name};
-    if (!dl_iterate_phdr(find_object, &object) || has_text_relocations(&object) || traced()) return 0;
-    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (pagemap < 0) return 0;
-    long page_size = sysconf(_SC_PAGESIZE);
-    size_t page = page_size > 0 ? (size_t)page_size : 4096;
+    if (!dl_iterate_phdr(find_object, &object) || has_text_relocations(&object)) return 0;
     uintptr_t relro_start = 0, relro_end = 0;
     for (ElfW(Half) i = 0; i < object.phnum; i++) {
         if (object.phdr[i].p_type != PT_GNU_RELRO) continue;
@@ -202,6 +206,18 @@ size_t cairn_http__release_code_pages(const void *address)
         }
         if (end > start) released += release_range(pagemap, start, end, page);
     }
+    return released;
+}
+
+size_t cairn_http__release_code_pages(const void *const *addresses, size_t count)
+{
+    if (count == 0 || traced()) return 0;
+    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (pagemap < 0) return 0;
+    long page_size = sysconf(_SC_PAGESIZE);
+    size_t page = page_size > 0 ? (size_t)page_size : 4096;
+    size_t released = 0;
+    for (size_t i = 0; i < count; i++) released += release_object(addresses[i], pagemap, page);
     close(pagemap);
     return released;
 }

@@ -748,14 +748,10 @@ static ssize_t mbed_write(void *session, const void *buffer, size_t len, char *m
     return next_step(s, rc, "TLS write", message, cap);
 }
 
-/* Unmaps the code pages of what load() brought (pages.c); tls.c calls it after the
- * first completed handshake. */
+/* Unmaps the code pages of what load() brought (pages.c), for tls.c. */
 static size_t mbed_release_pages(void)
 {
-    size_t released = 0;
-    if (mbed_loaded())
-        for (size_t i = 0; i < own_count; i++) released += cairn_http__release_code_pages(own_objects[i]);
-    return released;
+    return mbed_loaded() ? cairn_http__release_code_pages(own_objects, own_count) : 0;
 }
 
 /* This library, for tls.c. */

@@ -445,14 +445,15 @@ int cairn_http_tls_loaded(void);
 /**
  * Unmaps from the process the resident pages of the TLS libraries' code and read-only
  * data that clients loaded (never a library the process had loaded before), keeping
- * any page that is no longer the file's own (a debugger's breakpoint, a uprobe).
+ * any page that is no longer the file's own (one a debugger's breakpoint or a uprobe
+ * has written).
  *
- * Clients do this by themselves once per library, after its first completed handshake
- * in the process: loading the library, making its context and the first handshake
- * run code that does not run again (OpenSSL's left about 3 MiB of libcrypto resident),
- * and what runs again comes back from the page cache at its first use (a minor fault),
- * as after the kernel reclaimed it. Nothing is done while a debugger is attached, or
- * when /proc/self/pagemap cannot be read.
+ * Clients do this by themselves after a send that started a TLS session, at most once
+ * a second: loading a library, making its context and the handshakes run code that
+ * does not run again (OpenSSL's left about 3 MiB of libcrypto resident), and what runs
+ * again comes back from the page cache at its first use (a minor fault), as after the
+ * kernel reclaimed it. Nothing is done while a debugger is attached, or when
+ * /proc/self/pagemap cannot be read.
  *
  * @return  The bytes unmapped (0 when there was nothing to do).
  *
