@@ -44,8 +44,9 @@ import Testing
     }
 
     /// Runs the child with `arguments`, kills it with SIGKILL at a random moment after
-    /// its first report, and returns its reports.
-    static func runAndKill(_ arguments: [String], rng: inout SplitMix, label: String) throws -> [Report] {
+    /// its first report (`killWithin` microseconds), and returns its reports.
+    static func runAndKill(_ arguments: [String], rng: inout SplitMix, label: String,
+                           killWithin: ClosedRange<UInt32> = 2_000...150_000) throws -> [Report] {
         let child = productsDirectory + "/cairn-ring-child"
         #expect(FileManager.default.isExecutableFile(atPath: child), "build the cairn-ring-child product first")
         let p = Process()
@@ -64,7 +65,7 @@ import Testing
         let collected = Collected()
         let reader = Thread { collected.set(fh.readDataToEndOfFile()) }
         reader.start()
-        usleep(UInt32.random(in: 2_000...150_000, using: &rng))
+        usleep(UInt32.random(in: killWithin, using: &rng))
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
         let data = first + collected.wait()
@@ -89,8 +90,10 @@ import Testing
     /// and skipped. With `consumedMayReturn` (the read cursor was lost with the
     /// header), records the child had consumed may come back, once each, in order.
     static func killAndRecover(run: Int, ringPath: String, rng: inout SplitMix, totals: inout Totals,
-                               consumedMayReturn: Bool = false, damage: (inout [UInt8]) -> Void = { _ in }) throws {
-        let reports = try runAndKill([ringPath, String(run), "2", "1"], rng: &rng, label: "run \(run)")
+                               consumedMayReturn: Bool = false, killWithin: ClosedRange<UInt32> = 2_000...150_000,
+                               damage: (inout [UInt8]) -> Void = { _ in }) throws {
+        let reports = try runAndKill([ringPath, String(run), "2", "1"], rng: &rng, label: "run \(run)",
+                                     killWithin: killWithin)
         var appended = [Set<Int>](repeating: [], count: 2)
         var consumed = [Set<Int>](repeating: [], count: 2)
         for r in reports where r.a < 2 {
@@ -119,15 +122,29 @@ import Testing
 
         var recovered = [[Int]](repeating: [], count: 3)
         var invented = 0
-        for rec in records {
-            guard let (r, t, s) = parse(rec), r == run, t < 3,
+        // With the read cursor lost, the window is rebuilt as the capacity below the
+        // newest record: when this run's child was killed before it wrote a whole lap,
+        // records of earlier runs (consumed then) are in it and come back, intact and
+        // before all of this run's. Anything else is invented.
+        var earlier = 0, lastEarlier = -1, firstCurrent = records.count
+        for (index, rec) in records.enumerated() {
+            guard let (r, t, s) = parse(rec), r <= run, t < 3,
                   rec == expectedRecord(run: r, thread: t, seq: s) else {
                 invented += 1
                 continue
             }
+            if r < run {
+                earlier += 1
+                lastEarlier = index
+                continue
+            }
+            firstCurrent = min(firstCurrent, index)
             recovered[t].append(s)
         }
-        #expect(invented == 0, "run \(run): every recovered record is one the child wrote")
+        #expect(invented == 0, "run \(run): every recovered record is one a child wrote")
+        #expect(earlier == 0 || consumedMayReturn, "run \(run): \(earlier) records of earlier runs came back")
+        #expect(lastEarlier < firstCurrent, "run \(run): records of earlier runs come back before this run's")
+        totals.duplicates += earlier
         #expect(recovered[2] == recovered[2].sorted(), "run \(run) silent thread: order")
         for t in 0..<2 {
             totals.appended += appended[t].count
@@ -163,15 +180,17 @@ import Testing
 
     /// The same, and then the header is zeroed (its salt and both cursors gone) before
     /// the ring is reopened: the records, torn ones and all, still say where the window
-    /// is. The read cursor is lost, so consumed records may come back, once each.
+    /// is. The read cursor is lost, so consumed records may come back, once each: this
+    /// run's, and after an early kill those of earlier runs still within the last lap.
     @Test func sigkillThenAZeroedHeaderLosesNothingInventsNothing() throws {
         let dir = TempDir()
         let ringPath = dir.file("events.ring")
         var rng = SplitMix(seed: UInt64(Date().timeIntervalSince1970 * 1000) ^ 0x5A5A)
         var totals = Totals()
         for run in 1...8 {
-            try Self.killAndRecover(run: run, ringPath: ringPath, rng: &rng, totals: &totals,
-                                    consumedMayReturn: true) { bytes in
+            // Every other child is killed within 1.5 ms, before it writes a whole lap.
+            try Self.killAndRecover(run: run, ringPath: ringPath, rng: &rng, totals: &totals, consumedMayReturn: true,
+                                    killWithin: run % 2 == 0 ? 0...1_500 : 2_000...150_000) { bytes in
                 for i in 0..<min(bytes.count, 4096) { bytes[i] = 0 }
             }
         }
