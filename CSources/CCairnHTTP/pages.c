@@ -9,7 +9,7 @@
  * in the process, about 3 MiB that stay counted in its RSS although the connections
  * that follow use a fraction of them.
  *
- * So after a send that set up a TLS connection, at most once a second (client.c, through
+ * So after a send that started a TLS session, at most once a second (client.c, through
  * tls.c's cairn_http__tls_release_if_due), the pages of the read-only segments of the
  * libraries Cairn loaded are unmapped from the process (madvise MADV_DONTNEED). They are
  * clean pages of the files, still in the page cache: code that runs again is mapped
@@ -47,13 +47,20 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* The load address of the shared object that contains `address`, or 0. */
-static uintptr_t object_base(const void *address)
+/* The dynamic linker's entry for the shared object that contains `address`, or NULL. */
+static struct link_map *object_map(const void *address)
 {
     Dl_info info;
     struct link_map *map = NULL;
-    if (!address || !dladdr1(address, &info, (void **)&map, RTLD_DL_LINKMAP) || !map) return 0;
-    return map->l_addr;
+    if (!address || !dladdr1(address, &info, (void **)&map, RTLD_DL_LINKMAP)) return NULL;
+    return map;
+}
+
+/* The load address of the shared object that contains `address`, or 0. */
+static uintptr_t object_base(const void *address)
+{
+    struct link_map *map = object_map(address);
+    return map ? map->l_addr : 0;
 }
 
 static int record_object(struct dl_phdr_info *info, size_t size, void *arg)
@@ -180,11 +187,8 @@ static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, size_t 
  * `pagemap`. Returns the bytes unmapped. */
 static size_t release_object(const void *address, int pagemap, size_t page)
 {
-    Dl_info info;
-    struct link_map *map = NULL;
-    if (!address || !dladdr1(address, &info, (void **)&map, RTLD_DL_LINKMAP) || !map || !map->l_name
-        || !map->l_name[0])
-        return 0; /* not in a shared object (the executable has an empty name) */
+    struct link_map *map = object_map(address);
+    if (!map || !map->l_name || !map->l_name[0]) return 0; /* not in a shared object (the executable has an empty name) */
     found_object object = {.base = map->l_addr, .name = map->l_name};
     if (!dl_iterate_phdr(find_object, &object) || has_text_relocations(&object)) return 0;
     uintptr_t relro_start = 0, relro_end = 0;

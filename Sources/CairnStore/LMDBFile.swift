@@ -268,7 +268,7 @@ extension LMDBFile {
         case crowded(count: Int32, room: Int32, upper: Int32)
         case nodeOffset(node: Int32, offset: Int32)
         case keySize(node: Int32, size: Int32)
-        case value(node: Int32, size: Int32, flags: UInt16)
+        case value(node: Int32, size: UInt32, flags: UInt16)
         case overlap(Int32, Int32)
 
         /// The reason in words, as faults report it.
@@ -409,7 +409,7 @@ extension LMDBFile {
                 let end = data + (big ? 8 : size)
                 guard flags & ~(LMDBLayout.bigData | LMDBLayout.subData | LMDBLayout.dupData) == 0,
                       end <= pageSize else {
-                    return .defective(.value(node: Int32(k), size: Int32(truncatingIfNeeded: size), flags: flags))
+                    return .defective(.value(node: Int32(k), size: UInt32(truncatingIfNeeded: size), flags: flags))
                 }
                 scratch.append(Node(offset: at, flags: flags, keySize: keySize, dataSize: size,
                                     page: big ? p.u64(data) : 0))

@@ -1100,10 +1100,10 @@ public final class SnapshotStore: @unchecked Sendable {
     /// own bytes in the map, valid during the call only: what `visit` does not read is
     /// never paged in. With `release`, it is called every 16 entries (about 1 MiB of pages
     /// mapped at most when `visit` reads headers: the kernel maps 64 KiB around each page
-    /// read), so that a scan of
-    /// a full store does not map the whole file at once (``releaseMappedPages()``: the
-    /// map is of the file and read-only, so the pages of entries already visited, and of
-    /// those to come, are read again from the page cache if touched again).
+    /// read), so that a scan of a full store does not map the whole file at once
+    /// (``releaseMappedPages()``: the map is of the file and read-only, so the pages of
+    /// entries already visited, and of those to come, are read again from the page cache
+    /// if touched again).
     private static func forEach(_ txn: OpaquePointer, _ dbi: MDB_dbi, release: (() -> Void)? = nil,
                                 _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Bool) throws(StoreError) {
         var cursor: OpaquePointer?
