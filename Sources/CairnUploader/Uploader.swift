@@ -65,6 +65,9 @@ public struct UploaderOptions: Sendable {
     /// Batches are still released from the ring in order. 1 to 16; 8 by default (at
     /// 100k events a second and a 50 ms round trip, 4 left no room for a slow answer).
     public var maxInFlight: Int = 8
+    /// How long a sender thread waits with nothing to send before it ends (all but the
+    /// last): the senders a backlog needed are not kept for the quiet that follows.
+    var senderIdleExit: Duration = .seconds(30)
     /// This process's `"context":{...},"sdk":{...}` fragment, for bare ring records
     /// whose own context was lost (no snapshot store, or its `ring_context` missing or
     /// damaged): they are sent with it, marked `"context_recovered":false` in `sdk`.
@@ -148,6 +151,12 @@ public struct UploaderStats: Sendable, Equatable {
     /// ``UploaderOptions/markPatience``: a process killed before they are safe sends their
     /// events again under another `Idempotency-Key` (with the same event ids).
     public var unmarkedSends = 0
+    /// Sender threads running now. They start as the collector's pace needs them, up
+    /// to ``UploaderOptions/maxInFlight``, and end after 30 s with nothing to send (all
+    /// but one).
+    public var senderThreads = 0
+    /// The most sender threads that ran at once.
+    public var mostSenderThreads = 0
 
     /// All counts zero.
     public init() {}
@@ -160,7 +169,8 @@ public struct UploaderStats: Sendable, Equatable {
 /// One background thread forms batches (up to twice ``UploaderOptions/maxInFlight``
 /// framed at once while the collector answers) and decides what happens to them; up to
 /// ``UploaderOptions/maxInFlight`` sender threads, started as they are needed (another
-/// when an attempt has waited 2 ms for one), make the attempts. The ring's records are
+/// when an attempt has waited 2 ms for one while the senders were busy half their
+/// time or more), make the attempts. The ring's records are
 /// released, in order, only when their batch is acknowledged or safely stored.
 ///
 /// ```swift
@@ -216,13 +226,15 @@ public final class Uploader: @unchecked Sendable {
     /// Requests at once: ``UploaderOptions/maxInFlight`` within 1...``RingBatchMark/slots``.
     private let maxInFlight: Int
 
-    // Sender threads: `jobs`, `idleSenders`, `senderCount` and `sendersStopped` are
-    // guarded by `senders`; what they bring back goes to `outcomes`.
+    // Sender threads: `jobs`, `idleSenders`, `senderCount`, `sendersStopped` and
+    // `senderLoad` are guarded by `senders`; what they bring back goes to `outcomes`.
     private let senders = Condition()
     private var jobs: [Job] = []
     private var idleSenders = 0
     private var senderCount = 0
     private var sendersStopped = false
+    private var senderLoad = SenderLoad(now: ContinuousClock().now)
+    private var mostSenders = 0
     private let outcomes = Locked<[Outcome]>([])
 
     private var breaker: CircuitBreaker
@@ -377,7 +389,14 @@ public final class Uploader: @unchecked Sendable {
     }
 
     /// The uploader's counters.
-    public var stats: UploaderStats { state.withLock { $0.stats } }
+    public var stats: UploaderStats {
+        var stats = state.withLock { $0.stats }
+        senders.lock()
+        stats.senderThreads = senderCount
+        stats.mostSenderThreads = mostSenders
+        senders.unlock()
+        return stats
+    }
 
     // MARK: Building requests
 
@@ -1069,16 +1088,20 @@ public final class Uploader: @unchecked Sendable {
         _ = growSenders()
     }
 
-    /// How long an attempt waits for a busy sender before another sender is started.
+    /// How long an attempt waits for a busy sender before another sender may start.
     /// Senders start as the collector's pace needs them, not one per attempt handed
     /// over while the others are busy: a collector that answers in a millisecond keeps
-    /// one or two busy, and each sender thread costs its stack and a heap arena of its
-    /// own (about 60 KiB).
+    /// one busy, and each sender thread costs its stack, a heap arena of its own and
+    /// a connection (about 100 KiB in all).
     static let senderGrowthDelay: Duration = .milliseconds(2)
+    /// How busy the senders must have been (``SenderLoad``) for another to start: half
+    /// their time in sends.
+    static let senderGrowthLoad = 0.5
 
     /// Starts a sender when none is idle, fewer than ``UploaderOptions/maxInFlight``
-    /// run, and there are none yet or the oldest attempt waiting has waited
-    /// ``senderGrowthDelay``. Returns when to look again while one waits.
+    /// run, and there are none yet, or the oldest attempt waiting has waited
+    /// ``senderGrowthDelay`` while the senders were busy ``senderGrowthLoad`` of their
+    /// time. Returns when to look again while one waits.
     private func growSenders() -> ContinuousClock.Instant? {
         let now = clock.now
         senders.lock()
@@ -1086,10 +1109,15 @@ public final class Uploader: @unchecked Sendable {
             senders.unlock()
             return nil
         }
-        let spawn = senderCount == 0 || now - oldest >= Self.senderGrowthDelay
-        if spawn { senderCount += 1 }
+        let waited = now - oldest >= Self.senderGrowthDelay
+        let spawn = senderCount == 0
+            || (waited && senderLoad.utilization(senders: senderCount, at: now) >= Self.senderGrowthLoad)
+        if spawn {
+            senderCount += 1
+            mostSenders = max(mostSenders, senderCount)
+        }
         senders.unlock()
-        guard spawn else { return oldest + Self.senderGrowthDelay }
+        guard spawn else { return waited ? now + Self.senderGrowthDelay : oldest + Self.senderGrowthDelay }
         if !startThread(name: "cairn-sender", { [self] in self.sendLoop() }) {
             // Thread limit reached: the senders there are (or the next spawn) take it.
             senders.lock()
@@ -1103,14 +1131,20 @@ public final class Uploader: @unchecked Sendable {
 
     /// A sender thread: sends the attempts it is handed, one at a time, and hands back
     /// what came of them. Sender threads are started as attempts need them, up to
-    /// ``UploaderOptions/maxInFlight``, and end when the uploader stops.
+    /// ``UploaderOptions/maxInFlight``, and end when the uploader stops or after
+    /// ``UploaderOptions/senderIdleExit`` with nothing to send (all but the last).
     private func sendLoop() {
         while true {
             senders.lock()
+            var idleSince = clock.now
             while jobs.isEmpty && !sendersStopped {
                 idleSenders += 1
-                senders.wait()
+                let signalled = senders.wait(until: idleSince + options.senderIdleExit)
                 idleSenders -= 1
+                if !signalled && jobs.isEmpty && !sendersStopped {
+                    if senderCount > 1 { break }
+                    idleSince = clock.now
+                }
             }
             if jobs.isEmpty {
                 senderCount -= 1
@@ -1118,10 +1152,15 @@ public final class Uploader: @unchecked Sendable {
                 return
             }
             let job = jobs.removeFirst()
-            senders.unlock()
             let started = clock.now
+            senderLoad.began(at: started)
+            senders.unlock()
             let result = transport.send(job.request, attempt: job.attempt, timeout: job.timeout)
-            outcomes.withLock { $0.append(Outcome(job: job, result: result, duration: clock.now - started)) }
+            let ended = clock.now
+            senders.lock()
+            senderLoad.ended(startedAt: started, at: ended)
+            senders.unlock()
+            outcomes.withLock { $0.append(Outcome(job: job, result: result, duration: ended - started)) }
             signal()
         }
     }

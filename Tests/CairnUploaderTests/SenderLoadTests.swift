@@ -1,0 +1,62 @@
+// SenderLoad: the share of the sender threads' time spent in sends, from which the
+// uploader decides whether another sender would carry more (Little's law).
+import Testing
+
+@testable import CairnUploader
+
+@Suite struct SenderLoadTests {
+    let t0 = ContinuousClock().now
+    func at(_ ms: Int) -> ContinuousClock.Instant { t0 + .milliseconds(ms) }
+
+    @Test func noSendsIsNoLoad() {
+        var load = SenderLoad(now: t0)
+        #expect(load.utilization(senders: 1, at: at(100)) == 0)
+        #expect(load.utilization(senders: 0, at: at(0)) == 0)
+    }
+
+    /// A send still running counts from its start: a sender stuck in one long send is busy.
+    @Test func aRunningSendCountsAsBusy() {
+        var load = SenderLoad(now: t0)
+        load.began(at: at(0))
+        #expect(load.utilization(senders: 1, at: at(100)) == 1)
+        // Across window rolls too, and two senders of which one is stuck are half busy.
+        #expect(load.utilization(senders: 2, at: at(900)) == 0.5)
+        load.ended(startedAt: at(0), at: at(1000))
+        #expect(load.utilization(senders: 1, at: at(1000)) == 1)
+    }
+
+    /// Short sends at a steady pace: the load is their duration over the interval.
+    @Test func steadyShortSendsAreALightLoad() {
+        var load = SenderLoad(now: t0)
+        for k in 0..<40 {
+            load.began(at: at(k * 20))
+            load.ended(startedAt: at(k * 20), at: at(k * 20 + 2))
+        }
+        let u = load.utilization(senders: 1, at: at(800))
+        #expect(u > 0.08 && u < 0.12, "\(u)")
+    }
+
+    /// After a quiet spell a saturated sender shows as busy within a window, not
+    /// diluted by the spell's length.
+    @Test func aQuietSpellDoesNotHideTheLoadAfterIt() {
+        var load = SenderLoad(now: t0)
+        _ = load.utilization(senders: 1, at: at(10_000))  // ten quiet seconds
+        load.began(at: at(10_000))
+        let u = load.utilization(senders: 1, at: at(10_300))
+        #expect(u >= 0.5, "\(u)")
+    }
+
+    /// Sends that started before a window are counted from its start, not twice.
+    @Test func sendsSpanningAWindowAreCountedOnce() {
+        var load = SenderLoad(now: t0)
+        load.began(at: at(0))
+        load.began(at: at(100))
+        load.ended(startedAt: at(0), at: at(300))  // rolls at 300: 0..300 busy 300 + 200
+        load.ended(startedAt: at(100), at: at(400))
+        // Windows: 0..300 (500 ms of sends, kept as a 250 ms window at the same mean),
+        // then 300..400 (the second send's last 100 ms; the first ended at its start).
+        let u = load.utilization(senders: 2, at: at(400))
+        let expected = (500.0 * 250 / 300 + 100) / (2 * (250 + 100))
+        #expect(abs(u - expected) < 1e-9, "\(u)")
+    }
+}

@@ -1,0 +1,80 @@
+// The sender threads against the real collector: as many as the collector's pace
+// needs (Little's law), not one more for every attempt that waited, and back to one
+// after a backlog.
+import CairnBase
+import CairnStore
+import CairnTestSupport
+@testable import CairnUploader
+import Foundation
+import Testing
+
+@Suite(.serialized) struct SenderPoolTests {
+    func options(_ collector: CollectorProcess, maxBatchEvents: Int, maxBatchAge: Duration) -> UploaderOptions {
+        var options = UploaderOptions(url: collector.baseURL + "/v1/batch", apiKey: "k",
+                                      maxBatchEvents: maxBatchEvents, maxBatchAge: maxBatchAge,
+                                      breaker: CircuitBreaker(threshold: 1000), requestTimeout: .seconds(10))
+        options.maxInFlight = 8
+        return options
+    }
+
+    func event(_ i: Int) -> [UInt8] { Array(#"{"event_id":"e-\#(i)","n":\#(i)}"#.utf8) }
+
+    func deliveredIDs(_ collector: CollectorProcess) throws -> Set<String> {
+        Set(try collector.events().compactMap { e -> String? in
+            guard let range = e.record.range(of: #""event_id":"[^"]*""#, options: .regularExpression) else { return nil }
+            return String(e.record[range].dropFirst(12).dropLast())
+        })
+    }
+
+    /// A collector that takes 100 ms an answer and a backlog of 40 batches: the senders
+    /// grow, because each one is busy all the time. Once the backlog is gone they end
+    /// after `senderIdleExit` with nothing to send, all but one, which still sends.
+    @Test func aSlowCollectorGetsMoreSendersAndTheyEndOnceIdle() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["stall": 0.1])
+        let directory = try TemporaryDirectory("cairn-senders")
+        let ring = try Ring(path: directory.path + "/events.ring")
+        var options = options(collector, maxBatchEvents: 5, maxBatchAge: .milliseconds(20))
+        options.senderIdleExit = .milliseconds(300)
+        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
+                                transport: HTTPTransport(), options: options)
+        for i in 0..<200 { try ring.append(event(i)) }
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(30)))
+        let grown = uploader.stats.mostSenderThreads
+        #expect(grown >= 4, "senders busy all the time should grow (\(grown))")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while uploader.stats.senderThreads > 1 && ContinuousClock.now < deadline { usleep(20_000) }
+        #expect(uploader.stats.senderThreads == 1, "idle senders end, all but one")
+        try collector.setDefault(["status": 200])
+        try ring.append(event(200))
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(try deliveredIDs(collector) == Set((0...200).map { "e-\($0)" }))
+    }
+
+    /// A steady trickle to a fast collector, one answer in twelve taking 50 ms: attempts
+    /// wait for the one sender now and then, but it is busy about a fifth of its time,
+    /// and a second sender would not carry more. One sender throughout.
+    @Test func anOccasionalSlowAnswerAddsNoSender() throws {
+        let collector = try CollectorProcess()
+        try collector.script((0..<200).map { $0 % 12 == 3 ? ["stall": 0.05] : ["status": 200] })
+        let directory = try TemporaryDirectory("cairn-senders")
+        let ring = try Ring(path: directory.path + "/events.ring")
+        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
+                                transport: HTTPTransport(),
+                                options: options(collector, maxBatchEvents: 100, maxBatchAge: .milliseconds(25)))
+        uploader.start()
+        let count = 320
+        for i in 0..<count {
+            try ring.append(event(i))
+            usleep(5_000)
+        }
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        let attempts = try collector.requests().count
+        #expect(attempts >= 30, "a request about every 25 ms (\(attempts))")
+        #expect(uploader.stats.mostSenderThreads == 1)
+        #expect(try deliveredIDs(collector) == Set((0..<count).map { "e-\($0)" }))
+    }
+}
