@@ -23,9 +23,12 @@ struct SenderLoad {
     private var running = 0
     private var runningOffsets: Duration = .zero
 
-    /// A load with no history, measuring from `now`.
+    /// A load measuring from `now`, with an idle window before it: a first send that
+    /// takes long (a TLS handshake, a slow connect) is not read as senders busy all the
+    /// time; a backlog that keeps one sender busy shows within a window.
     init(now: ContinuousClock.Instant) {
         windowStart = now
+        previousLength = Self.window
     }
 
     /// A send started at `start` (now, or just before).

@@ -8,6 +8,13 @@ import Testing
     let t0 = ContinuousClock().now
     func at(_ ms: Int) -> ContinuousClock.Instant { t0 + .milliseconds(ms) }
 
+    /// A first send that takes long (a TLS handshake) is not senders busy all the time.
+    @Test func aLongFirstSendIsNotALoad() {
+        var load = SenderLoad(now: t0)
+        load.began(at: at(1))
+        #expect(load.utilization(senders: 1, at: at(40)) < 0.5)
+    }
+
     @Test func noSendsIsNoLoad() {
         var load = SenderLoad(now: t0)
         #expect(load.utilization(senders: 1, at: at(100)) == 0)
@@ -18,7 +25,9 @@ import Testing
     @Test func aRunningSendCountsAsBusy() {
         var load = SenderLoad(now: t0)
         load.began(at: at(0))
-        #expect(load.utilization(senders: 1, at: at(100)) == 1)
+        // A new load has an idle window behind it: 100 ms busy of 250 + 100.
+        #expect(abs(load.utilization(senders: 1, at: at(100)) - 100.0 / 350) < 1e-9)
+        #expect(load.utilization(senders: 1, at: at(600)) == 1)
         // Across window rolls too, and two senders of which one is stuck are half busy.
         #expect(load.utilization(senders: 2, at: at(900)) == 0.5)
         load.ended(startedAt: at(0), at: at(1000))
