@@ -161,6 +161,7 @@ struct cairn_ring {
     uint64_t peeked_to;    /* furthest `next` handed out by peek */
     uint64_t reclaimed_to; /* pages before this position have been dropped */
     uint64_t populated_to; /* pages before this position have been prefaulted */
+    uint64_t managed_head; /* the write position at the last commit, for the runway */
     int populate_failed;   /* the kernel lacks MADV_POPULATE_WRITE */
     /* Set at open. */
     cairn__recovery_t recovery;
@@ -1311,6 +1312,7 @@ int cairn_ring_open(const char *path, const cairn_ring_options_t *opts, cairn_ri
     r->peeked_to = *r->read_pos;
     r->reclaimed_to = r->peeked_to;
     r->populated_to = r->peeked_to;
+    r->managed_head = *r->write_pos;
     /* Counters describe this open. */
     *r->appended = 0;
     *r->dropped_full = 0;
@@ -1529,7 +1531,13 @@ static int advise(cairn_ring_t *ring, uint64_t from, uint64_t to, int advice)
  * is safe even while a producer of the next lap writes there; the page faults back
  * in). The producers would then pay a page fault each time they enter a dropped
  * page, so the consumer faults in a runway of free pages ahead of the write cursor
- * itself (MADV_POPULATE_WRITE), off the producers' path. */
+ * itself (MADV_POPULATE_WRITE), off the producers' path. The runway is twice what the
+ * producers wrote since the last commit, from RUNWAY_MIN up to 4 × reclaim_bytes: a
+ * service that tracks a few events a second keeps 16 KiB ahead, not 256 KiB, and one
+ * that writes flat out the whole 256 KiB (a producer that outruns it faults its own
+ * pages, a few microseconds every 4 KiB). */
+#define RUNWAY_MIN (16u * 1024u)
+
 static void manage_pages(cairn_ring_t *ring, uint64_t tail)
 {
     if (tail - ring->reclaimed_to >= ring->reclaim_bytes) {
@@ -1542,7 +1550,10 @@ static void manage_pages(cairn_ring_t *ring, uint64_t tail)
     }
     if (ring->populate_failed) return;
     uint64_t head = load_acq(ring->write_pos);
-    uint64_t runway = 4 * (uint64_t)ring->reclaim_bytes;
+    uint64_t written = head - ring->managed_head;
+    ring->managed_head = head;
+    uint64_t runway = 2 * written > RUNWAY_MIN ? 2 * written : RUNWAY_MIN;
+    if (runway > 4 * (uint64_t)ring->reclaim_bytes) runway = 4 * (uint64_t)ring->reclaim_bytes;
     if (runway > ring->area.capacity / 4) runway = ring->area.capacity / 4;
     uint64_t from = ring->populated_to > head ? ring->populated_to : head;
     uint64_t to = head + runway < tail + ring->area.capacity ? head + runway : tail + ring->area.capacity;

@@ -293,9 +293,31 @@ import Testing
         Self.cycle(ring)
         let rss = try #require(residentKB(ofMapping: path))
         // Live window ≈ 110 KiB, up to 64 KiB consumed but not yet reclaimed, and a
-        // 256 KiB runway prefaulted ahead of the producers.
+        // runway prefaulted ahead of the producers (twice the 112 KiB written between
+        // commits, 256 KiB at most).
         print("ring resident memory with reclaim: \(rss) KiB of 4096")
         #expect(rss < 640, "resident \(rss) KiB of a 4 MiB ring")
+    }
+
+    /// A producer that writes little gets a short runway: the pages prefaulted ahead of
+    /// it follow what it wrote since the last commit (16 KiB at least), not 256 KiB.
+    @Test func aSlowProducerGetsAShortRunway() throws {
+        let dir = TempDir()
+        let path = dir.file("slow")
+        let ring = try CRing(path, capacity: 4 << 20)
+        let rec = [UInt8](repeating: 0x62, count: 200)
+        for _ in 0..<5 {
+            for _ in 0..<10 { #expect(ring.append(rec) == 0) }
+            #expect(ring.drain(batch: 500).count == 10)
+        }
+        let rss = try #require(residentKB(ofMapping: path))
+        // The header page, the pages the 50 records are on and a 16 KiB runway, mapped
+        // by the kernel in 64 KiB windows.
+        #expect(rss <= 64, "resident \(rss) KiB of a 4 MiB ring")
+        // Flat out, the runway grows back to 256 KiB: the producers find their pages.
+        Self.cycle(ring)
+        let busy = try #require(residentKB(ofMapping: path))
+        #expect(busy > 96 && busy < 640, "resident \(busy) KiB")
     }
 
     @Test func withoutReclaimEveryTouchedPageStays() throws {
