@@ -162,6 +162,7 @@ struct cairn_ring {
     uint64_t reclaimed_to; /* pages before this position have been dropped */
     uint64_t populated_to; /* pages before this position have been prefaulted */
     uint64_t managed_head; /* the write position at the last commit, for the runway */
+    uint64_t runway;       /* the last runway's length */
     int populate_failed;   /* the kernel lacks MADV_POPULATE_WRITE */
     /* Set at open. */
     cairn__recovery_t recovery;
@@ -1532,10 +1533,12 @@ static int advise(cairn_ring_t *ring, uint64_t from, uint64_t to, int advice)
  * in). The producers would then pay a page fault each time they enter a dropped
  * page, so the consumer faults in a runway of free pages ahead of the write cursor
  * itself (MADV_POPULATE_WRITE), off the producers' path. The runway is twice what the
- * producers wrote since the last commit, from RUNWAY_MIN up to 4 × reclaim_bytes: a
- * service that tracks a few events a second keeps 16 KiB ahead, not 256 KiB, and one
- * that writes flat out the whole 256 KiB (a producer that outruns it faults its own
- * pages, a few microseconds every 4 KiB). */
+ * producers wrote since the last commit, or half the last runway if that is more (the
+ * time between commits varies), from RUNWAY_MIN up to 4 × reclaim_bytes: a service that
+ * tracks a few events a second keeps 16 KiB ahead, not 256 KiB, and a busy one up to
+ * 256 KiB. A producer that outruns the runway (a burst after a quiet spell, until the
+ * next commit) faults its own pages, one fault every 4 KiB. Pages already faulted in
+ * ahead stay until the writer has passed them and they are consumed. */
 #define RUNWAY_MIN (16u * 1024u)
 
 static void manage_pages(cairn_ring_t *ring, uint64_t tail)
@@ -1552,9 +1555,11 @@ static void manage_pages(cairn_ring_t *ring, uint64_t tail)
     uint64_t head = load_acq(ring->write_pos);
     uint64_t written = head - ring->managed_head;
     ring->managed_head = head;
-    uint64_t runway = 2 * written > RUNWAY_MIN ? 2 * written : RUNWAY_MIN;
+    uint64_t runway = 2 * written > ring->runway / 2 ? 2 * written : ring->runway / 2;
+    if (runway < RUNWAY_MIN) runway = RUNWAY_MIN;
     if (runway > 4 * (uint64_t)ring->reclaim_bytes) runway = 4 * (uint64_t)ring->reclaim_bytes;
     if (runway > ring->area.capacity / 4) runway = ring->area.capacity / 4;
+    ring->runway = runway;
     uint64_t from = ring->populated_to > head ? ring->populated_to : head;
     uint64_t to = head + runway < tail + ring->area.capacity ? head + runway : tail + ring->area.capacity;
     if (to >= from + runway / 2) {

@@ -23,15 +23,21 @@ struct SenderLoad {
     private var running = 0
     private var runningOffsets: Duration = .zero
 
-    /// A load measuring from `now`, with an idle window before it: a first send that
-    /// takes long (a TLS handshake, a slow connect) is not read as senders busy all the
-    /// time; a backlog that keeps one sender busy shows within a window.
+    /// The idle time a new load assumes before it, 50 ms: a first send that takes long
+    /// (a TLS handshake: 20 to 40 ms on a near collector) is not read as senders busy
+    /// all the time, and a collector that keeps the first sender busy from the start (a
+    /// distant one under load) shows within 50 ms. With a whole window of it, senders
+    /// grew so slowly at 100k events a second to a 50 ms collector that the ring filled.
+    static let prior: Duration = .milliseconds(50)
+
+    /// A load measuring from `now`, with ``prior`` idle time before it.
     init(now: ContinuousClock.Instant) {
         windowStart = now
-        previousLength = Self.window
+        previousLength = Self.prior
     }
 
-    /// A send started at `start` (now, or just before).
+    /// A send started at `start` (now, or just before). Instants are read outside the
+    /// senders' lock: one from before the current window counts as its start.
     mutating func began(at start: ContinuousClock.Instant) {
         roll(start)
         running += 1
@@ -45,13 +51,16 @@ struct SenderLoad {
         guard running > 0 else { return }
         running -= 1
         runningOffsets -= from - windowStart
-        endedBusy += end - from
+        endedBusy += max(end, from) - from
     }
 
-    /// The share of `senders` threads' time spent in sends, 0 to 1 (more when threads
-    /// were fewer for part of the time), over the last full window and the current one.
-    mutating func utilization(senders: Int, at now: ContinuousClock.Instant) -> Double {
-        roll(now)
+    /// The share of `senders` threads' time spent in sends over the last full window and
+    /// the current one, 0 to 1: busy time over the senders there are now, so less than
+    /// the real share just after a sender started, and possibly more than 1 after some
+    /// ended.
+    mutating func utilization(senders: Int, at instant: ContinuousClock.Instant) -> Double {
+        roll(instant)
+        let now = max(instant, windowStart)
         let elapsed = now - windowStart
         let busy = previousBusy + busyInWindow(at: now)
         let total = (previousLength + elapsed) * max(1, senders)

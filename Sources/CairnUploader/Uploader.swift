@@ -151,9 +151,9 @@ public struct UploaderStats: Sendable, Equatable {
     /// ``UploaderOptions/markPatience``: a process killed before they are safe sends their
     /// events again under another `Idempotency-Key` (with the same event ids).
     public var unmarkedSends = 0
-    /// Sender threads running now. They start as the collector's pace needs them, up
-    /// to ``UploaderOptions/maxInFlight``, and end after 30 s with nothing to send (all
-    /// but one).
+    /// Sender threads running now (a gauge, not a count since start). They start as the
+    /// collector's pace needs them, up to ``UploaderOptions/maxInFlight``, and end after
+    /// 30 s with nothing to send (all but one).
     public var senderThreads = 0
     /// The most sender threads that ran at once.
     public var mostSenderThreads = 0
@@ -1091,12 +1091,16 @@ public final class Uploader: @unchecked Sendable {
     /// How long an attempt waits for a busy sender before another sender may start.
     /// Senders start as the collector's pace needs them, not one per attempt handed
     /// over while the others are busy: a collector that answers in a millisecond keeps
-    /// one busy, and each sender thread costs its stack, a heap arena of its own and
-    /// a connection (about 100 KiB in all).
+    /// one busy, and each sender thread costs its stack and a heap arena of its own
+    /// (glibc keeps the arena for the next thread), and its connection stays pooled.
     static let senderGrowthDelay: Duration = .milliseconds(2)
     /// How busy the senders must have been (``SenderLoad``) for another to start: half
-    /// their time in sends.
+    /// their time in sends. Senders all busy read as N/(N+1) once another has started,
+    /// so a pool whose senders are all busy can double before the figure catches up.
     static let senderGrowthLoad = 0.5
+    /// How often the load is looked at again while an attempt waits for senders that
+    /// were not busy enough: a send that hangs makes them busy within a window.
+    static let senderLoadRecheck: Duration = .milliseconds(25)
 
     /// Starts a sender when none is idle, fewer than ``UploaderOptions/maxInFlight``
     /// run, and there are none yet, or the oldest attempt waiting has waited
@@ -1112,17 +1116,21 @@ public final class Uploader: @unchecked Sendable {
         let waited = now - oldest >= Self.senderGrowthDelay
         let spawn = senderCount == 0
             || (waited && senderLoad.utilization(senders: senderCount, at: now) >= Self.senderGrowthLoad)
-        if spawn {
-            senderCount += 1
+        if spawn { senderCount += 1 }
+        senders.unlock()
+        // Senders not busy enough: the attempt waits for one of them (its end wakes the
+        // worker); the load is looked at again in a while, for a send that hangs.
+        guard spawn else { return waited ? now + Self.senderLoadRecheck : oldest + Self.senderGrowthDelay }
+        let started = startThread(name: "cairn-sender", { [self] in self.sendLoop() })
+        senders.lock()
+        if started {
             mostSenders = max(mostSenders, senderCount)
+        } else {
+            senderCount -= 1
         }
         senders.unlock()
-        guard spawn else { return waited ? now + Self.senderGrowthDelay : oldest + Self.senderGrowthDelay }
-        if !startThread(name: "cairn-sender", { [self] in self.sendLoop() }) {
+        if !started {
             // Thread limit reached: the senders there are (or the next spawn) take it.
-            senders.lock()
-            senderCount -= 1
-            senders.unlock()
             if options.debugLogging { writeStandardError("[cairn] sender not started: the system refused a thread\n") }
             return now + .milliseconds(100)
         }
@@ -1139,7 +1147,7 @@ public final class Uploader: @unchecked Sendable {
             var idleSince = clock.now
             while jobs.isEmpty && !sendersStopped {
                 idleSenders += 1
-                let signalled = senders.wait(until: idleSince + options.senderIdleExit)
+                let signalled = senders.wait(until: idleSince + max(options.senderIdleExit, .milliseconds(10)))
                 idleSenders -= 1
                 if !signalled && jobs.isEmpty && !sendersStopped {
                     if senderCount > 1 { break }

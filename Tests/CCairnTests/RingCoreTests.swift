@@ -313,8 +313,8 @@ import Testing
         let rss = try #require(residentKB(ofMapping: path))
         // The header page, the pages the 50 records are on and a 16 KiB runway, mapped
         // by the kernel in 64 KiB windows.
-        #expect(rss <= 64, "resident \(rss) KiB of a 4 MiB ring")
-        // Flat out, the runway grows back to 256 KiB: the producers find their pages.
+        #expect(rss < 128, "resident \(rss) KiB of a 4 MiB ring (260 with a fixed 256 KiB runway)")
+        // Flat out, the runway grows again (twice the 112 KiB written between commits).
         Self.cycle(ring)
         let busy = try #require(residentKB(ofMapping: path))
         #expect(busy > 96 && busy < 640, "resident \(busy) KiB")

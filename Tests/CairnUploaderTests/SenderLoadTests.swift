@@ -8,11 +8,13 @@ import Testing
     let t0 = ContinuousClock().now
     func at(_ ms: Int) -> ContinuousClock.Instant { t0 + .milliseconds(ms) }
 
-    /// A first send that takes long (a TLS handshake) is not senders busy all the time.
+    /// A first send that takes long (a TLS handshake) is not senders busy all the time;
+    /// one that keeps on (a distant collector under load) is, within 50 ms or so.
     @Test func aLongFirstSendIsNotALoad() {
         var load = SenderLoad(now: t0)
         load.began(at: at(1))
         #expect(load.utilization(senders: 1, at: at(40)) < 0.5)
+        #expect(load.utilization(senders: 1, at: at(60)) >= 0.5)
     }
 
     @Test func noSendsIsNoLoad() {
@@ -25,13 +27,13 @@ import Testing
     @Test func aRunningSendCountsAsBusy() {
         var load = SenderLoad(now: t0)
         load.began(at: at(0))
-        // A new load has an idle window behind it: 100 ms busy of 250 + 100.
-        #expect(abs(load.utilization(senders: 1, at: at(100)) - 100.0 / 350) < 1e-9)
-        #expect(load.utilization(senders: 1, at: at(600)) == 1)
+        // A new load has 50 ms of idle time behind it: 100 ms busy of 50 + 100.
+        #expect(abs(load.utilization(senders: 1, at: at(100)) - 100.0 / 150) < 1e-9)
+        #expect(abs(load.utilization(senders: 1, at: at(600)) - 1) < 1e-9)
         // Across window rolls too, and two senders of which one is stuck are half busy.
-        #expect(load.utilization(senders: 2, at: at(900)) == 0.5)
+        #expect(abs(load.utilization(senders: 2, at: at(900)) - 0.5) < 1e-9)
         load.ended(startedAt: at(0), at: at(1000))
-        #expect(load.utilization(senders: 1, at: at(1000)) == 1)
+        #expect(abs(load.utilization(senders: 1, at: at(1000)) - 1) < 1e-9)
     }
 
     /// Short sends at a steady pace: the load is their duration over the interval.
@@ -51,8 +53,26 @@ import Testing
         var load = SenderLoad(now: t0)
         _ = load.utilization(senders: 1, at: at(10_000))  // ten quiet seconds
         load.began(at: at(10_000))
-        let u = load.utilization(senders: 1, at: at(10_300))
-        #expect(u >= 0.5, "\(u)")
+        // 100 ms busy over the quiet spell kept as one 250 ms window and 100 ms of this
+        // one (over the ten seconds, it would read 0.01).
+        let u = load.utilization(senders: 1, at: at(10_100))
+        #expect(abs(u - 100.0 / 350) < 1e-9, "\(u)")
+        #expect(load.utilization(senders: 1, at: at(10_300)) >= 0.5)
+    }
+
+    /// Instants are read before the senders' lock is taken, so one may come from before
+    /// the window another thread just started: it counts from the window's start, and
+    /// nothing reads as negative.
+    @Test func anInstantFromBeforeTheWindowCountsFromItsStart() {
+        var load = SenderLoad(now: t0)
+        load.began(at: at(0))
+        _ = load.utilization(senders: 1, at: at(300))  // a new window from 300
+        load.ended(startedAt: at(0), at: at(290))      // read before the roll
+        let u = load.utilization(senders: 1, at: at(280))
+        #expect(u >= 0 && u <= 1, "\(u)")
+        load.began(at: at(295))
+        load.ended(startedAt: at(295), at: at(299))
+        #expect(load.utilization(senders: 1, at: at(300)) >= 0)
     }
 
     /// Sends that started before a window are counted from its start, not twice.
