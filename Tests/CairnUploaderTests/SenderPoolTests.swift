@@ -76,7 +76,9 @@ import Testing
         #expect(uploader.flush(timeout: .seconds(10)))
         uploader.shutdown(timeout: .seconds(5))
         let attempts = try collector.requests().count
-        #expect(attempts >= 25, "a request about every 40 ms (\(attempts))")
+        // A request about every 40 ms, fewer on a loaded machine (batches then take in
+        // more events): enough that the slow fourth answer was served with more behind it.
+        #expect(attempts >= 8, "requests: \(attempts)")
         #expect(uploader.stats.mostSenderThreads == 1)
         #expect(try deliveredIDs(collector) == Set((0..<count).map { "e-\($0)" }))
     }
