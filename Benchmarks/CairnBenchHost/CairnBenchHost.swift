@@ -41,12 +41,12 @@ public func runCairnHost(warmUp: () -> Int) -> Never {
     switch args.mode {
     case "idle":
         for _ in 0..<10 { cairn.track("checkout_completed", properties: properties) }
-        settle(1.5)
+        settle(idleSettle)
         emit(MemoryFigures.now().json())
     case "first-upload":
         for _ in 0..<10 { cairn.track("checkout_completed", properties: properties) }
         let flushed = cairn.flush(timeout: .seconds(10))
-        settle(1.5)
+        settle(idleSettle)
         emit(MemoryFigures.now().json(extra: ["flushed": flushed ? 1 : 0]))
     case "rate":
         let began = DispatchTime.now().uptimeNanoseconds

@@ -130,6 +130,17 @@ public final class HTTPTransport: Transport {
         return loaded
     }
 
+    /// Unmaps the resident code and read-only data pages of the shared libraries that
+    /// define `symbols` (`cairn_http_release_pages_of`: never the executable, a RELRO or
+    /// written page, or anything while a debugger is attached). Returns the bytes
+    /// unmapped.
+    package static func releasePages(ofLibrariesDefining symbols: [String]) -> Int {
+        let names = symbols.map { strdup($0) }
+        defer { names.forEach { free($0) } }
+        let borrowed: [UnsafePointer<CChar>?] = names.map { $0.map { UnsafePointer($0) } }
+        return borrowed.withUnsafeBufferPointer { Int(cairn_http_release_pages_of($0.baseAddress, $0.count)) }
+    }
+
     /// Sends `request` once and waits at most `timeout` for the whole exchange.
     ///
     /// Never traps, whatever the request holds: a URL that is not absolute `http` or

@@ -31,6 +31,9 @@
 //                 to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
 //   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
 //                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
+//   pages <n>     track n events, flush, print "EARLY <KiB>", wait CAIRN_TEST_PAUSE_MS
+//                 (4000 if unset), print "LATE <KiB>": the resident KiB of libzstd's
+//                 code mapping each time (-1 when it is not mapped)
 //   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
 //                 fast as they can until the process is killed; after each call returns,
 //                 thread t stores i + 1 in its slot of CAIRN_TEST_ACK_FILE (below)
@@ -292,6 +295,28 @@ case "flood":
     while true { pause() }
 case "start":
     print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
+case "pages":
+    /// Resident KiB of the executable mappings of the file whose name starts with `prefix`.
+    func residentCode(_ prefix: String) -> Int {
+        guard let file = FileHandle(forReadingAtPath: "/proc/self/smaps"), let data = try? file.readToEnd() else { return -1 }
+        var inCode = false, total = -1
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            if fields.count >= 6 && fields[0].contains("-") && fields[1].count == 4 {
+                inCode = fields[1] == "r-xp" && (fields.last?.split(separator: "/").last?.hasPrefix(prefix) ?? false)
+            } else if inCode && line.hasPrefix("Rss:"), fields.count >= 2, let kb = Int(fields[1]) {
+                total = max(total, 0) + kb
+            }
+        }
+        return total
+    }
+    for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
+    _ = cairn.flush(timeout: .seconds(10))
+    say("EARLY \(residentCode("libzstd"))")
+    usleep((env["CAIRN_TEST_PAUSE_MS"].flatMap { UInt32($0) } ?? 4000) * 1000)
+    say("LATE \(residentCode("libzstd"))")
+    _ = cairn.shutdown(timeout: .seconds(10))
+    exit(0)
 default:
     exit(2)
 }

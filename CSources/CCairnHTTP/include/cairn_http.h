@@ -463,6 +463,32 @@ int cairn_http_tls_loaded(void);
  */
 size_t cairn_http_tls_release_pages(void);
 
+/**
+ * Unmaps from the process the resident pages of the code and read-only data of the
+ * shared libraries that define `symbols` (looked up with dlsym(RTLD_DEFAULT)), with the
+ * rules of cairn_http_tls_release_pages: a page that is no longer the file's own is
+ * kept, RELRO and writable segments are never touched, nor a library with text
+ * relocations, nor the executable (a symbol it defines is skipped), nor anything while
+ * a debugger is attached.
+ *
+ * Cairn calls it for its own dependencies (libzstd, liblmdb, libunwind, liblzma) once
+ * its start has settled and then every few minutes: their set-up code runs once (and
+ * libunwind's and liblzma's only in a crash), and the kernel keeps the 64 KiB around
+ * every page touched mapped. What runs again comes back from the page cache at its
+ * first use (a minor fault per 64 KiB). A service that uses one of these libraries
+ * itself pays the same minor faults, once.
+ *
+ * @param symbols  Names of functions, one per library is enough; names not found are
+ *                 skipped. NULL with `count` 0 does nothing.
+ * @param count    How many names.
+ * @return  The bytes unmapped (0 when there was nothing to do).
+ *
+ * Ownership: `symbols` is borrowed for the call.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no (reads /proc files, takes the dynamic linker's lock).
+ */
+size_t cairn_http_release_pages_of(const char *const *symbols, size_t count);
+
 #ifdef __cplusplus
 }
 #endif
