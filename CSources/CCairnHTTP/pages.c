@@ -17,13 +17,13 @@
  * under memory pressure. Only what the connections keep using comes back (about
  * 0.9 MiB of libcrypto).
  *
- * The same is done for the libraries Cairn links (cairn_http_release_pages_of, called by
- * Cairn's background thread once its start has settled, then every few minutes):
- * libzstd's and liblmdb's set-up code and libunwind's and liblzma's initialisers run
- * once, and an idle service kept 0.55 MiB of them resident. These are loaded with the
- * executable, so the rule below about libraries loaded before does not apply to them:
- * a service that uses one of them itself refaults what it uses (a minor fault per
- * 64 KiB), once.
+ * The same is done for libraries Cairn links (cairn_http_release_pages_of, called by
+ * Cairn's background thread 2.5 s and 10 s after its start, then every 5 minutes, for
+ * libzstd, liblmdb and liblzma): their set-up code runs once, and an idle service kept
+ * 0.5 MiB of it resident. These are loaded with the executable, so the rule below about
+ * libraries loaded before does not apply to them: a service that uses one of them
+ * itself refaults what it uses (a minor fault per 64 KiB) after each release. The
+ * uprobe window below is then also opened every 5 minutes.
  *
  * What is never touched:
  *   - a library the process had loaded before Cairn's dlopen (the service's own
@@ -236,15 +236,25 @@ size_t cairn_http__release_code_pages(const void *const *addresses, size_t count
 
 size_t cairn_http_release_pages_of(const char *const *symbols, size_t count)
 {
-    const void *addresses[16];
+    size_t released = 0;
+    uintptr_t done[16];
     size_t n = 0;
-    for (size_t i = 0; symbols && i < count && n < sizeof addresses / sizeof *addresses; i++) {
+    for (size_t i = 0; symbols && i < count && n < sizeof done / sizeof *done; i++) {
         const void *address = symbols[i] ? dlsym(RTLD_DEFAULT, symbols[i]) : NULL;
+        Dl_info info;
+        if (!address || !dladdr(address, &info) || !info.dli_fname || !info.dli_fname[0]) continue;
         uintptr_t base = object_base(address);
-        if (!base) continue; /* not found (release_object also skips the executable) */
-        int seen = 0;
-        for (size_t j = 0; j < n && !seen; j++) seen = object_base(addresses[j]) == base;
-        if (!seen) addresses[n++] = address;
+        int seen = !base;
+        for (size_t j = 0; j < n && !seen; j++) seen = done[j] == base;
+        if (seen) continue;
+        done[n++] = base;
+        /* Held open while its program headers are read and its pages released: a
+         * library the service dlopened and closes meanwhile stays until then (one
+         * unloaded before this took it is not found and left alone). */
+        void *pin = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        if (!pin) continue;
+        if (object_base(address) == base) released += cairn_http__release_code_pages(&address, 1);
+        dlclose(pin);
     }
-    return cairn_http__release_code_pages(addresses, n);
+    return released;
 }

@@ -207,32 +207,37 @@ extension Cairn {
         background.signal()
         let ready = ContinuousClock.now
         var releases = 0
-        while !background.waitForStop(timeout: nextWake()) {
+        var pagesDue = ready + Self.pageReleases[0]
+        while !background.waitForStop(timeout: max(.milliseconds(1), min(nextWake(), pagesDue - .now))) {
             if let sink = pipeline?.sink, sink.contextPending.load(ordering: .acquiring) { sink.appendContext() }
             pipeline?.writeFoldedSummaries()
             if let due = healthDueIn(), due <= .zero { emitHealth(final: false) }
-            if ContinuousClock.now - ready >= Self.pageReleaseAfter(releases) {
+            let now = ContinuousClock.now
+            if now >= pagesDue {
                 releaseLibraryPages()
                 releases += 1
+                // The next one counts from now: a thread held up does not catch up in a burst.
+                pagesDue = releases < Self.pageReleases.count
+                    ? max(now + .seconds(1), ready + Self.pageReleases[releases]) : now + Self.pageReleaseInterval
             }
         }
         pipeline?.writeFoldedSummaries()
     }
 
-    /// Functions of the libraries Cairn links, one each: libzstd, liblmdb, libunwind and
-    /// liblzma (libunwind's dependency).
-    static let dependencySymbols = ["ZSTD_versionNumber", "mdb_version", "unw_backtrace", "lzma_version_number"]
-    /// When, after the start, the pages of those libraries are released for the
-    /// `count`-th time (from 0): 2.5 s (the start's own work done, and the zstd context
-    /// of its first batches freed, 1 s after them), 10 s (the first uploads' work too),
-    /// then every 5 minutes.
-    static func pageReleaseAfter(_ count: Int) -> Duration {
-        count == 0 ? .milliseconds(2500) : count == 1 ? .seconds(10) : .seconds(300) * (count - 1)
-    }
+    /// Functions of the libraries whose pages are released, one each: libzstd, liblmdb
+    /// and liblzma (libunwind's dependency, which Cairn never calls). Not libunwind: the
+    /// crash handler runs its code, and its pages (about 60 KiB) stay as its set-up left
+    /// them, so that a crash under memory pressure needs no read from the disk.
+    static let dependencySymbols = ["ZSTD_versionNumber", "mdb_version", "lzma_version_number"]
+    /// When the pages of those libraries are released, after the SDK is ready: at 2.5 s
+    /// (the start's own work done, and the zstd context of its first batches freed 1 s
+    /// after them) and 10 s (the first uploads' work too), then every 5 minutes.
+    static let pageReleases: [Duration] = [.milliseconds(2500), .seconds(10)]
+    static let pageReleaseInterval: Duration = .seconds(300)
 
     /// Lets go of the resident pages of the libraries' code that ran once (set-up,
-    /// initialisers; libunwind and liblzma run only in a crash): the kernel keeps the
-    /// 64 KiB around every page touched mapped, 0.55 MiB of an idle service.
+    /// initialisers): the kernel keeps the 64 KiB around every page touched mapped,
+    /// 0.5 MiB of an idle service.
     /// What runs again comes back at its first use (a minor fault per 64 KiB).
     /// (`HTTPTransport.releasePages(ofLibrariesDefining:)` says what is never touched.)
     func releaseLibraryPages() {

@@ -465,18 +465,18 @@ size_t cairn_http_tls_release_pages(void);
 
 /**
  * Unmaps from the process the resident pages of the code and read-only data of the
- * shared libraries that define `symbols` (looked up with dlsym(RTLD_DEFAULT)), with the
- * rules of cairn_http_tls_release_pages: a page that is no longer the file's own is
- * kept, RELRO and writable segments are never touched, nor a library with text
- * relocations, nor the executable (a symbol it defines is skipped), nor anything while
- * a debugger is attached.
+ * shared libraries that define `symbols` (looked up with dlsym(RTLD_DEFAULT)). Whether
+ * the process loaded them before or not, but otherwise as cairn_http_tls_release_pages
+ * does: a page that is no longer the file's own is kept, RELRO and writable segments
+ * are never touched, nor a library with text relocations, nor the executable (a symbol
+ * it defines is skipped), nor anything while a debugger is attached; each library is
+ * held open (dlopen RTLD_NOLOAD) while its pages are released.
  *
- * Cairn calls it for its own dependencies (libzstd, liblmdb, libunwind, liblzma) once
- * its start has settled and then every few minutes: their set-up code runs once (and
- * libunwind's and liblzma's only in a crash), and the kernel keeps the 64 KiB around
- * every page touched mapped. What runs again comes back from the page cache at its
- * first use (a minor fault per 64 KiB). A service that uses one of these libraries
- * itself pays the same minor faults, once.
+ * Cairn calls it for its own dependencies (libzstd, liblmdb, liblzma) 2.5 s and 10 s
+ * after its start, then every 5 minutes: their set-up code runs once, and the kernel
+ * keeps the 64 KiB around every page touched mapped. What runs again comes back from
+ * the page cache at its first use (a minor fault per 64 KiB). A service that uses one
+ * of these libraries itself pays the same minor faults after each release.
  *
  * @param symbols  Names of functions, one per library is enough; names not found are
  *                 skipped. NULL with `count` 0 does nothing.
