@@ -241,17 +241,17 @@ size_t cairn_http_release_pages_of(const char *const *symbols, size_t count)
     size_t n = 0;
     for (size_t i = 0; symbols && i < count && n < sizeof done / sizeof *done; i++) {
         const void *address = symbols[i] ? dlsym(RTLD_DEFAULT, symbols[i]) : NULL;
-        Dl_info info;
-        if (!address || !dladdr(address, &info) || !info.dli_fname || !info.dli_fname[0]) continue;
-        uintptr_t base = object_base(address);
-        int seen = !base;
+        struct link_map *map = object_map(address);
+        if (!map || !map->l_name || !map->l_name[0]) continue; /* not found, or the executable */
+        uintptr_t base = map->l_addr;
+        int seen = 0;
         for (size_t j = 0; j < n && !seen; j++) seen = done[j] == base;
         if (seen) continue;
         done[n++] = base;
         /* Held open while its program headers are read and its pages released: a
          * library the service dlopened and closes meanwhile stays until then (one
          * unloaded before this took it is not found and left alone). */
-        void *pin = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+        void *pin = dlopen(map->l_name, RTLD_LAZY | RTLD_NOLOAD);
         if (!pin) continue;
         if (object_base(address) == base) released += cairn_http__release_code_pages(&address, 1);
         dlclose(pin);
