@@ -482,6 +482,9 @@ public final class SnapshotStore: @unchecked Sendable {
         if rc != 0 { throw StoreError(rc, function: "mdb_env_sync") }
     }
 
+    /// Snapshots stored now (``Stats/count`` without the rest of the counters).
+    public var count: Int { state.withLock { $0.count } }
+
     /// The store's counters.
     public var stats: Stats {
         state.withLock { s in

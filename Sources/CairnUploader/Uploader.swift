@@ -1049,7 +1049,9 @@ public final class Uploader: @unchecked Sendable {
         }
         // The breaker first: while the collector is down, a pass must not read the
         // store's keys looking for a due request that could not be sent anyway.
-        guard canSendAnother, breaker.wouldAllow(at: clock.now),
+        // An empty store is not read: an idle service's passes touch neither LMDB nor
+        // the store's code (which then stays out of memory, see Cairn's page releases).
+        guard canSendAnother, store.count > 0, breaker.wouldAllow(at: clock.now),
               let snapshot = try? store.oldest(limit: deliveredUndeleted.count + 1, readyAt: replayReadyAt)
                   .first(where: { !deliveredUndeleted.contains($0.id) }),
               breaker.allows(at: clock.now) else { return }
