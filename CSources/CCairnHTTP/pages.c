@@ -25,6 +25,11 @@
  * itself refaults what it uses (a minor fault per 64 KiB) after each release. The
  * uprobe window below is then also opened every 5 minutes.
  *
+ * Cairn's own code is released at the same times (cairn_http_release_own_pages): the
+ * ranges of its functions, which Cairn reads from the symbol table of the file holding
+ * them (the executable when it is linked in), and only whole pages inside them and
+ * inside a read-only segment of that file.
+ *
  * What is never touched:
  *   - a library the process had loaded before Cairn's dlopen (the service's own
  *     OpenSSL: its pages are not Cairn's to manage): a back end lists the objects
@@ -190,28 +195,34 @@ static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, size_t 
     return released;
 }
 
-/* Unmaps the releasable pages of the read-only segments of the shared object that
- * contains `address` (see the file's comment), with /proc/self/pagemap open as
- * `pagemap`. Returns the bytes unmapped. */
-static size_t release_object(const void *address, int pagemap, size_t page)
+/* Finds `object` (base and name set) among the loaded objects: 0 when it is not there
+ * or its code pages were written by the dynamic linker (text relocations). */
+static int find_releasable(found_object *object)
 {
-    struct link_map *map = object_map(address);
-    if (!map || !map->l_name || !map->l_name[0]) return 0; /* not in a shared object (the executable has an empty name) */
-    found_object object = {.base = map->l_addr, .name = map->l_name};
-    if (!dl_iterate_phdr(find_object, &object) || has_text_relocations(&object)) return 0;
+    return dl_iterate_phdr(find_object, object) && !has_text_relocations(object);
+}
+
+/* Unmaps the releasable pages of `object`'s read-only segments that lie in [from, to)
+ * (whole pages of a segment only: a page it shares with a neighbour is kept; never the
+ * RELRO range), with /proc/self/pagemap open as `pagemap`. Returns the bytes unmapped. */
+static size_t release_segments(const found_object *object, uintptr_t from, uintptr_t to, int pagemap, size_t page)
+{
     uintptr_t relro_start = 0, relro_end = 0;
-    for (ElfW(Half) i = 0; i < object.phnum; i++) {
-        if (object.phdr[i].p_type != PT_GNU_RELRO) continue;
-        relro_start = (object.base + object.phdr[i].p_vaddr) & ~(uintptr_t)(page - 1);
-        relro_end = (object.base + object.phdr[i].p_vaddr + object.phdr[i].p_memsz + page - 1) & ~(uintptr_t)(page - 1);
+    for (ElfW(Half) i = 0; i < object->phnum; i++) {
+        if (object->phdr[i].p_type != PT_GNU_RELRO) continue;
+        relro_start = (object->base + object->phdr[i].p_vaddr) & ~(uintptr_t)(page - 1);
+        relro_end = (object->base + object->phdr[i].p_vaddr + object->phdr[i].p_memsz + page - 1) & ~(uintptr_t)(page - 1);
     }
     size_t released = 0;
-    for (ElfW(Half) i = 0; i < object.phnum; i++) {
-        const ElfW(Phdr) *ph = &object.phdr[i];
+    for (ElfW(Half) i = 0; i < object->phnum; i++) {
+        const ElfW(Phdr) *ph = &object->phdr[i];
         if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
-        /* Whole pages of the segment only: a page it shares with a neighbour is kept. */
-        uintptr_t start = (object.base + ph->p_vaddr + page - 1) & ~(uintptr_t)(page - 1);
-        uintptr_t end = (object.base + ph->p_vaddr + ph->p_filesz) & ~(uintptr_t)(page - 1);
+        uintptr_t start = (object->base + ph->p_vaddr + page - 1) & ~(uintptr_t)(page - 1);
+        uintptr_t end = (object->base + ph->p_vaddr + ph->p_filesz) & ~(uintptr_t)(page - 1);
+        uintptr_t low = (from + page - 1) & ~(uintptr_t)(page - 1), high = to & ~(uintptr_t)(page - 1);
+        if (start < low) start = low;
+        if (end > high) end = high;
+        if (end <= start) continue;
         if (relro_end > relro_start && start < relro_end && end > relro_start) {
             if (start < relro_start) released += release_range(pagemap, start, relro_start, page);
             start = relro_end;
@@ -221,13 +232,33 @@ static size_t release_object(const void *address, int pagemap, size_t page)
     return released;
 }
 
+/* Unmaps the releasable pages of the read-only segments of the shared object that
+ * contains `address` (see the file's comment), with /proc/self/pagemap open as
+ * `pagemap`. Returns the bytes unmapped. */
+static size_t release_object(const void *address, int pagemap, size_t page)
+{
+    struct link_map *map = object_map(address);
+    if (!map || !map->l_name || !map->l_name[0]) return 0; /* not in a shared object (the executable has an empty name) */
+    found_object object = {.base = map->l_addr, .name = map->l_name};
+    if (!find_releasable(&object)) return 0;
+    return release_segments(&object, 0, UINTPTR_MAX, pagemap, page);
+}
+
+/* /proc/self/pagemap, open; -1 (nothing to be done) when it cannot be read or a
+ * debugger is attached. `page` gets the page size. */
+static int open_pagemap(size_t *page)
+{
+    if (traced()) return -1;
+    long page_size = sysconf(_SC_PAGESIZE);
+    *page = page_size > 0 ? (size_t)page_size : 4096;
+    return open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+}
+
 size_t cairn_http__release_code_pages(const void *const *addresses, size_t count)
 {
-    if (count == 0 || traced()) return 0;
-    int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    size_t page;
+    int pagemap = count ? open_pagemap(&page) : -1;
     if (pagemap < 0) return 0;
-    long page_size = sysconf(_SC_PAGESIZE);
-    size_t page = page_size > 0 ? (size_t)page_size : 4096;
     size_t released = 0;
     for (size_t i = 0; i < count; i++) released += release_object(addresses[i], pagemap, page);
     close(pagemap);
@@ -256,5 +287,34 @@ size_t cairn_http_release_pages_of(const char *const *symbols, size_t count)
         if (object_base(address) == base) released += cairn_http__release_code_pages(&address, 1);
         dlclose(pin);
     }
+    return released;
+}
+
+int cairn_http_own_object(char *path, size_t cap, uintptr_t *bias)
+{
+    struct link_map *map = object_map((const void *)cairn_http_own_object);
+    if (!map || !path || cap == 0 || !bias) return 0;
+    const char *name = map->l_name && map->l_name[0] ? map->l_name : "/proc/self/exe";
+    if (strlen(name) >= cap) return 0;
+    memcpy(path, name, strlen(name) + 1);
+    *bias = map->l_addr;
+    return 1;
+}
+
+size_t cairn_http_release_own_pages(const uintptr_t *bounds, size_t count)
+{
+    struct link_map *map = object_map((const void *)cairn_http_release_own_pages);
+    if (!bounds || count == 0 || !map) return 0;
+    found_object object = {.base = map->l_addr, .name = map->l_name ? map->l_name : ""};
+    if (!find_releasable(&object)) return 0;
+    size_t page;
+    int pagemap = open_pagemap(&page);
+    if (pagemap < 0) return 0;
+    size_t released = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (bounds[2 * i] < bounds[2 * i + 1])
+            released += release_segments(&object, bounds[2 * i], bounds[2 * i + 1], pagemap, page);
+    }
+    close(pagemap);
     return released;
 }

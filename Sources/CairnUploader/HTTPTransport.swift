@@ -141,6 +141,23 @@ public final class HTTPTransport: Transport {
         return borrowed.withUnsafeBufferPointer { Int(cairn_http_release_pages_of($0.baseAddress, $0.count)) }
     }
 
+    /// The file that holds Cairn's own code and its load bias (`cairn_http_own_object`):
+    /// `/proc/self/exe` when Cairn is linked into the executable.
+    package static func ownCodeFile() -> (path: String, bias: UInt)? {
+        var path = [CChar](repeating: 0, count: 4096)
+        var bias: UInt = 0
+        guard cairn_http_own_object(&path, path.count, &bias) == 1 else { return nil }
+        return (String(decoding: path.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), bias)
+    }
+
+    /// Unmaps the resident pages of Cairn's own code inside `ranges` (process addresses
+    /// in ``ownCodeFile()``'s file; `cairn_http_release_own_pages` says what is never
+    /// touched). Returns the bytes unmapped.
+    package static func releaseOwnPages(_ ranges: [Range<UInt>]) -> Int {
+        let bounds = ranges.flatMap { [$0.lowerBound, $0.upperBound] }
+        return bounds.withUnsafeBufferPointer { Int(cairn_http_release_own_pages($0.baseAddress, ranges.count)) }
+    }
+
     /// Sends `request` once and waits at most `timeout` for the whole exchange.
     ///
     /// Never traps, whatever the request holds: a URL that is not absolute `http` or

@@ -31,9 +31,10 @@
 //                 to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
 //   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
 //                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
-//   pages <n>     track n events, flush, print "EARLY <KiB>", wait CAIRN_TEST_PAUSE_MS
-//                 (4000 if unset), print "LATE <KiB>": the resident KiB of libzstd's
-//                 code mapping each time (-1 when it is not mapped)
+//   pages <n>     track n events, flush, print "EARLY <KiB>" (libzstd's resident code) and
+//                 "EARLY_OWN <KiB>" (the executable's, where Cairn's code is), wait CAIRN_TEST_PAUSE_MS
+//                 (4000 if unset), print "LATE <KiB>" and "LATE_OWN <KiB>": the resident
+//                 KiB of each code mapping each time (-1 when it is not mapped)
 //   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
 //                 fast as they can until the process is killed; after each call returns,
 //                 thread t stores i + 1 in its slot of CAIRN_TEST_ACK_FILE (below)
@@ -313,8 +314,10 @@ case "pages":
     for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     _ = cairn.flush(timeout: .seconds(10))
     say("EARLY \(residentCode("libzstd"))")
+    say("EARLY_OWN \(residentCode("cairn-service-child"))")
     usleep((env["CAIRN_TEST_PAUSE_MS"].flatMap { UInt32($0) } ?? 4000) * 1000)
     say("LATE \(residentCode("libzstd"))")
+    say("LATE_OWN \(residentCode("cairn-service-child"))")
     _ = cairn.shutdown(timeout: .seconds(10))
     exit(0)
 default:

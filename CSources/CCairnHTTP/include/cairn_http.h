@@ -489,6 +489,48 @@ size_t cairn_http_tls_release_pages(void);
  */
 size_t cairn_http_release_pages_of(const char *const *symbols, size_t count);
 
+/**
+ * Says which file holds Cairn's own code (this library's functions) and where it is
+ * loaded: the executable ("/proc/self/exe") when Cairn is linked into it, as SwiftPM
+ * links it by default, else the shared library's path.
+ *
+ * @param path  Receives the NUL-terminated path.
+ * @param cap   Bytes `path` can hold.
+ * @param bias  Receives the load bias: a symbol's ELF address plus it is its address in
+ *              the process.
+ * @return  1, or 0 (nothing written) when it cannot be told or `path` is too small.
+ *
+ * Ownership: none.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no (takes the dynamic linker's lock).
+ */
+int cairn_http_own_object(char *path, size_t cap, uintptr_t *bias);
+
+/**
+ * Unmaps from the process the resident pages of Cairn's own code, as
+ * cairn_http_release_pages_of does for its libraries: `bounds` lists the address ranges
+ * of Cairn's functions in the file cairn_http_own_object names (Cairn reads them from
+ * that file's symbol table), and only the whole pages inside a range and inside a
+ * read-only segment of that file are touched, with the same rules (a page that is no
+ * longer the file's own is kept, never RELRO or a writable segment, nothing while a
+ * debugger is attached). A range outside that file does nothing; a wrong range can
+ * only make code that runs again come back at its first use (a minor fault per 64 KiB),
+ * never change what runs.
+ *
+ * Cairn's own start runs once (options, the store's checks, the previous runs'
+ * reports): an idle service kept about 1.4 MiB of its code resident. Cairn calls this
+ * with its background thread's library releases.
+ *
+ * @param bounds  `count` pairs: start, end (exclusive), process addresses.
+ * @param count   How many ranges; NULL with 0 does nothing.
+ * @return  The bytes unmapped (0 when there was nothing to do).
+ *
+ * Ownership: `bounds` is borrowed for the call.
+ * Thread-safety: safe from any thread.
+ * Async-signal-safe: no (reads /proc files, takes the dynamic linker's lock).
+ */
+size_t cairn_http_release_own_pages(const uintptr_t *bounds, size_t count);
+
 #ifdef __cplusplus
 }
 #endif
