@@ -29,8 +29,8 @@ import Testing
         // ...which is let go once the start has settled, and an idle service keeps it so.
         #expect(late * 4 <= early, "resident when idle: \(late) KiB (after the flush: \(early) KiB)")
         // Cairn's own code, in the executable, likewise: the start and the flush ran most
-        // of it; what an idle service's passes run comes back (the kernel maps a whole
-        // page-cache folio, up to 64 KiB or more, around each page touched).
+        // of it; what an idle service's passes run comes back (the kernel maps the 64 KiB
+        // around each page touched).
         let earlyOwn = try #require(kb("EARLY_OWN"), "\(r.out)")
         let lateOwn = try #require(kb("LATE_OWN"), "\(r.out)")
         // (Here, debug: about 2.6 MiB after the flush, 1.7-1.9 MiB when idle.)

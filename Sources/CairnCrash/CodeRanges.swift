@@ -1,0 +1,84 @@
+// CodeRanges: where a loaded ELF file's own functions lie, read from its symbol table
+// (for Cairn's release of its own code pages that ran once).
+import Glibc
+
+/// Whose a function is, for ``CodeRanges``.
+package enum CodeOwner {
+    /// One's own: its range is wanted.
+    case own
+    /// Anyone's (the standard library's generic code specialised, a file's static
+    /// function): between two of one's own, it is taken as one's own.
+    case shared
+    /// Someone else's: a range never runs across it.
+    case other
+}
+
+extension ELFImage {
+    /// The ELF address ranges of the sized function symbols of `.symtab` that `owner`
+    /// (given the raw name, without its NUL, and whether the symbol is local) says are
+    /// one's own, sorted; two are one range when only ``CodeOwner/shared`` functions or
+    /// padding lie between them. Empty when the file has no `.symtab` (it was stripped).
+    func functionRanges(owner: (UnsafeRawBufferPointer, Bool) -> CodeOwner) -> [Range<UInt64>] {
+        var own: [Range<UInt64>] = []
+        var others: [UInt64] = []
+        for table in sections where table.type == ELFSection.typeSymtab {
+            guard Int(table.link) < sections.count,
+                  let entries = file.bytes.slice(offset: table.offset, size: table.size),
+                  let strings = file.bytes.slice(offset: sections[Int(table.link)].offset,
+                                                 size: sections[Int(table.link)].size),
+                  let stringBase = strings.baseAddress else { continue }
+            for entry in stride(from: 0, to: entries.count / 24 * 24, by: 24) {
+                // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64.
+                let name = Int(UInt32(littleEndian: entries.loadUnaligned(fromByteOffset: entry, as: UInt32.self)))
+                let info = entries[entry + 4]
+                let sectionIndex = Int(UInt16(littleEndian: entries.loadUnaligned(fromByteOffset: entry + 6,
+                                                                                  as: UInt16.self)))
+                let value = UInt64(littleEndian: entries.loadUnaligned(fromByteOffset: entry + 8, as: UInt64.self))
+                let size = UInt64(littleEndian: entries.loadUnaligned(fromByteOffset: entry + 16, as: UInt64.self))
+                guard info & 0xf == 2, size > 0, name > 0, name < strings.count,
+                      sectionIndex < sections.count, sections[sectionIndex].isExecutable,
+                      case (let end, false) = value.addingReportingOverflow(size),
+                      let nul = memchr(stringBase + name, 0, strings.count - name) else { continue }
+                let text = UnsafeRawBufferPointer(start: stringBase + name,
+                                                  count: UnsafeRawPointer(nul) - (stringBase + name))
+                switch owner(text, info >> 4 == 0) {
+                case .own: own.append(value..<end)
+                case .shared: break
+                case .other: others.append(value)
+                }
+            }
+        }
+        own.sort { $0.lowerBound < $1.lowerBound }
+        others.sort()
+        var merged: [Range<UInt64>] = []
+        var next = 0  // the first of `others` at or after the last range's start
+        for range in own {
+            if let last = merged.last {
+                while next < others.count && others[next] < last.upperBound { next += 1 }
+                if next == others.count || others[next] >= range.lowerBound {
+                    merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+                    continue
+                }
+            }
+            merged.append(range)
+        }
+        return merged
+    }
+}
+
+/// Where a loaded file's own functions lie, read from its symbol table.
+package enum CodeRanges {
+    /// The process address ranges of the functions of `path` (an ELF file loaded with
+    /// `bias`) that `owner` says are one's own (``ELFImage/functionRanges(owner:)``);
+    /// empty when the file cannot be read or has no `.symtab`. The file is mapped only
+    /// for the call.
+    package static func functions(inFile path: String, loadBias bias: UInt,
+                                  owner: (UnsafeRawBufferPointer, Bool) -> CodeOwner) -> [Range<UInt>] {
+        guard let image = ELFImage(path: path) else { return [] }
+        return image.functionRanges(owner: owner).compactMap { range in
+            let (low, lowOverflow) = UInt(range.lowerBound).addingReportingOverflow(bias)
+            let (high, highOverflow) = UInt(range.upperBound).addingReportingOverflow(bias)
+            return lowOverflow || highOverflow ? nil : low..<high
+        }
+    }
+}
