@@ -110,10 +110,10 @@ $(FUZZ_DIR)/fuzz_%: CSources/Fuzz/fuzz_%.c $(CORE_SOURCES) $(CORE_HEADERS)
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) $(CORE_SOURCES) $< -lzstd -lunwind -o $@
 
-# The HTTP client's fuzzers (the response parser; URLs and proxies) build from its
+# The HTTP client's fuzzers (the response parser; URLs and proxies; certificates' subjects) build from its
 # sources instead; the exchange's with the hook that hands the client a socket pair
 # for its connection (http_internal.h).
-$(FUZZ_DIR)/fuzz_http_response $(FUZZ_DIR)/fuzz_http_url: $(FUZZ_DIR)/fuzz_http_%: CSources/Fuzz/fuzz_http_%.c \
+$(FUZZ_DIR)/fuzz_http_response $(FUZZ_DIR)/fuzz_http_url $(FUZZ_DIR)/fuzz_http_der: $(FUZZ_DIR)/fuzz_http_%: CSources/Fuzz/fuzz_http_%.c \
   $(HTTP_SOURCES) $(HTTP_HEADERS)
 	@mkdir -p $(FUZZ_DIR)
 	$(CLANG) $(FUZZ_FLAGS) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP $(HTTP_SOURCES) $< -o $@

@@ -25,6 +25,11 @@ ssize_t cairn_http__recv(int fd, void *data, size_t len);
 extern int (*cairn_http__connect_hook)(const char *host, int port);
 #endif
 
+/* The subject of the DER certificate `der` (`length` bytes), found without parsing the
+ * certificate (der.c): 1 with its encoding (tag and length included) at `*offset`,
+ * `*subject_length` bytes; 0 when the certificate's structure does not lead to it. */
+int cairn_http__der_subject(const unsigned char *der, size_t length, size_t *offset, size_t *subject_length);
+
 /* ---- TLS (tls.c): mbedTLS or OpenSSL 3, loaded with dlopen on first use. ---- */
 
 /* What a non-blocking TLS call needs next. FAILED: the connection failed (the
