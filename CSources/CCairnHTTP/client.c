@@ -516,6 +516,13 @@ static void *tls_context(cairn_http_client_t *client, char *message, size_t cap)
     return context;
 }
 
+int cairn_http_client_prepare(cairn_http_client_t *client, const char *url)
+{
+    if (!client || !url || strncasecmp(url, "https://", 8) != 0) return 0;
+    char message[256];
+    return tls_context(client, message, sizeof message) ? 0 : CAIRN_HTTP_ETLS;
+}
+
 /* ------------------------------------------------------------------------------ */
 /* Connections                                                                       */
 /* ------------------------------------------------------------------------------ */

@@ -182,6 +182,13 @@ public final class HTTPTransport: Transport {
         return result
     }
 
+    /// Loads the TLS library and makes the TLS context for an `https` request
+    /// (`cairn_http_client_prepare`), once; nothing for `http`.
+    public func prepare(for request: UploadRequest) {
+        guard let pointer = client.pointer else { return }
+        _ = cairn_http_client_prepare(pointer, request.url)
+    }
+
     /// Why requests to `url` cannot be sent, or nil when they can: the check every send
     /// makes (an absolute http or https URL with a host, an optional port, no user
     /// credentials, visible ASCII only), made ahead, for checking options.

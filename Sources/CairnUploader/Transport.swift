@@ -24,6 +24,17 @@ public protocol Transport: Sendable {
     ///   - timeout: The most the whole attempt may take, connecting included.
     /// - Returns: The collector's response, whatever its status, or why none came.
     func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult
+
+    /// Does the one-time set-up that a first send of `request` would do (for HTTPS,
+    /// loading the TLS library), before the send starts: the uploader calls it before
+    /// each send, outside the time it counts as the transport's, so that set-up is not
+    /// taken for a slow collector. Returns at once when there is nothing to do.
+    func prepare(for request: UploadRequest)
+}
+
+extension Transport {
+    /// Nothing to set up.
+    public func prepare(for request: UploadRequest) {}
 }
 
 extension UploadRequest {

@@ -1162,6 +1162,12 @@ public final class Uploader: @unchecked Sendable {
                 return
             }
             let job = jobs.removeFirst()
+            senders.unlock()
+            // The transport's one-time set-up (loading the TLS library) is not the
+            // collector's time: a first send must not look like a slow collector and
+            // start another sender.
+            transport.prepare(for: job.request)
+            senders.lock()
             let started = clock.now
             senderLoad.began(at: started)
             senders.unlock()

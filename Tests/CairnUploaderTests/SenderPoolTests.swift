@@ -82,4 +82,45 @@ import Testing
         #expect(uploader.stats.mostSenderThreads == 1)
         #expect(try deliveredIDs(collector) == Set((0..<count).map { "e-\($0)" }))
     }
+
+    /// A transport whose one-time set-up takes 300 ms (as loading a TLS library and
+    /// reading a trust store can on a loaded machine), then sends through the real
+    /// HTTP client. The fake only stretches the set-up, which a real part cannot be made
+    /// to do on demand.
+    final class SlowSetUp: Transport, @unchecked Sendable {
+        let inner = HTTPTransport()
+        let lock = NSLock()
+        var prepared = false
+        func prepare(for request: UploadRequest) {
+            lock.lock()
+            defer { lock.unlock() }
+            if !prepared {
+                usleep(300_000)
+                prepared = true
+            }
+        }
+        func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult {
+            prepare(for: request)  // a transport that was not prepared sets up in its send
+            return inner.send(request, attempt: attempt, timeout: timeout)
+        }
+    }
+
+    /// Requests queued behind a first send whose set-up is slow: the set-up is not the
+    /// collector's time, so the one sender is not seen as busy and none is added (a
+    /// sender counted busy for those 300 ms would have started a second, and a second
+    /// TLS connection with it).
+    @Test func aSlowOneTimeSetUpAddsNoSender() throws {
+        let collector = try CollectorProcess()
+        let directory = try TemporaryDirectory("cairn-senders")
+        let ring = try Ring(path: directory.path + "/events.ring")
+        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
+                                transport: SlowSetUp(),
+                                options: options(collector, maxBatchEvents: 5, maxBatchAge: .milliseconds(5)))
+        for i in 0..<40 { try ring.append(event(i)) }
+        uploader.start()
+        #expect(uploader.flush(timeout: .seconds(20)))
+        #expect(uploader.stats.mostSenderThreads == 1, "senders: \(uploader.stats.mostSenderThreads)")
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(try deliveredIDs(collector) == Set((0..<40).map { "e-\($0)" }))
+    }
 }

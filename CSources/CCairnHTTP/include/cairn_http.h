@@ -274,6 +274,23 @@ typedef struct cairn_http_client_options {
 int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http_client_t **out);
 
 /**
+ * Does now the one-time set-up that the first request to `url` would do: for an https
+ * URL, loading the TLS library and making the client's TLS context (its trust store
+ * and client certificate), which a first send otherwise spends some milliseconds on
+ * before it connects. Nothing for an http URL, or once it is done.
+ *
+ * @param client  The client.
+ * @param url     The URL requests will go to (NUL-terminated); only its scheme is read.
+ * @return  0 when there was nothing to do or it is done; CAIRN_HTTP_ETLS when the TLS
+ *          context cannot be made (a send to the URL fails and says why).
+ *
+ * Ownership: none.
+ * Thread-safety: safe from any thread (the context is made once, under a lock).
+ * Async-signal-safe: no.
+ */
+int cairn_http_client_prepare(cairn_http_client_t *client, const char *url);
+
+/**
  * Which proxy a request to `url` goes through, as the client read the environment.
  *
  * @param client   A client.
