@@ -170,6 +170,7 @@ public final class SnapshotStore: @unchecked Sendable {
         var mapSize: Int
         var bytes: Int
         var count: Int
+        var commits: UInt64 = 0
         var evictedAge = 0
         var evictedSize: [Tier: Int] = [:]
         var failedPuts = 0
@@ -485,6 +486,10 @@ public final class SnapshotStore: @unchecked Sendable {
     /// Snapshots stored now (``Stats/count`` without the rest of the counters).
     public var count: Int { state.withLock { $0.count } }
 
+    /// Write transactions committed since the store was opened: a caller that syncs
+    /// (``sync()``) on a timer need not when it has not changed.
+    public var commits: UInt64 { state.withLock { $0.commits } }
+
     /// The store's counters.
     public var stats: Stats {
         state.withLock { s in
@@ -637,6 +642,7 @@ public final class SnapshotStore: @unchecked Sendable {
                 }
                 if rc == 0 {
                     committed()
+                    state.withLock { $0.commits &+= 1 }
                     releaseMappedPages()
                     return
                 }

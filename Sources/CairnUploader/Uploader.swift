@@ -198,6 +198,8 @@ public final class Uploader: @unchecked Sendable {
         /// formed before it was asked for.
         var flushGeneration = 0
         var idleGeneration = 0
+        /// The worker's passes so far (for tests: an idle worker makes none).
+        var passes = 0
         /// The latest deadline of the flushes waiting now: attempts made for them end by then.
         var flushDeadline: ContinuousClock.Instant?
         /// The last attempt failed: stored requests are safe where they are, and a flush
@@ -255,6 +257,9 @@ public final class Uploader: @unchecked Sendable {
     private var peeked = Ring.Run()
     private var framing = RingContexts.Batch()
     private var lastSync: ContinuousClock.Instant
+    /// The store's ``SnapshotStore/commits`` at the last sync: none is needed while it
+    /// has not changed.
+    private var syncedCommits: UInt64 = 0
     /// Batches framed since the heap was last trimmed, and when that was.
     private var framedSinceRelease = 0
     private var lastRelease = ContinuousClock().now
@@ -583,10 +588,12 @@ public final class Uploader: @unchecked Sendable {
         deliveryStatus.restore(try? store?.metadata(DeliveryStatus.metadataKey))
         contexts.restore(from: store, ring: ring)
         resumeMarkedBatches()
-        while !state.withLock({ $0.stopping }) {
+        while !state.withLock({ $0.passes += 1; return $0.stopping }) {
             let now = clock.now
-            if now - lastSync >= options.syncInterval {
-                try? store?.sync()
+            if let store, store.commits != syncedCommits, now - lastSync >= options.syncInterval {
+                let commits = store.commits
+                try? store.sync()
+                syncedCommits = commits
                 lastSync = now
             }
             collectOutcomes()
@@ -604,11 +611,17 @@ public final class Uploader: @unchecked Sendable {
                 replayIfDue()
             }
             if let next = growSenders() { wake.append(next) }
+            // Timed duties; none when idle, and then the worker sleeps until a record is
+            // appended (the fill alarm formBatches arms), a flush or a send's end.
+            if let store, store.commits != syncedCommits { wake.append(lastSync + options.syncInterval) }
+            if (store?.count ?? 0) > 0 && !options.storeOnly { wake.append(clock.now + options.maxBatchAge) }
+            if !deliveredUndeleted.isEmpty { wake.append(undeletedRetry) }
+            if framedSinceRelease > 0 { wake.append(lastRelease + Self.bufferReleaseDelay) }
             // A backlog (producers ahead of the collector) waits in the ring file, not
             // in the process: only the pages near the two cursors stay mapped.
             try? ring.releaseBacklog(keeping: Self.backlogKeptMapped)
             if !pendingOutcomes && !progressed {
-                sleep(until: wake.min() ?? clock.now + options.maxBatchAge)
+                sleep(until: wake.min() ?? clock.now + Self.idleWake)
                 ring.disarmFillAlarm()
             }
             progressed = false
@@ -617,6 +630,9 @@ public final class Uploader: @unchecked Sendable {
         state.withLock { $0.finished = true }
         signal()
     }
+
+    /// The worker's passes so far.
+    var workerPasses: Int { state.withLock { $0.passes } }
 
     /// A flush is waiting.
     private var flushing: Bool { state.withLock { $0.flushRequests > 0 } }
@@ -665,6 +681,9 @@ public final class Uploader: @unchecked Sendable {
                 if flights.isEmpty {
                     markIdle(generation)
                     releaseBuffersIfDue(now)
+                    // Nothing formed and nothing out: no pass until the first record
+                    // appended (the alarm wakes the worker), as run's other duties allow.
+                    return ring.armFillAlarm(at: run.next + 1) ? nil : now + .milliseconds(1)
                 }
                 // Records are 16 bytes at least: wake early rather than late, and measure.
                 let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * 16)
@@ -714,13 +733,21 @@ public final class Uploader: @unchecked Sendable {
     /// Not glibc's `malloc_trim`: it walks and locks every arena, the service's main
     /// arena included; on a fragmented 1 GiB heap it held that lock for 65-70 ms.
     private func releaseBuffersIfDue(_ now: ContinuousClock.Instant) {
-        guard framedSinceRelease > 0, now - lastRelease >= .seconds(1) else { return }
+        guard framedSinceRelease > 0, now - lastRelease >= Self.bufferReleaseDelay else { return }
         encoder = nil
         peeked = Ring.Run()
         framing = RingContexts.Batch()
         framedSinceRelease = 0
         lastRelease = now
     }
+
+    /// How long after a release the framing buffers (the zstd context among them) may
+    /// be released again, once batches were framed since.
+    static let bufferReleaseDelay: Duration = .seconds(1)
+    /// How long an idle worker sleeps when nothing is timed: a safety net, since every
+    /// change that gives it work (a record appended, a flush, a send's end, a pause's
+    /// end) wakes it.
+    static let idleWake: Duration = .seconds(300)
 
     /// A metadata slot no flight holds.
     private func freeSlot() -> Int {

@@ -123,4 +123,31 @@ import Testing
         uploader.shutdown(timeout: .seconds(5))
         #expect(try deliveredIDs(collector) == Set((0..<40).map { "e-\($0)" }))
     }
+
+    /// An idle worker sleeps: once what was appended is delivered, it makes no pass
+    /// (no read of the ring or the store, no sync) until something changes; the first
+    /// record appended after a long idle wakes it (the ring's fill alarm), and it is
+    /// delivered at the batch's age, without a flush.
+    @Test func anIdleWorkerSleepsUntilARecordIsAppended() throws {
+        let collector = try CollectorProcess()
+        let directory = try TemporaryDirectory("cairn-idle")
+        let ring = try Ring(path: directory.path + "/events.ring")
+        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
+                                transport: HTTPTransport(),
+                                options: options(collector, maxBatchEvents: 100, maxBatchAge: .milliseconds(50)))
+        uploader.start()
+        try ring.append(event(0))
+        #expect(uploader.flush(timeout: .seconds(10)))
+        usleep(300_000)  // the last pass after the flush (its buffers' release is due 1 s after)
+        let before = uploader.workerPasses
+        usleep(2_500_000)
+        let passes = uploader.workerPasses - before
+        // The framing buffers' release (1 s after the last framing) takes one or two.
+        #expect(passes <= 3, "passes while idle: \(passes)")
+        try ring.append(event(1))
+        let deadline = ContinuousClock.now + .seconds(5)
+        while try deliveredIDs(collector) != ["e-0", "e-1"] && ContinuousClock.now < deadline { usleep(20_000) }
+        #expect(try deliveredIDs(collector) == ["e-0", "e-1"], "a record appended after an idle is delivered unflushed")
+        uploader.shutdown(timeout: .seconds(5))
+    }
 }
