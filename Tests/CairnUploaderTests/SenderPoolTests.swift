@@ -19,6 +19,14 @@ import Testing
 
     func event(_ i: Int) -> [UInt8] { Array(#"{"event_id":"e-\#(i)","n":\#(i)}"#.utf8) }
 
+    /// An uploader over a new ring and store in `directory`.
+    func uploader(_ directory: TemporaryDirectory, transport: any Transport = HTTPTransport(),
+                  options: UploaderOptions) throws -> (Uploader, Ring) {
+        let ring = try Ring(path: directory.path + "/events.ring")
+        return (Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
+                         transport: transport, options: options), ring)
+    }
+
     func deliveredIDs(_ collector: CollectorProcess) throws -> Set<String> {
         Set(try collector.events().compactMap { e -> String? in
             guard let range = e.record.range(of: #""event_id":"[^"]*""#, options: .regularExpression) else { return nil }
@@ -34,11 +42,9 @@ import Testing
         let collector = try CollectorProcess()
         try collector.setDefault(["stall": 0.1])
         let directory = try TemporaryDirectory("cairn-senders")
-        let ring = try Ring(path: directory.path + "/events.ring")
         var options = options(collector, maxBatchEvents: 5, maxBatchAge: .milliseconds(20))
         options.senderIdleExit = .milliseconds(300)
-        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
-                                transport: HTTPTransport(), options: options)
+        let (uploader, ring) = try uploader(directory, options: options)
         let backlog = 2000
         for i in 0..<backlog { try ring.append(event(i)) }
         uploader.start()
@@ -63,10 +69,8 @@ import Testing
         let collector = try CollectorProcess()
         try collector.script((0..<200).map { $0 % 16 == 3 ? ["stall": 0.06] : ["status": 200] })
         let directory = try TemporaryDirectory("cairn-senders")
-        let ring = try Ring(path: directory.path + "/events.ring")
-        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
-                                transport: HTTPTransport(),
-                                options: options(collector, maxBatchEvents: 100, maxBatchAge: .milliseconds(40)))
+        let (uploader, ring) = try uploader(directory, options: options(collector, maxBatchEvents: 100,
+                                                                        maxBatchAge: .milliseconds(40)))
         uploader.start()
         let count = 320
         for i in 0..<count {
@@ -112,10 +116,8 @@ import Testing
     @Test func aSlowOneTimeSetUpAddsNoSender() throws {
         let collector = try CollectorProcess()
         let directory = try TemporaryDirectory("cairn-senders")
-        let ring = try Ring(path: directory.path + "/events.ring")
-        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
-                                transport: SlowSetUp(),
-                                options: options(collector, maxBatchEvents: 5, maxBatchAge: .milliseconds(5)))
+        let (uploader, ring) = try uploader(directory, transport: SlowSetUp(),
+                                            options: options(collector, maxBatchEvents: 5, maxBatchAge: .milliseconds(5)))
         for i in 0..<40 { try ring.append(event(i)) }
         uploader.start()
         #expect(uploader.flush(timeout: .seconds(20)))
@@ -131,10 +133,8 @@ import Testing
     @Test func anIdleWorkerSleepsUntilARecordIsAppended() throws {
         let collector = try CollectorProcess()
         let directory = try TemporaryDirectory("cairn-idle")
-        let ring = try Ring(path: directory.path + "/events.ring")
-        let uploader = Uploader(ring: ring, store: try SnapshotStore(directory: directory.path + "/store"),
-                                transport: HTTPTransport(),
-                                options: options(collector, maxBatchEvents: 100, maxBatchAge: .milliseconds(50)))
+        let (uploader, ring) = try uploader(directory, options: options(collector, maxBatchEvents: 100,
+                                                                        maxBatchAge: .milliseconds(50)))
         uploader.start()
         try ring.append(event(0))
         #expect(uploader.flush(timeout: .seconds(10)))
