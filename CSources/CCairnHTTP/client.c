@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
@@ -385,6 +386,7 @@ struct cairn_http_client {
     char *no_proxy;
     pthread_mutex_t tls_lock;
     void *tls_context; /* made on the first https request, under tls_lock */
+    atomic_int tls_prepared; /* cairn_http_client_prepare made its one try */
 };
 
 static const char *lookup(const char *const *environment, const char *name)
@@ -519,6 +521,9 @@ static void *tls_context(cairn_http_client_t *client, char *message, size_t cap)
 int cairn_http_client_prepare(cairn_http_client_t *client, const char *url)
 {
     if (!client || !url || strncasecmp(url, "https://", 8) != 0) return 0;
+    /* Tried once: a context that cannot be made (no TLS library, a bad CA file) is
+     * tried again, and its reason given, by each send, not twice per send. */
+    if (atomic_exchange(&client->tls_prepared, 1)) return 0;
     char message[256];
     return tls_context(client, message, sizeof message) ? 0 : CAIRN_HTTP_ETLS;
 }

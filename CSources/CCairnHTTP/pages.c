@@ -219,7 +219,9 @@ static size_t release_segments(const found_object *object, uintptr_t from, uintp
         if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
         uintptr_t start = (object->base + ph->p_vaddr + page - 1) & ~(uintptr_t)(page - 1);
         uintptr_t end = (object->base + ph->p_vaddr + ph->p_filesz) & ~(uintptr_t)(page - 1);
-        uintptr_t low = (from + page - 1) & ~(uintptr_t)(page - 1), high = to & ~(uintptr_t)(page - 1);
+        /* [from, to) rounded inwards to whole pages (without wrapping near the top). */
+        uintptr_t low = from & ~(uintptr_t)(page - 1), high = to & ~(uintptr_t)(page - 1);
+        if (low != from) low = low > UINTPTR_MAX - page ? high : low + page;
         if (start < low) start = low;
         if (end > high) end = high;
         if (end <= start) continue;
@@ -256,7 +258,7 @@ static int open_pagemap(size_t *page)
 
 size_t cairn_http__release_code_pages(const void *const *addresses, size_t count)
 {
-    size_t page;
+    size_t page = 4096;
     int pagemap = count ? open_pagemap(&page) : -1;
     if (pagemap < 0) return 0;
     size_t released = 0;
@@ -307,7 +309,7 @@ size_t cairn_http_release_own_pages(const uintptr_t *bounds, size_t count)
     if (!bounds || count == 0 || !map) return 0;
     found_object object = {.base = map->l_addr, .name = map->l_name ? map->l_name : ""};
     if (!find_releasable(&object)) return 0;
-    size_t page;
+    size_t page = 4096;
     int pagemap = open_pagemap(&page);
     if (pagemap < 0) return 0;
     size_t released = 0;

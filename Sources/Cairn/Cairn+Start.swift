@@ -268,18 +268,23 @@ extension Cairn {
     static let ownCPrefixes: [[UInt8]] = ["cairn_ring", "cairn__ring", "cairn_frame", "cairn_http"].map { Array($0.utf8) }
     /// Other C functions of Cairn's: never inside a range released.
     static let keptCPrefix = Array("cairn".utf8)
+    /// The C files whose static functions run in a signal handler: never released.
+    static let handlerFiles: [[UInt8]] = ["crash.c", "altstack.c", "termination.c"].map { Array($0.utf8) }
 
-    /// Whose a function is, by its raw symbol name: Cairn's own for a C function of
-    /// ``ownCPrefixes`` or a Swift symbol (`$s…`) that names one of ``ownModules`` (its
-    /// functions and closures, and generic code specialised for its types); shared for
-    /// the standard library's generic code specialised for its own types (`$ss…`,
-    /// `$sS…`) and a file's static C function (these sit between Cairn's own when its
-    /// modules emitted them); anyone else's otherwise, and Cairn's crash and termination
-    /// handlers.
-    static func codeOwner(_ name: UnsafeRawBufferPointer, local: Bool) -> CodeOwner {
+    /// Whose a function is, by its raw symbol name and, for a local symbol, its source
+    /// file: Cairn's own for a C function of ``ownCPrefixes`` or a Swift symbol (`$s…`)
+    /// that names one of ``ownModules`` (its functions and closures, and generic code
+    /// specialised for its types, wherever it was emitted: a service's own
+    /// specialisations for Cairn's types may count, and come back at their next use);
+    /// shared for the standard library's generic code specialised for its own types
+    /// (`$ss…`, `$sS…`) and a file's static C function (these sit between Cairn's own
+    /// when its modules emitted them); anyone else's otherwise, and Cairn's crash and
+    /// termination handlers, global or static (``handlerFiles``).
+    static func codeOwner(_ name: UnsafeRawBufferPointer, file: UnsafeRawBufferPointer?) -> CodeOwner {
         if ownCPrefixes.contains(where: { name.starts(with: $0) }) { return .own }
         guard name.count > 2, name[0] == UInt8(ascii: "$"), name[1] == UInt8(ascii: "s") else {
-            return local && !name.starts(with: keptCPrefix) ? .shared : .other
+            guard let file, !name.starts(with: keptCPrefix) else { return .other }
+            return handlerFiles.contains { file.elementsEqual($0) } ? .other : .shared
         }
         for module in ownModules where name.count >= module.count {
             var at = 1

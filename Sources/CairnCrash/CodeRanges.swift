@@ -15,10 +15,14 @@ package enum CodeOwner {
 
 extension ELFImage {
     /// The ELF address ranges of the sized function symbols of `.symtab` that `owner`
-    /// (given the raw name, without its NUL, and whether the symbol is local) says are
-    /// one's own, sorted; two are one range when only ``CodeOwner/shared`` functions or
-    /// padding lie between them. Empty when the file has no `.symtab` (it was stripped).
-    func functionRanges(owner: (UnsafeRawBufferPointer, Bool) -> CodeOwner) -> [Range<UInt64>] {
+    /// says are one's own, sorted; two are one range when only ``CodeOwner/shared``
+    /// functions or padding lie between them, and a range in which someone else's
+    /// function starts (an alias) is left out. `owner` is given the raw name (without
+    /// its NUL) and, for a local symbol, the name of the source file it comes from (the
+    /// `STT_FILE` symbol before it; nil for a global one). Empty when the file has no
+    /// `.symtab` (it was stripped).
+    func functionRanges(owner: (_ name: UnsafeRawBufferPointer, _ file: UnsafeRawBufferPointer?) -> CodeOwner)
+        -> [Range<UInt64>] {
         var own: [Range<UInt64>] = []
         var others: [UInt64] = []
         for table in sections where table.type == ELFSection.typeSymtab {
@@ -27,6 +31,7 @@ extension ELFImage {
                   let strings = file.bytes.slice(offset: sections[Int(table.link)].offset,
                                                  size: sections[Int(table.link)].size),
                   let stringBase = strings.baseAddress else { continue }
+            var file: UnsafeRawBufferPointer?  // the STT_FILE the local symbols that follow come from
             for entry in stride(from: 0, to: entries.count / 24 * 24, by: 24) {
                 // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64.
                 let name = Int(UInt32(littleEndian: entries.loadUnaligned(fromByteOffset: entry, as: UInt32.self)))
@@ -35,13 +40,19 @@ extension ELFImage {
                                                                                   as: UInt16.self)))
                 let value = UInt64(littleEndian: entries.loadUnaligned(fromByteOffset: entry + 8, as: UInt64.self))
                 let size = UInt64(littleEndian: entries.loadUnaligned(fromByteOffset: entry + 16, as: UInt64.self))
-                guard info & 0xf == 2, size > 0, name > 0, name < strings.count,
-                      sectionIndex < sections.count, sections[sectionIndex].isExecutable,
-                      case (let end, false) = value.addingReportingOverflow(size),
-                      let nul = memchr(stringBase + name, 0, strings.count - name) else { continue }
-                let text = UnsafeRawBufferPointer(start: stringBase + name,
+                func text() -> UnsafeRawBufferPointer? {
+                    guard name > 0, name < strings.count,
+                          let nul = memchr(stringBase + name, 0, strings.count - name) else { return nil }
+                    return UnsafeRawBufferPointer(start: stringBase + name,
                                                   count: UnsafeRawPointer(nul) - (stringBase + name))
-                switch owner(text, info >> 4 == 0) {
+                }
+                if info & 0xf == 4 {  // STT_FILE
+                    file = text()
+                    continue
+                }
+                guard info & 0xf == 2, size > 0, sectionIndex < sections.count, sections[sectionIndex].isExecutable,
+                      case (let end, false) = value.addingReportingOverflow(size), let text = text() else { continue }
+                switch owner(text, info >> 4 == 0 ? file : nil) {
                 case .own: own.append(value..<end)
                 case .shared: break
                 case .other: others.append(value)
@@ -50,17 +61,22 @@ extension ELFImage {
         }
         own.sort { $0.lowerBound < $1.lowerBound }
         others.sort()
-        var merged: [Range<UInt64>] = []
-        var next = 0  // the first of `others` at or after the last range's start
-        for range in own {
-            if let last = merged.last {
-                while next < others.count && others[next] < last.upperBound { next += 1 }
-                if next == others.count || others[next] >= range.lowerBound {
-                    merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
-                    continue
-                }
+        /// Whether someone else's function starts in `range`.
+        func holdsOther(_ range: Range<UInt64>) -> Bool {
+            var low = 0, high = others.count
+            while low < high {
+                let mid = (low + high) / 2
+                if others[mid] < range.lowerBound { low = mid + 1 } else { high = mid }
             }
-            merged.append(range)
+            return low < others.count && others[low] < range.upperBound
+        }
+        var merged: [Range<UInt64>] = []
+        for range in own where !holdsOther(range) {
+            if let last = merged.last, !holdsOther(last.upperBound..<max(last.upperBound, range.lowerBound)) {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
         }
         return merged
     }
@@ -73,7 +89,8 @@ package enum CodeRanges {
     /// empty when the file cannot be read or has no `.symtab`. The file is mapped only
     /// for the call.
     package static func functions(inFile path: String, loadBias bias: UInt,
-                                  owner: (UnsafeRawBufferPointer, Bool) -> CodeOwner) -> [Range<UInt>] {
+                                  owner: (_ name: UnsafeRawBufferPointer, _ file: UnsafeRawBufferPointer?) -> CodeOwner)
+        -> [Range<UInt>] {
         guard let image = ELFImage(path: path) else { return [] }
         return image.functionRanges(owner: owner).compactMap { range in
             let (low, lowOverflow) = UInt(range.lowerBound).addingReportingOverflow(bias)

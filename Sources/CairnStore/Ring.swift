@@ -347,6 +347,7 @@ public final class Ring: @unchecked Sendable {
     @discardableResult
     public func armFillAlarm(at position: UInt64) -> Bool {
         fillAlarm.store(position, ordering: .sequentiallyConsistent)
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
         // An append that ended before the store above did not see the alarm: look at
         // the ring once more.
         if readPosition + stats().used >= position {
@@ -361,8 +362,18 @@ public final class Ring: @unchecked Sendable {
         fillAlarm.store(.max, ordering: .relaxed)
     }
 
+    /// Whether the alarm is armed, read by an append after it published its record.
+    /// The append's publication and this load, and the consumer's arming and its look
+    /// at the ring, are each ordered by a full fence (on x86 the publication's locked
+    /// instructions are one already), so that one of the two always sees the other:
+    /// an alarm armed as a record is appended is never missed by both.
     @usableFromInline
-    var fillAlarmArmed: Bool { fillAlarm.load(ordering: .relaxed) != .max }
+    var fillAlarmArmed: Bool {
+        #if !arch(x86_64)
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
+        #endif
+        return fillAlarm.load(ordering: .relaxed) != .max
+    }
 
     /// Runs the alarm's action when the ring's records end at or beyond its position
     /// (`end`, or the ring's end read from its counters).

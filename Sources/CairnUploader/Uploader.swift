@@ -611,17 +611,18 @@ public final class Uploader: @unchecked Sendable {
                 replayIfDue()
             }
             if let next = growSenders() { wake.append(next) }
-            // Timed duties; none when idle, and then the worker sleeps until a record is
-            // appended (the fill alarm formBatches arms), a flush or a send's end.
             if let store, store.commits != syncedCommits { wake.append(lastSync + options.syncInterval) }
-            if (store?.count ?? 0) > 0 && !options.storeOnly { wake.append(clock.now + options.maxBatchAge) }
-            if !deliveredUndeleted.isEmpty { wake.append(undeletedRetry) }
-            if framedSinceRelease > 0 { wake.append(lastRelease + Self.bufferReleaseDelay) }
             // A backlog (producers ahead of the collector) waits in the ring file, not
             // in the process: only the pages near the two cursors stay mapped.
             try? ring.releaseBacklog(keeping: Self.backlogKeptMapped)
             if !pendingOutcomes && !progressed {
-                sleep(until: wake.min() ?? clock.now + Self.idleWake)
+                // Idle (nothing formed, out, stored, paused or to retry), the worker
+                // sleeps until a record is appended (the fill alarm formBatches armed),
+                // a flush or a send's end wakes it; otherwise it looks again at the
+                // batch age, as its duties that keep no time of their own need.
+                let idle = flights.isEmpty && replaying == nil && deliveredUndeleted.isEmpty && paused == nil
+                    && marksFailingSince == nil && (store?.count ?? 0) == 0
+                sleep(until: wake.min() ?? clock.now + (idle ? Self.idleWake : options.maxBatchAge))
                 ring.disarmFillAlarm()
             }
             progressed = false
@@ -682,8 +683,11 @@ public final class Uploader: @unchecked Sendable {
                     markIdle(generation)
                     releaseBuffersIfDue(now)
                     // Nothing formed and nothing out: no pass until the first record
-                    // appended (the alarm wakes the worker), as run's other duties allow.
-                    return ring.armFillAlarm(at: run.next + 1) ? nil : now + .milliseconds(1)
+                    // appended (the alarm wakes the worker), but for the buffers'
+                    // release, or padding left (its context could not be kept).
+                    guard ring.armFillAlarm(at: run.next + 1) else { return now + .milliseconds(1) }
+                    if run.next != ring.readPosition { return now + options.maxBatchAge }
+                    return framedSinceRelease > 0 ? lastRelease + Self.bufferReleaseDelay : nil
                 }
                 // Records are 16 bytes at least: wake early rather than late, and measure.
                 let fullAt = run.next + min(UInt64(limits.bytes), UInt64(limits.events) * 16)
@@ -1402,7 +1406,7 @@ public final class Uploader: @unchecked Sendable {
         // and while the collector fails, when they are safe where they are.
         let failing = state.withLock { $0.collectorFailing } || !breaker.allows(at: clock.now)
         let idle = flights.isEmpty && replaying == nil && (options.storeOnly || store == nil || failing
-            || ((try? store?.oldest(limit: 1, readyAt: replayReadyAt).isEmpty) ?? true))
+            || store?.count == 0 || ((try? store?.oldest(limit: 1, readyAt: replayReadyAt).isEmpty) ?? true))
         // No signal here: it would wake this very worker, which would find nothing to do,
         // mark itself idle and signal again: a busy loop. `flush` polls `idle`.
         state.withLock { s in

@@ -150,4 +150,24 @@ import Testing
         #expect(try deliveredIDs(collector) == ["e-0", "e-1"], "a record appended after an idle is delivered unflushed")
         uploader.shutdown(timeout: .seconds(5))
     }
+
+    /// A worker with a send out (the collector takes 1.5 s to answer) looks again at the
+    /// batch age, no more: about 20 passes in a second at 50 ms, not a busy loop.
+    @Test func aWorkerWaitingForAnAnswerDoesNotSpin() throws {
+        let collector = try CollectorProcess()
+        try collector.setDefault(["stall": 1.5])
+        let directory = try TemporaryDirectory("cairn-idle")
+        let (uploader, ring) = try uploader(directory, options: options(collector, maxBatchEvents: 100,
+                                                                        maxBatchAge: .milliseconds(50)))
+        uploader.start()
+        try ring.append(event(0))
+        usleep(200_000)  // the batch is formed and out
+        let before = uploader.workerPasses
+        usleep(1_000_000)
+        let passes = uploader.workerPasses - before
+        #expect(passes <= 60, "passes in a second with a send out: \(passes)")
+        #expect(uploader.flush(timeout: .seconds(10)))
+        uploader.shutdown(timeout: .seconds(5))
+        #expect(try deliveredIDs(collector) == ["e-0"])
+    }
 }

@@ -277,7 +277,8 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
  * Does now the one-time set-up that the first request to `url` would do: for an https
  * URL, loading the TLS library and making the client's TLS context (its trust store
  * and client certificate), which a first send otherwise spends some milliseconds on
- * before it connects. Nothing for an http URL, or once it is done.
+ * before it connects. Nothing for an http URL; tried once per client (a context that
+ * cannot be made is tried again by each send, which says why).
  *
  * @param client  The client.
  * @param url     The URL requests will go to (NUL-terminated); only its scheme is read.
