@@ -23,16 +23,79 @@ extension ELFImage {
     /// `.symtab` (it was stripped).
     func functionRanges(owner: (_ name: UnsafeRawBufferPointer, _ file: UnsafeRawBufferPointer?) -> CodeOwner)
         -> [Range<UInt64>] {
+        // First one's own functions; then the starts of others' that fall inside the
+        // ranges one's own would make, to cut them there. Only those are kept: a large
+        // binary's hundreds of thousands of other functions are not.
         var own: [Range<UInt64>] = []
-        var others: [UInt64] = []
+        forEachFunction { range, name, source in
+            if owner(name, source) == .own { own.append(range) }
+        }
+        guard !own.isEmpty else { return [] }
+        own.sort { $0.lowerBound < $1.lowerBound }
+        var spans: [Range<UInt64>] = []  // own ranges merged across anything
+        for range in own {
+            if let last = spans.last, range.lowerBound <= last.upperBound &+ Self.spanGap {
+                spans[spans.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                spans.append(range)
+            }
+        }
+        var cuts: [UInt64] = []
+        forEachFunction { range, name, source in
+            let start = range.lowerBound
+            var low = 0, high = spans.count
+            while low < high {
+                let mid = (low + high) / 2
+                if spans[mid].upperBound <= start { low = mid + 1 } else { high = mid }
+            }
+            if low < spans.count && spans[low].contains(start) && owner(name, source) == .other { cuts.append(start) }
+        }
+        cuts.sort()
+        /// Whether someone else's function starts in `range`.
+        func holdsOther(_ range: Range<UInt64>) -> Bool {
+            var low = 0, high = cuts.count
+            while low < high {
+                let mid = (low + high) / 2
+                if cuts[mid] < range.lowerBound { low = mid + 1 } else { high = mid }
+            }
+            return low < cuts.count && cuts[low] < range.upperBound
+        }
+        var merged: [Range<UInt64>] = []
+        for range in own where !holdsOther(range) {
+            if let last = merged.last, range.lowerBound <= last.upperBound &+ Self.spanGap,
+               !holdsOther(last.upperBound..<max(last.upperBound, range.lowerBound)) {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
+        }
+        return merged
+    }
+
+    /// Own ranges further apart than this are never one range: what lies between is
+    /// taken for someone else's code without looking.
+    private static let spanGap: UInt64 = 1 << 20
+
+    /// Entries read between two lettings go of the file's mapped pages.
+    private static let entriesResident = 8192
+
+    /// Calls `body` with each sized function symbol of `.symtab` in an executable
+    /// section: its address range, raw name and, for a local symbol, the name of its
+    /// `STT_FILE`. Every ``entriesResident`` entries the pages of the file read so far are
+    /// let go (they stay in the page cache), so that the walk keeps about that many
+    /// entries and their names resident, however large the table.
+    private func forEachFunction(_ body: (Range<UInt64>, UnsafeRawBufferPointer, UnsafeRawBufferPointer?) -> Void) {
+        let mapped = file.bytes
+        defer { Self.letGo(mapped) }
         for table in sections where table.type == ELFSection.typeSymtab {
             guard Int(table.link) < sections.count,
-                  let entries = file.bytes.slice(offset: table.offset, size: table.size),
-                  let strings = file.bytes.slice(offset: sections[Int(table.link)].offset,
-                                                 size: sections[Int(table.link)].size),
+                  let entries = mapped.slice(offset: table.offset, size: table.size),
+                  let strings = mapped.slice(offset: sections[Int(table.link)].offset,
+                                             size: sections[Int(table.link)].size),
                   let stringBase = strings.baseAddress else { continue }
-            var file: UnsafeRawBufferPointer?  // the STT_FILE the local symbols that follow come from
-            for entry in stride(from: 0, to: entries.count / 24 * 24, by: 24) {
+            var source: UnsafeRawBufferPointer?  // the STT_FILE the local symbols that follow come from
+            for (index, entry) in stride(from: 0, to: entries.count / 24 * 24, by: 24).enumerated() {
+                if index > 0 && index % Self.entriesResident == 0 { Self.letGo(mapped) }
                 // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64.
                 let name = Int(UInt32(littleEndian: entries.loadUnaligned(fromByteOffset: entry, as: UInt32.self)))
                 let info = entries[entry + 4]
@@ -47,38 +110,22 @@ extension ELFImage {
                                                   count: UnsafeRawPointer(nul) - (stringBase + name))
                 }
                 if info & 0xf == 4 {  // STT_FILE
-                    file = text()
+                    source = text()
                     continue
                 }
                 guard info & 0xf == 2, size > 0, sectionIndex < sections.count, sections[sectionIndex].isExecutable,
                       case (let end, false) = value.addingReportingOverflow(size), let text = text() else { continue }
-                switch owner(text, info >> 4 == 0 ? file : nil) {
-                case .own: own.append(value..<end)
-                case .shared: break
-                case .other: others.append(value)
-                }
+                // (A page let go is read again at its next use: `text` and `source` stay valid.)
+                body(value..<end, text, info >> 4 == 0 ? source : nil)
             }
         }
-        own.sort { $0.lowerBound < $1.lowerBound }
-        others.sort()
-        /// Whether someone else's function starts in `range`.
-        func holdsOther(_ range: Range<UInt64>) -> Bool {
-            var low = 0, high = others.count
-            while low < high {
-                let mid = (low + high) / 2
-                if others[mid] < range.lowerBound { low = mid + 1 } else { high = mid }
-            }
-            return low < others.count && others[low] < range.upperBound
-        }
-        var merged: [Range<UInt64>] = []
-        for range in own where !holdsOther(range) {
-            if let last = merged.last, !holdsOther(last.upperBound..<max(last.upperBound, range.lowerBound)) {
-                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
-            } else {
-                merged.append(range)
-            }
-        }
-        return merged
+    }
+
+    /// Lets go of the resident pages of the mapped file (a minor fault brings back one
+    /// read again).
+    private static func letGo(_ mapped: UnsafeRawBufferPointer) {
+        guard let base = mapped.baseAddress, mapped.count > 0 else { return }
+        _ = madvise(UnsafeMutableRawPointer(mutating: base), mapped.count, MADV_DONTNEED)
     }
 }
 
