@@ -660,6 +660,10 @@ public final class Uploader: @unchecked Sendable {
             let generation = state.withLock { $0.flushGeneration }
             let limits = batchLimits
             let from = flights.last?.mark.next ?? ring.readPosition
+            // Where the records end before the look: the run is full when the limits cut
+            // it short of there. (A record appended after this, while a burst goes on,
+            // does not make a run full: the worker may be woken by the burst's first.)
+            let end = ring.readPosition + ring.stats().used
             do {
                 try ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes, into: &peeked)
             } catch {
@@ -695,9 +699,8 @@ public final class Uploader: @unchecked Sendable {
             }
             let first = run.records[0].position
             if firstSeen?.position != first { firstSeen = (first, now) }
-            // Full when the limits cut the run short: more records wait after it.
-            let full = run.records.count >= limits.events
-                || !((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: 1).records.isEmpty) ?? true)
+            // Full when the limits cut the run short: more records were there after it.
+            let full = run.records.count >= limits.events || run.next < end
             let due = (firstSeen?.at ?? now) + options.maxBatchAge
             ringBytesPerRecord = max(16, (run.next - first) / UInt64(run.records.count))
             if !full && !flushing && now < due {
