@@ -660,15 +660,13 @@ public final class Uploader: @unchecked Sendable {
             let generation = state.withLock { $0.flushGeneration }
             let limits = batchLimits
             let from = flights.last?.mark.next ?? ring.readPosition
-            // Where the records end before the look: the run is full when the limits cut
-            // it short of there. (A record appended after this, while a burst goes on,
-            // does not make a run full: the worker may be woken by the burst's first.)
-            let end = ring.readPosition + ring.stats().used
             do {
                 try ring.peek(from: from, maxRecords: limits.events, maxBytes: limits.bytes, into: &peeked)
             } catch {
                 return now + .milliseconds(100)
             }
+            let peekedRecords = peeked.records.count
+            let peekedBytes = peeked.records.reduce(0) { $0 + $1.bytes.count }
             // The byte limit is on what is sent: bare records completed with their context.
             contexts.fit(&peeked, maxBytes: limits.bytes)
             let run = peeked
@@ -699,8 +697,13 @@ public final class Uploader: @unchecked Sendable {
             }
             let first = run.records[0].position
             if firstSeen?.position != first { firstSeen = (first, now) }
-            // Full when the limits cut the run short: more records were there after it.
-            let full = run.records.count >= limits.events || run.next < end
+            // Full when the limits cut the run short: its count, its size with contexts, or
+            // its size, which the next record would take past the limit. (Not merely a
+            // record after it: woken by a burst's first record, the worker finds the
+            // burst still being appended.)
+            let full = run.records.count >= limits.events || run.records.count < peekedRecords
+                || ((try? ring.peek(from: run.next, maxRecords: 1, maxBytes: .max).records.first)
+                    .map { peekedBytes + $0.bytes.count > limits.bytes } ?? false)
             let due = (firstSeen?.at ?? now) + options.maxBatchAge
             ringBytesPerRecord = max(16, (run.next - first) / UInt64(run.records.count))
             if !full && !flushing && now < due {
