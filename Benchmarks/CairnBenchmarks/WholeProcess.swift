@@ -311,7 +311,7 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
                                   extraEnvironment: ["SSL_CERT_FILE": tls.bundle, "CAIRN_TLS_LIBRARY": library])
             let delivered = runs.cairn.allSatisfy { $0.outcome("dropped") == 0 && $0.outcome("flushed") == 1 }
             let name = library == "auto" ? "mbedTLS, the default" : "OpenSSL"
-            // mbedTLS, the default, is gated at the budget. OpenSSL (about 5.9 MiB: 9 MiB
+            // mbedTLS, the default, is gated at the budget. OpenSSL (5.5-5.9 MiB: 9 MiB
             // before its setup's code pages were released after the handshakes; its
             // libraries' pages are still 1.75 MiB of it, and its heap 0.3 MiB) is
             // reported only: it serves only where mbedTLS is missing or asked for.
