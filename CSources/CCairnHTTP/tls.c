@@ -158,10 +158,16 @@ int cairn_http__tls_handshake(void *session, char *message, size_t cap)
     return s->library->handshake(s->impl, message, cap);
 }
 
-/* Whether a connection was set up since the libraries' pages were last released, and
- * when that was (monotonic milliseconds, 0 for never). */
+/* Whether a connection was set up since the libraries' pages were last released, when
+ * that was (monotonic milliseconds, 0 for never), and when the release that follows a
+ * setup's is due (0 for none). */
 static atomic_int setup_since_release;
 static _Atomic int64_t last_release_ms;
+static _Atomic int64_t follow_up_ms;
+
+/* The release that follows a setup's, this long after it: the code the connection's
+ * sends use has come back by then, and is given finer mappings (pages.c). */
+#define FOLLOW_UP_MS 2000
 
 void cairn_http__tls_connection_used(void)
 {
@@ -170,12 +176,14 @@ void cairn_http__tls_connection_used(void)
 
 void cairn_http__tls_release_if_due(int64_t now_ms)
 {
-    if (!atomic_load(&setup_since_release)) return;
+    int64_t follow_up = atomic_load(&follow_up_ms);
+    if (!atomic_load(&setup_since_release) && !(follow_up != 0 && now_ms >= follow_up)) return;
     int64_t last = atomic_load(&last_release_ms);
     if (last != 0 && now_ms - last < 1000) return;
     /* One caller releases; a connection set up meanwhile sets the flag again. */
     if (!atomic_compare_exchange_strong(&last_release_ms, &last, now_ms)) return;
-    atomic_store(&setup_since_release, 0);
+    int setup = atomic_exchange(&setup_since_release, 0);
+    atomic_store(&follow_up_ms, setup ? now_ms + FOLLOW_UP_MS : 0);
     cairn_http_tls_release_pages();
 }
 

@@ -232,8 +232,10 @@ extension Cairn {
     static let dependencySymbols = ["ZSTD_versionNumber", "mdb_version", "lzma_version_number"]
     /// When the pages of those libraries are released, after the SDK is ready: at 2.5 s
     /// (the start's own work done, and the zstd context of its first batches freed 1 s
-    /// after them) and 10 s (the first uploads' work too), then every 5 minutes.
-    static let pageReleases: [Duration] = [.milliseconds(2500), .seconds(10)]
+    /// after them), 3.5 s (what came back since is code that keeps running: its windows
+    /// get a mapping per page, see `HTTPTransport.releaseOwnPages(_:)`) and 10 s (the
+    /// first uploads' work too), then every 5 minutes.
+    static let pageReleases: [Duration] = [.milliseconds(2500), .milliseconds(3500), .seconds(10)]
     static let pageReleaseInterval: Duration = .seconds(300)
 
     /// Lets go of the resident pages of Cairn's code and its libraries' code that ran

@@ -15,6 +15,11 @@
 //   "CODE <file> <resident kB> <size kB>" for each TLS library's code (r-xp) mapping
 //   with CAIRN_CHILD_WRITE_CODE: "RELEASED <bytes>", and "WRITTEN kept|lost": whether
 //   the written page is still the process's copy after the release
+// CAIRN_CHILD_AGAIN=<name>: after the first request (whose end released the TLS
+// libraries' pages: it set a connection up), one more on the kept-alive connection, then
+// "BACK <mappings> <resident kB>" of the code of the library whose file name starts
+// with <name>; 2.1 s later a third (its end makes the release that follows a setup's)
+// and a fourth, then "AGAIN <mappings> <resident kB>"; a "STATUS" line for each.
 import CairnStore
 import CairnUploader
 import CCairnHTTP
@@ -39,13 +44,43 @@ default: library = .automatic
 let transport = HTTPTransport(caFile: args.count == 3 ? args[2] : nil, tlsLibrary: library)
 let request = UploadRequest(url: args[1], headers: [HTTPHeader("Content-Type", "application/json")],
                             body: Array(#"{"event":"probe"}"#.utf8), idempotencyKey: "probe")
-switch transport.send(request, attempt: 0, timeout: .seconds(60)) {
-case .response(let response): print("STATUS \(response.status)")
-case .failure(let failure): print("FAILURE \(failure.kind) \(failure.message)")
+/// Sends the request and prints its outcome.
+func send() {
+    switch transport.send(request, attempt: 0, timeout: .seconds(60)) {
+    case .response(let response): print("STATUS \(response.status)")
+    case .failure(let failure): print("FAILURE \(failure.kind) \(failure.message)")
+    }
 }
+send()
 /// A /proc file's whole text: its size reads as 0, so it is read to the end.
 func procFile(_ path: String) -> String {
     String(decoding: FileHandle(forReadingAtPath: path)?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
+}
+if let name = ProcessInfo.processInfo.environment["CAIRN_CHILD_AGAIN"] {
+    /// The code mappings (r-xp) of the file whose name starts with `name`: how many, and
+    /// their resident kB.
+    func code() -> (mappings: Int, resident: Int) {
+        var total = (mappings: 0, resident: 0), inCode = false
+        for line in procFile("/proc/self/smaps").split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            if fields.count >= 5, fields[0].contains("-"), fields[1].count == 4 {
+                inCode = fields[1] == "r-xp" && fields.count >= 6
+                    && (fields[5].split(separator: "/").last?.hasPrefix(name) ?? false)
+                if inCode { total.mappings += 1 }
+            } else if inCode, fields.first == "Rss:", fields.count >= 2, let kb = Int(fields[1]) {
+                total.resident += kb
+            }
+        }
+        return total
+    }
+    send()
+    let back = code()
+    print("BACK \(back.mappings) \(back.resident)")
+    usleep(2_100_000)
+    send()
+    send()
+    let again = code()
+    print("AGAIN \(again.mappings) \(again.resident)")
 }
 let maps = procFile("/proc/self/maps")
 print("LIBSSL \(maps.contains("libssl") ? "yes" : "no")")

@@ -31,10 +31,12 @@
 //                 to be stopped by a signal (SIGTERM with CAIRN_HANDLE_TERMINATION)
 //   shutdown <n>  track n events, then print the milliseconds shutdown(timeout:
 //                 CAIRN_SHUTDOWN_TIMEOUT_MS) took and what it returned
-//   pages <n>     track n events, flush, print "EARLY <KiB>" (libzstd's resident code) and
-//                 "EARLY_OWN <KiB>" (the executable's, where Cairn's code is), wait CAIRN_TEST_PAUSE_MS
-//                 (4000 if unset), print "LATE <KiB>" and "LATE_OWN <KiB>": the resident
-//                 KiB of each code mapping each time (-1 when it is not mapped)
+//   pages <n>     track n events, flush, print "EARLY <KiB>" (libzstd's resident code),
+//                 "EARLY_OWN <KiB>" (the executable's, where Cairn's code is) and
+//                 "EARLY_OWN_MAPPINGS <n>" (how many mappings that code has), wait
+//                 CAIRN_TEST_PAUSE_MS (4000 if unset), print "LATE <KiB>", "LATE_OWN <KiB>"
+//                 and "LATE_OWN_MAPPINGS <n>": the resident KiB of each code mapping each
+//                 time (-1 when it is not mapped)
 //   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
 //                 fast as they can until the process is killed; after each call returns,
 //                 thread t stores i + 1 in its slot of CAIRN_TEST_ACK_FILE (below)
@@ -297,27 +299,35 @@ case "flood":
 case "start":
     print(String(format: "%.3f", Double(DispatchTime.now().uptimeNanoseconds - startedAt) / 1e6))
 case "pages":
-    /// Resident KiB of the executable mappings of the file whose name starts with `prefix`.
-    func residentCode(_ prefix: String) -> Int {
-        guard let file = FileHandle(forReadingAtPath: "/proc/self/smaps"), let data = try? file.readToEnd() else { return -1 }
-        var inCode = false, total = -1
+    /// Resident KiB of the executable mappings of the file whose name starts with
+    /// `prefix` (-1 when it has none), and how many there are.
+    func residentCode(_ prefix: String) -> (kb: Int, mappings: Int) {
+        guard let file = FileHandle(forReadingAtPath: "/proc/self/smaps"), let data = try? file.readToEnd() else {
+            return (-1, 0)
+        }
+        var inCode = false, total = -1, mappings = 0
         for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
             if fields.count >= 6 && fields[0].contains("-") && fields[1].count == 4 {
                 inCode = fields[1] == "r-xp" && (fields.last?.split(separator: "/").last?.hasPrefix(prefix) ?? false)
+                if inCode { mappings += 1 }
             } else if inCode && line.hasPrefix("Rss:"), fields.count >= 2, let kb = Int(fields[1]) {
                 total = max(total, 0) + kb
             }
         }
-        return total
+        return (total, mappings)
     }
     for i in 0..<n { cairn.track(eventName, properties: ["i": .int(Int64(i))]) }
     _ = cairn.flush(timeout: .seconds(10))
-    say("EARLY \(residentCode("libzstd"))")
-    say("EARLY_OWN \(residentCode("cairn-service-child"))")
+    say("EARLY \(residentCode("libzstd").kb)")
+    let early = residentCode("cairn-service-child")
+    say("EARLY_OWN \(early.kb)")
+    say("EARLY_OWN_MAPPINGS \(early.mappings)")
     usleep((env["CAIRN_TEST_PAUSE_MS"].flatMap { UInt32($0) } ?? 4000) * 1000)
-    say("LATE \(residentCode("libzstd"))")
-    say("LATE_OWN \(residentCode("cairn-service-child"))")
+    say("LATE \(residentCode("libzstd").kb)")
+    let late = residentCode("cairn-service-child")
+    say("LATE_OWN \(late.kb)")
+    say("LATE_OWN_MAPPINGS \(late.mappings)")
     _ = cairn.shutdown(timeout: .seconds(10))
     exit(0)
 default:
