@@ -318,7 +318,7 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
                    delivered ? delta(runs, "rss_kb") : .nan, "KiB", goal: "<= 2048", budget: budgetKB)
             // What those finer mappings cost the kernel (about 0.2 KiB each, outside the RSS).
             record(key.replacingOccurrences(of: "rss_delta_kb", with: "mappings_added"),
-                   "mappings added, 10k events/s over HTTPS (\(name))", delta(runs, "mappings"), "")
+                   "mappings added, 10k/s over HTTPS (\(name))", delta(runs, "mappings"), "")
         }
     } else {
         FileHandle.standardError.write(Data("https states skipped: no openssl command or python3 collector\n".utf8))

@@ -152,7 +152,10 @@ public final class HTTPTransport: Transport {
 
     /// Unmaps the resident pages of Cairn's own code inside `ranges` (process addresses
     /// in ``ownCodeFile()``'s file; `cairn_http_release_own_pages` says what is never
-    /// touched). Returns the bytes unmapped.
+    /// touched). A 64 KiB window that came back since an earlier release gets a mapping
+    /// per page first, so that the code that keeps running comes back page by page (as
+    /// for every release, `cairn_http_tls_release_pages` says how). Returns the bytes
+    /// unmapped.
     package static func releaseOwnPages(_ ranges: [Range<UInt>]) -> Int {
         let bounds = ranges.flatMap { [$0.lowerBound, $0.upperBound] }
         return bounds.withUnsafeBufferPointer { Int(cairn_http_release_own_pages($0.baseAddress, ranges.count)) }
