@@ -36,12 +36,13 @@
  * finer mappings before it is released again: every other page of it is marked
  * MADV_NOHUGEPAGE (code pages here are never huge), which leaves each page a mapping of
  * its own, and a fault then maps the page it needs alone. At 10k events/s over OpenSSL,
- * this keeps 0.9 MiB of libcrypto's and Cairn's code out of the process that the
- * windows would have brought. Only windows seen at an earlier release are split (code
- * that ran once stays in whole windows, released): each page split costs the kernel a
- * mapping (about 200 bytes, outside the process's RSS), about 800 at 10k events/s over
- * OpenSSL. The windows seen are kept in a small table; once it is full, no more are
- * split.
+ * this keeps about 1.7 MiB of libcrypto's, libzstd's and Cairn's code out of the
+ * process that whole windows would have brought. Only windows seen at an earlier
+ * release are split (code that ran once stays in whole windows, released): each page
+ * split costs the kernel a mapping (about 200 bytes, outside the process's RSS), about
+ * 780 more at 10k events/s over OpenSSL. The windows seen are kept in a small table;
+ * once it is full, no more are split. A kernel without transparent huge pages refuses
+ * the mark, and windows stay whole.
  *
  * What is never touched:
  *   - a library the process had loaded before Cairn's dlopen (the service's own
@@ -203,7 +204,9 @@ static void begin_pass(void)
 
 /* Records that window `w` is being released in this pass (under seen_lock); returns 1
  * when an earlier pass had released it (it came back), 0 otherwise or when the table is
- * full. */
+ * full. (A pass another thread begins meanwhile makes this one's later windows count as
+ * its own: a window this pass meets twice, in two segments, is then split a release
+ * early, which costs a few mappings and nothing else.) */
 static int came_back(uint64_t w)
 {
     if (w > UINT32_MAX) return 0;
