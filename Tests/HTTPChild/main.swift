@@ -56,32 +56,6 @@ send()
 func procFile(_ path: String) -> String {
     String(decoding: FileHandle(forReadingAtPath: path)?.readDataToEndOfFile() ?? Data(), as: UTF8.self)
 }
-if let name = ProcessInfo.processInfo.environment["CAIRN_CHILD_AGAIN"] {
-    /// The code mappings (r-xp) of the file whose name starts with `name`: how many, and
-    /// their resident kB.
-    func code() -> (mappings: Int, resident: Int) {
-        var total = (mappings: 0, resident: 0), inCode = false
-        for line in procFile("/proc/self/smaps").split(separator: "\n") {
-            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-            if fields.count >= 5, fields[0].contains("-"), fields[1].count == 4 {
-                inCode = fields[1] == "r-xp" && fields.count >= 6
-                    && (fields[5].split(separator: "/").last?.hasPrefix(name) ?? false)
-                if inCode { total.mappings += 1 }
-            } else if inCode, fields.first == "Rss:", fields.count >= 2, let kb = Int(fields[1]) {
-                total.resident += kb
-            }
-        }
-        return total
-    }
-    send()
-    let back = code()
-    print("BACK \(back.mappings) \(back.resident)")
-    usleep(2_100_000)
-    send()
-    send()
-    let again = code()
-    print("AGAIN \(again.mappings) \(again.resident)")
-}
 let maps = procFile("/proc/self/maps")
 print("LIBSSL \(maps.contains("libssl") ? "yes" : "no")")
 print("LIBMBEDTLS \(maps.contains("libmbedtls") ? "yes" : "no")")
@@ -109,6 +83,23 @@ func codeMappings() -> [(file: String, start: UInt, end: UInt, resident: Int)] {
         }
     }
     return out
+}
+
+if let name = ProcessInfo.processInfo.environment["CAIRN_CHILD_AGAIN"] {
+    /// The code mappings of the TLS library whose file name starts with `name`: how
+    /// many, and their resident kB.
+    func code() -> (mappings: Int, resident: Int) {
+        let mine = codeMappings().filter { $0.file.hasPrefix(name) }
+        return (mine.count, mine.reduce(0) { $0 + $1.resident })
+    }
+    send()
+    let back = code()
+    print("BACK \(back.mappings) \(back.resident)")
+    usleep(2_100_000)
+    send()
+    send()
+    let again = code()
+    print("AGAIN \(again.mappings) \(again.resident)")
 }
 
 if let name = ProcessInfo.processInfo.environment["CAIRN_CHILD_WRITE_CODE"],
