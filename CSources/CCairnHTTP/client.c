@@ -1162,7 +1162,8 @@ int cairn_http_conn_send(cairn_http_conn_t *conn, const cairn_http_request_t *re
     }
     free(h.bytes);
     /* The code a TLS setup ran (loading the library, the first context, handshakes)
-     * need not stay in the process: unmapped after the exchange, at most once a second. */
+     * need not stay in the process: unmapped after the exchange, at most once a second,
+     * and once more at a send 2 s or more later (what came back by then is split). */
     if (conn->tls_sessions != sessions) cairn_http__tls_connection_used();
     if (t.https) cairn_http__tls_release_if_due(now_ms());
     if (rc != CAIRN_HTTP_OK) return rc;

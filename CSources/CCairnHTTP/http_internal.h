@@ -79,10 +79,12 @@ ssize_t cairn_http__tls_write(void *session, const void *buffer, size_t len, cha
  * session (its handshake, whether it completed or not) calls `connection_used` once its
  * exchange is over; every https send then calls `release_if_due`, which unmaps the
  * libraries' pages (see cairn_http_tls_release_pages) when a session was started since
- * they were last unmapped and that was a second ago or more (or never). The first
- * session's setup is released at the end of its send; those of a burst that follows
- * within the second, at the first https send a second later or more; a collector that
- * closes every connection costs one release a second at most. */
+ * they were last unmapped and that was a second ago or more (or never), and once more
+ * at the first https send 2 s or more after a release that followed a setup (the code
+ * the sends run has come back by then, and is split). The first session's setup is
+ * released at the end of its send; those of a burst that follows within the second, at
+ * the first https send a second later or more; a collector that closes every
+ * connection costs one release a second at most. */
 void cairn_http__tls_connection_used(void);
 void cairn_http__tls_release_if_due(int64_t now_ms);
 

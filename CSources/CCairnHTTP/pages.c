@@ -9,8 +9,10 @@
  * in the process, about 3 MiB that stay counted in its RSS although the connections
  * that follow use a fraction of them.
  *
- * So after a send that started a TLS session, at most once a second (client.c, through
- * tls.c's cairn_http__tls_release_if_due), the pages of the read-only segments of the
+ * So after a send that started a TLS session, at most once a second, and once more at a
+ * send 2 s or more later (client.c, through tls.c's cairn_http__tls_release_if_due: by
+ * then the code the connection's sends run has come back, and is split as below), the
+ * pages of the read-only segments of the
  * libraries Cairn loaded are unmapped from the process (madvise MADV_DONTNEED). They are
  * clean pages of the files, still in the page cache: code that runs again is mapped
  * back at its first use (a minor fault), exactly as after the kernel reclaimed them
@@ -18,11 +20,12 @@
  * 0.9 MiB of libcrypto).
  *
  * The same is done for libraries Cairn links (cairn_http_release_pages_of, called by
- * Cairn's background thread 2.5 s and 10 s after its start, then every 5 minutes, for
- * libzstd, liblmdb and liblzma): their set-up code runs once, and an idle service kept
- * 0.5 MiB of it resident. These are loaded with the executable, so the rule below about
- * libraries loaded before does not apply to them: a service that uses one of them
- * itself refaults what it uses (a minor fault per 64 KiB) after each release. The
+ * Cairn's background thread 2.5 s, 3.5 s and 10 s after its start, then every 5
+ * minutes, for libzstd, liblmdb and liblzma): their set-up code runs once, and an idle
+ * service kept 0.5 MiB of it resident. These are loaded with the executable, so the
+ * rule below about libraries loaded before does not apply to them: a service that uses
+ * one of them itself refaults what it uses (a minor fault per page or per 64 KiB, as
+ * below) after each release. The
  * uprobe window below is then also opened every 5 minutes.
  *
  * Cairn's own code is released at the same times (cairn_http_release_own_pages): the
@@ -31,18 +34,27 @@
  * inside a read-only segment of that file.
  *
  * A code page that runs again comes back with its neighbours: the kernel maps the page
- * cache's pages of the 64 KiB window around a fault ("fault-around"), within the
- * mapping that holds the page. So a window that comes back after a release is given
- * finer mappings before it is released again: every other page of it is marked
- * MADV_NOHUGEPAGE (code pages here are never huge), which leaves each page a mapping of
- * its own, and a fault then maps the page it needs alone. At 10k events/s over OpenSSL,
+ * cache's pages around a fault ("fault-around": 64 KiB from the aligned window's start,
+ * or from the mapping's start when that is later), within the mapping that holds the
+ * page. So a window that comes back after a release is given finer mappings before it
+ * is released again: every other page of it (and the first and last page of the range
+ * released, so that its edges do not join the neighbours' mappings) is marked
+ * MADV_NOHUGEPAGE, which leaves each page a mapping of its own (two at a range's edge),
+ * and a fault then maps the page it needs alone. The mark only forbids huge pages
+ * there: code in small pages (the usual) runs as before; a service whose text the
+ * kernel put in huge pages loses them in those windows. At 10k events/s over OpenSSL,
  * this keeps about 1.7 MiB of libcrypto's, libzstd's and Cairn's code out of the
- * process that whole windows would have brought. Only windows seen at an earlier
- * release are split (code that ran once stays in whole windows, released): each page
- * split costs the kernel a mapping (about 200 bytes, outside the process's RSS), about
- * 780 more at 10k events/s over OpenSSL. The windows seen are kept in a small table;
- * once it is full, no more are split. A kernel without transparent huge pages refuses
- * the mark, and windows stay whole.
+ * process that whole windows would have brought.
+ *
+ * Only windows seen at an earlier release are split (code that ran once stays in whole
+ * windows, released). Each page split costs the kernel a mapping, about 200 bytes
+ * outside the process's RSS but charged to its memory cgroup: about 800 more at 10k
+ * events/s over OpenSSL. At most MAX_SPLIT_WINDOWS windows are split (about 4,300
+ * mappings, 0.85 MiB of the kernel's, and a few percent of the default
+ * vm.max_map_count); the windows seen are kept in a small table, and a window not yet
+ * in it once it is full is neither recorded nor split. A kernel without transparent
+ * huge pages refuses the mark (EINVAL): then nothing more is tried, and windows stay
+ * whole.
  *
  * What is never touched:
  *   - a library the process had loaded before Cairn's dlopen (the service's own
@@ -53,7 +65,8 @@
  *     whether it is a page-cache page; one a debugger's breakpoint or a uprobe wrote
  *     (copied on write, now anonymous) is kept, with its change. The check comes just
  *     before the madvise, not with it: a uprobe attached in between (microseconds, at
- *     most once a second, and only after a new connection) would leave this process
+ *     most once a second, and only after a new connection or 2 s after one, or at
+ *     Cairn's own release times) would leave this process
  *     for that page, and fire again once re-attached;
  *   - writable segments and the RELRO range (relocated data), and a library with text
  *     relocations (its code pages were written by the dynamic linker);
@@ -187,11 +200,18 @@ static size_t unmap(uintptr_t run, uintptr_t stop)
 #define FAULT_WINDOW ((uintptr_t)64 << 10)
 
 /* The windows released before: each slot holds a window's number (address /
- * FAULT_WINDOW, under 2^32 for user addresses) in its upper 32 bits and the release
- * pass that last saw it in its lower ones; 0 is an empty slot. Filled to 3/4 at most. */
+ * FAULT_WINDOW, under 2^31 for user addresses) in its upper 31 bits; SPLIT once the
+ * window was split; SPLIT_NOW when that was in the pass that last saw it; and that
+ * pass in the lower 31 bits. 0 is an empty slot. Filled to 3/4 at most. */
 #define SEEN_SLOTS 1024
+#define SPLIT ((uint64_t)1 << 32)
+#define SPLIT_NOW ((uint64_t)1 << 31)
+#define PASS_MASK ((uint64_t)SPLIT_NOW - 1)
+/* The most windows split (see the file's comment). */
+#define MAX_SPLIT_WINDOWS 256
 static uint64_t seen_windows[SEEN_SLOTS];
-static size_t seen_count;
+static size_t seen_count, split_count;
+static int split_refused; /* the kernel refused the mark: no more tries */
 static uint32_t release_pass;
 static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -199,63 +219,80 @@ static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
  * having come back. */
 static void begin_pass(void)
 {
-    release_pass = release_pass == UINT32_MAX ? 1 : release_pass + 1;
+    release_pass = release_pass >= PASS_MASK ? 1 : release_pass + 1;
 }
 
 /* Records that window `w` is being released in this pass (under seen_lock); returns 1
- * when an earlier pass had released it (it came back), 0 otherwise or when the table is
- * full. (A pass another thread begins meanwhile makes this one's later windows count as
- * its own: a window this pass meets twice, in two segments, is then split a release
- * early, which costs a few mappings and nothing else.) */
-static int came_back(uint64_t w)
+ * when its pages are to be split now: it came back since an earlier pass released it,
+ * and was not split before (nor is the table full, or MAX_SPLIT_WINDOWS reached). A
+ * window met again in the same pass (in another range or segment) gets the same
+ * answer. (A pass another thread begins meanwhile makes this one's later windows count
+ * as its own: a window this pass met before then counts as come back, and is split a
+ * release early, which costs a few mappings and nothing else.) */
+static int split_now(uint64_t w)
 {
-    if (w > UINT32_MAX) return 0;
+    if (w >= (uint64_t)1 << 31) return 0;
     size_t i = (size_t)((w * 0x9E3779B97F4A7C15ull) >> 54) % SEEN_SLOTS;
     for (size_t probes = 0; probes < SEEN_SLOTS; probes++, i = (i + 1) % SEEN_SLOTS) {
         uint64_t slot = seen_windows[i];
         if (slot == 0) {
             if (seen_count >= SEEN_SLOTS / 4 * 3) return 0;
-            seen_windows[i] = w << 32 | release_pass;
+            seen_windows[i] = w << 33 | release_pass;
             seen_count++;
             return 0;
         }
-        if (slot >> 32 != w) continue;
-        seen_windows[i] = w << 32 | release_pass;
-        return (uint32_t)slot != release_pass;
+        if (slot >> 33 != w) continue;
+        if ((slot & PASS_MASK) == release_pass) return (slot & SPLIT_NOW) != 0;
+        int now = !(slot & SPLIT) && split_count < MAX_SPLIT_WINDOWS;
+        if (now) split_count++;
+        seen_windows[i] = w << 33 | (slot & SPLIT) | (now ? SPLIT | SPLIT_NOW : 0) | release_pass;
+        return now;
     }
     return 0;
 }
 
-/* Before [run, stop) is unmapped: every window it meets that came back since an earlier
- * release gets a mapping per page inside [start, end) (every odd page marked
- * MADV_NOHUGEPAGE; see the file's comment). */
+/* Marks the page at `at` MADV_NOHUGEPAGE (under seen_lock); after the kernel refused
+ * one (EINVAL: no transparent huge pages), does nothing. */
+static void mark(uintptr_t at, size_t page)
+{
+    if (!split_refused && madvise((void *)at, page, MADV_NOHUGEPAGE) != 0 && errno == EINVAL) split_refused = 1;
+}
+
+/* Before [run, stop) is unmapped: every window it meets that is to be split now gets a
+ * mapping per page inside [start, end), the part of the segment that may be split
+ * (every odd page marked MADV_NOHUGEPAGE, and the first and last page of [start, end);
+ * see the file's comment). The whole window is split at once, the pages of it that are
+ * not released too (another range's, or someone else's functions between Cairn's):
+ * their mappings get finer, their contents stay. */
 static void split_windows_that_came_back(uintptr_t run, uintptr_t stop, uintptr_t start, uintptr_t end,
                                          size_t page)
 {
     pthread_mutex_lock(&seen_lock);
-    for (uintptr_t window = run & ~(FAULT_WINDOW - 1); window < stop; window += FAULT_WINDOW) {
-        if (!came_back(window / FAULT_WINDOW)) continue;
-        uintptr_t from = window < start ? start : window;
-        uintptr_t to = window + FAULT_WINDOW > end || window + FAULT_WINDOW < window ? end : window + FAULT_WINDOW;
-        for (uintptr_t at = from; at < to; at += page)
-            if ((at / page) & 1) (void)madvise((void *)at, page, MADV_NOHUGEPAGE);
+    for (uintptr_t window = run & ~(FAULT_WINDOW - 1); window < stop && !split_refused; window += FAULT_WINDOW) {
+        if (split_now(window / FAULT_WINDOW)) {
+            uintptr_t from = window < start ? start : window;
+            uintptr_t to = window + FAULT_WINDOW > end || window + FAULT_WINDOW < window ? end : window + FAULT_WINDOW;
+            for (uintptr_t at = from; at < to; at += page)
+                if ((at / page) & 1 || at == start || at + page == end) mark(at, page);
+        }
         if (window + FAULT_WINDOW < window) break;
     }
     pthread_mutex_unlock(&seen_lock);
 }
 
-/* Splits what came back in [run, stop) (inside [start, end)) and unmaps it; returns
- * the bytes unmapped. */
-static size_t release_run(uintptr_t run, uintptr_t stop, uintptr_t start, uintptr_t end, size_t page)
+/* Splits what came back in [run, stop) (inside [lo, hi), the part of its segment that
+ * may be split) and unmaps it; returns the bytes unmapped. */
+static size_t release_run(uintptr_t run, uintptr_t stop, uintptr_t lo, uintptr_t hi, size_t page)
 {
-    split_windows_that_came_back(run, stop, start, end, page);
+    split_windows_that_came_back(run, stop, lo, hi, page);
     return unmap(run, stop);
 }
 
 /* Unmaps the present page-cache pages of [start, end) (page-aligned), run by run, as
- * /proc/self/pagemap (open as `pagemap`) describes them; pages after an entry that
- * cannot be read are kept. Returns the bytes unmapped. */
-static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, size_t page)
+ * /proc/self/pagemap (open as `pagemap`) describes them, splitting what came back inside
+ * [lo, hi) (which holds [start, end)); pages after an entry that cannot be read are
+ * kept. Returns the bytes unmapped. */
+static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, uintptr_t lo, uintptr_t hi, size_t page)
 {
     size_t released = 0;
     uint64_t entries[512];
@@ -272,12 +309,12 @@ static size_t release_range(int pagemap, uintptr_t start, uintptr_t end, size_t 
             int releasable = (entries[i] >> 63 & 1) && (entries[i] >> 61 & 1);
             if (releasable && !run) run = at;
             if (!releasable && run) {
-                released += release_run(run, at, start, end, page);
+                released += release_run(run, at, lo, hi, page);
                 run = 0;
             }
         }
     }
-    if (run) released += release_run(run, at, start, end, page);
+    if (run) released += release_run(run, at, lo, hi, page);
     return released;
 }
 
@@ -305,6 +342,8 @@ static size_t release_segments(const found_object *object, uintptr_t from, uintp
         if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
         uintptr_t start = (object->base + ph->p_vaddr + page - 1) & ~(uintptr_t)(page - 1);
         uintptr_t end = (object->base + ph->p_vaddr + ph->p_filesz) & ~(uintptr_t)(page - 1);
+        /* What may be split: the segment's whole pages, but for the RELRO range. */
+        uintptr_t lo = start, hi = end;
         /* [from, to) rounded inwards to whole pages (without wrapping near the top). */
         uintptr_t low = from & ~(uintptr_t)(page - 1), high = to & ~(uintptr_t)(page - 1);
         if (low != from) low = low > UINTPTR_MAX - page ? high : low + page;
@@ -312,10 +351,11 @@ static size_t release_segments(const found_object *object, uintptr_t from, uintp
         if (end > high) end = high;
         if (end <= start) continue;
         if (relro_end > relro_start && start < relro_end && end > relro_start) {
-            if (start < relro_start) released += release_range(pagemap, start, relro_start, page);
+            if (start < relro_start) released += release_range(pagemap, start, relro_start, lo, relro_start, page);
             start = relro_end;
+            if (lo < relro_end) lo = relro_end;
         }
-        if (end > start) released += release_range(pagemap, start, end, page);
+        if (end > start) released += release_range(pagemap, start, end, lo, hi, page);
     }
     return released;
 }

@@ -38,11 +38,12 @@ import Testing
         // (Here, debug: about 2.6 MiB after the flush, 0.9-1.1 MiB when idle; 1.7-1.9 MiB
         // before what came back was mapped page by page.)
         #expect(lateOwn + 384 <= earlyOwn, "Cairn's code resident when idle: \(lateOwn) KiB (after the flush: \(earlyOwn) KiB)")
-        // The idle passes' code came back after the release at 2.5 s, and was split into a
-        // mapping per page at 3.5 s.
+        // The code that ran again after the release at 2.5 s (the background thread's own,
+        // the idle passes') is split into a mapping per page at 3.5 s: the child waits
+        // for that up to 10 s (a busy machine delays the releases).
         let earlyMappings = try #require(kb("EARLY_OWN_MAPPINGS"), "\(r.out)")
-        let lateMappings = try #require(kb("LATE_OWN_MAPPINGS"), "\(r.out)")
-        #expect(lateMappings >= earlyMappings + 16, "\(r.out)")
+        let splitMappings = try #require(kb("SPLIT_OWN_MAPPINGS"), "\(r.out)")
+        #expect(splitMappings >= earlyMappings + 16, "\(r.out)")
     }
 
     /// Which functions are Cairn's own, by their raw symbol names.

@@ -34,9 +34,11 @@
 //   pages <n>     track n events, flush, print "EARLY <KiB>" (libzstd's resident code),
 //                 "EARLY_OWN <KiB>" (the executable's, where Cairn's code is) and
 //                 "EARLY_OWN_MAPPINGS <n>" (how many mappings that code has), wait
-//                 CAIRN_TEST_PAUSE_MS (4000 if unset), print "LATE <KiB>", "LATE_OWN <KiB>"
-//                 and "LATE_OWN_MAPPINGS <n>": the resident KiB of each code mapping each
-//                 time (-1 when it is not mapped)
+//                 CAIRN_TEST_PAUSE_MS (4000 if unset), print "LATE <KiB>" and "LATE_OWN
+//                 <KiB>": the resident KiB of each code mapping each time (-1 when it is
+//                 not mapped); then "SPLIT_OWN_MAPPINGS <n>", the mappings of the
+//                 executable's code once they are 16 more than after the flush, or after
+//                 10 s
 //   flood <n>     n threads each track "flood" events {"t": thread, "i": 0, 1, 2, ...} as
 //                 fast as they can until the process is killed; after each call returns,
 //                 thread t stores i + 1 in its slot of CAIRN_TEST_ACK_FILE (below)
@@ -327,7 +329,13 @@ case "pages":
     say("LATE \(residentCode("libzstd").kb)")
     let late = residentCode("cairn-service-child")
     say("LATE_OWN \(late.kb)")
-    say("LATE_OWN_MAPPINGS \(late.mappings)")
+    // Then, for up to 10 s, until that code has 16 mappings more than after the flush.
+    var split = late.mappings
+    for _ in 0..<100 where split < early.mappings + 16 {
+        usleep(100_000)
+        split = residentCode("cairn-service-child").mappings
+    }
+    say("SPLIT_OWN_MAPPINGS \(split)")
     _ = cairn.shutdown(timeout: .seconds(10))
     exit(0)
 default:

@@ -477,7 +477,9 @@ int cairn_http_tls_loaded(void);
  * A window that came back since an earlier release is split first, into one mapping
  * per page (every other page marked MADV_NOHUGEPAGE), so that the code that keeps
  * running comes back page by page; each page split costs the kernel a mapping (about
- * 200 bytes, outside the process's RSS). This applies to every release function here.
+ * 200 bytes, outside the process's RSS but charged to its memory cgroup; 256 windows at
+ * most, about 4,300 mappings). A kernel without transparent huge pages refuses the
+ * mark, and windows stay whole. This applies to every release function here.
  *
  * @return  The bytes unmapped (0 when there was nothing to do).
  *
@@ -496,11 +498,12 @@ size_t cairn_http_tls_release_pages(void);
  * it defines is skipped), nor anything while a debugger is attached; each library is
  * held open (dlopen RTLD_NOLOAD) while its pages are released.
  *
- * Cairn calls it for its own dependencies (libzstd, liblmdb, liblzma) 2.5 s and 10 s
- * after its start, then every 5 minutes: their set-up code runs once, and the kernel
- * keeps the 64 KiB around every page touched mapped. What runs again comes back from
- * the page cache at its first use (a minor fault per 64 KiB). A service that uses one
- * of these libraries itself pays the same minor faults after each release.
+ * Cairn calls it for its own dependencies (libzstd, liblmdb, liblzma) 2.5 s, 3.5 s and
+ * 10 s after its start, then every 5 minutes: their set-up code runs once, and the
+ * kernel keeps the 64 KiB around every page touched mapped. What runs again comes back
+ * from the page cache at its first use (a minor fault per 64 KiB, or per page once its
+ * window was split). A service that uses one of these libraries itself pays the same
+ * minor faults after each release.
  *
  * @param symbols  Names of functions, one per library is enough; names not found are
  *                 skipped. NULL with `count` 0 does nothing.
@@ -538,8 +541,8 @@ int cairn_http_own_object(char *path, size_t cap, uintptr_t *bias);
  * read-only segment of that file are touched, with the same rules (a page that is no
  * longer the file's own is kept, never RELRO or a writable segment, nothing while a
  * debugger is attached). A range outside that file does nothing; a wrong range can
- * only make code that runs again come back at its first use (a minor fault per 64 KiB),
- * never change what runs.
+ * only make code that runs again come back at its first use (a minor fault per 64 KiB
+ * or per page), never change what runs.
  *
  * Cairn's own start runs once (options, the store's checks, the previous runs'
  * reports): an idle service kept about 1.4 MiB of its code resident. Cairn calls this
