@@ -225,10 +225,13 @@ DOCC ?= $(shell command -v docc 2>/dev/null || echo $(dir $(shell command -v swi
 # The symbol graphs live inside the docs build's scratch path: an up-to-date build writes
 # none, so they must survive from the build that did (and go when that build is removed).
 DOCS_BUILD := .build/docs-build
+# The Swift modules whose public declarations the docs build counts (Tests/Tools/public_api.py).
+API_MODULES := Cairn CairnBase CairnCrash CairnProcessor CairnStore CairnUploader
 docs: deps
 	@mkdir -p $(DOCS_BUILD)/symbol-graphs
 	$(SWIFT) build --target Cairn --scratch-path $(DOCS_BUILD) -Xswiftc -emit-symbol-graph \
 	  -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/$(DOCS_BUILD)/symbol-graphs
+	$(PYTHON) Tests/Tools/public_api.py $(DOCS_BUILD)/symbol-graphs $(API_MODULES)
 	@rm -rf .build/symbol-graphs-cairn && mkdir -p .build/symbol-graphs-cairn
 	cp $(DOCS_BUILD)/symbol-graphs/Cairn.symbols.json $(DOCS_BUILD)/symbol-graphs/Cairn@*.symbols.json .build/symbol-graphs-cairn/
 	$(DOCC) convert Sources/Cairn/Cairn.docc --fallback-display-name Cairn --fallback-bundle-identifier org.cairn.Cairn \
