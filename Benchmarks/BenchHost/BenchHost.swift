@@ -40,14 +40,8 @@ public struct MemoryFigures: Sendable {
             }
         }
         m.privateDirty = fields("/proc/self/smaps_rollup").first { $0.0 == "Private_Dirty" }?.1 ?? 0
-        if let maps = fopen("/proc/self/maps", "r") {
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let n = fread(&buffer, 1, buffer.count, maps)
-                if n <= 0 { break }
-                m.mappings += buffer[0..<n].reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
-            }
-            fclose(maps)
+        chunks(of: "/proc/self/maps") { chunk in
+            m.mappings += chunk.reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
         }
         // CAIRN_BENCH_MALLOC_INFO=<path>: glibc's malloc_info (its arenas, what is in
         // use and what is free) when the figures were read.
@@ -59,17 +53,26 @@ public struct MemoryFigures: Sendable {
         }
         // CAIRN_BENCH_SMAPS=<path>: keep a copy of /proc/self/smaps as it was when read,
         // to see which mappings make up the figures.
-        if let path = getenv("CAIRN_BENCH_SMAPS"), let from = fopen("/proc/self/smaps", "r"), let to = fopen(path, "w") {
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let n = fread(&buffer, 1, buffer.count, from)
-                if n <= 0 { break }
-                fwrite(buffer, 1, n, to)
+        if let path = getenv("CAIRN_BENCH_SMAPS"), let to = fopen(path, "w") {
+            chunks(of: "/proc/self/smaps") { chunk in
+                _ = chunk.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, to) }
             }
-            fclose(from)
             fclose(to)
         }
         return m
+    }
+
+    /// Calls `body` with the bytes of file `path`, read to its end in chunks (a /proc
+    /// file reports a size of 0); nothing when it cannot be opened.
+    private static func chunks(of path: String, _ body: (ArraySlice<UInt8>) -> Void) {
+        guard let file = fopen(path, "r") else { return }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = fread(&buffer, 1, buffer.count, file)
+            if n <= 0 { break }
+            body(buffer[0..<n])
+        }
+        fclose(file)
     }
 
     /// `Key:   123 kB` lines of a proc file.
