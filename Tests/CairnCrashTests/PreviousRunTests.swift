@@ -31,14 +31,18 @@ import Testing
     }
 
     /// Runs `argv` (the first element a path), optionally sending `signal` once it
-    /// prints READY; a process still running after 60 s fails the test.
+    /// prints READY; a process still running after 60 s fails the test. As with
+    /// `runToEnd`, the Swift runtime's backtracer is off unless `environment` sets
+    /// `SWIFT_BACKTRACE` (it can hang a crashed process on its own).
     static func run(_ argv: [String], environment: [String: String] = [:], signal: Int32? = nil,
                     prefix: [String] = []) throws -> Ended {
         let p = Process()
         let all = prefix + argv
         p.executableURL = URL(fileURLWithPath: all[0])
         p.arguments = Array(all.dropFirst())
-        p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        if environment["SWIFT_BACKTRACE"] == nil { env["SWIFT_BACKTRACE"] = "enable=no" }
+        p.environment = env
         let out = Pipe(), err = Pipe()
         p.standardOutput = out
         p.standardError = err
