@@ -34,7 +34,9 @@
  *     not end the process (PID 1 ignores signals it has no handler for);
  *   - a crash always ends the process: before handing the signal on, the winner arms a
  *     deadline with alarm(2) when SIGALRM has its default action (the service does not
- *     use it). An earlier handler that hangs (the Swift runtime's backtracer can) is
+ *     use it), and every thread that hands its crash on unblocks SIGALRM (the
+ *     service's threads may block it; an earlier handler may park some threads with
+ *     every signal blocked, so the one it keeps busy must take it). An earlier handler that hangs (the Swift runtime's backtracer can) is
  *     interrupted by SIGALRM, whose handler (ours, installed then with sigaction)
  *     rewrites the report's commit as a DEADLINE section plus the commit (open, lseek,
  *     write, fsync), then raises the crash's own signal with its default action, so the
@@ -124,6 +126,7 @@ extern const char **swift_getFatalErrorMessageBuffer(void) __attribute__((weak))
 static int winner_tid;   /* atomic */
 static int entries;      /* handler entries by the winner; atomic */
 static int report_done;  /* the winner committed the report; atomic */
+static int deadline_armed; /* SIGALRM is ours and alarm(2) is set; atomic */
 static int first_signal;
 static int report_fd = -1;
 static uint64_t report_bytes;  /* written to report_fd since it was opened */
@@ -600,8 +603,25 @@ static void deadline_handler(int sig, siginfo_t *info, void *uctx)
     _exit(128 + crash);
 }
 
+/* Lets the calling thread take SIGALRM once the deadline is armed. alarm(2) signals
+ * the process, and the kernel hands the signal to a thread that does not block it. A
+ * service's threads may all block it (libdispatch's workers do, and a child inherits
+ * the mask of the thread that spawned it), and an earlier handler may block every
+ * signal in the threads it parks (the Swift runtime's backtracer suspends the other
+ * threads in a handler that does). So every thread that hands its crash on accepts
+ * SIGALRM: whichever of them the earlier handler keeps waiting, the deadline reaches. */
+static void accept_deadline(void)
+{
+    if (!__atomic_load_n(&deadline_armed, __ATOMIC_ACQUIRE)) return;
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, SIGALRM);
+    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+}
+
 /* Arms the deadline: SIGALRM in `deadline_seconds`, when the service leaves SIGALRM to
- * its default action (then nothing of the service's is displaced). */
+ * its default action (then nothing of the service's is displaced). Called before the
+ * threads waiting on the report are let go, so they see it armed. */
 static void arm_deadline(void)
 {
     struct sigaction current;
@@ -613,11 +633,9 @@ static void arm_deadline(void)
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigfillset(&sa.sa_mask);
     if (sigaction(SIGALRM, &sa, NULL) != 0) return;
-    sigset_t unblock;
-    sigemptyset(&unblock);
-    sigaddset(&unblock, SIGALRM);
-    sigprocmask(SIG_UNBLOCK, &unblock, NULL);
     alarm(deadline_seconds);
+    __atomic_store_n(&deadline_armed, 1, __ATOMIC_RELEASE);
+    accept_deadline();
 }
 
 /* Finishes the report and ends the process the way it would have ended without Cairn. */
@@ -633,8 +651,8 @@ static void finish(int sig, siginfo_t *info, void *uctx, uint64_t started, int t
         close(report_fd);
         report_fd = -1;
     }
-    __atomic_store_n(&report_done, 1, __ATOMIC_RELEASE);
     arm_deadline();
+    __atomic_store_n(&report_done, 1, __ATOMIC_RELEASE);
     pass_on(sig, info, uctx, tid);
 }
 
@@ -660,6 +678,7 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx)
          * still be running on the winner's thread, or to the default action). */
         struct timespec wait = {0, 10 * 1000 * 1000};
         for (int i = 0; i < 1000 && !__atomic_load_n(&report_done, __ATOMIC_ACQUIRE); i++) nanosleep(&wait, NULL);
+        accept_deadline();
         errno = saved_errno;
         pass_on(sig, info, uctx, tid);
         return;

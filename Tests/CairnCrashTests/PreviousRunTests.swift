@@ -30,42 +30,19 @@ import Testing
         var session: String { lines.first { $0.hasPrefix("SESSION ") }.map { String($0.dropFirst(8)) } ?? "" }
     }
 
-    /// Runs `argv` (the first element a path), optionally sending `signal` once it
-    /// prints READY; a process still running after 60 s fails the test. As with
-    /// `runToEnd`, the Swift runtime's backtracer is off unless `environment` sets
-    /// `SWIFT_BACKTRACE` (it can hang a crashed process on its own).
+    /// Runs `argv` (the first element a path) by the tests' runner rules (its own
+    /// process group, killed at the deadline; a clean signal mask; the Swift runtime's
+    /// backtracer off unless `environment` sets `SWIFT_BACKTRACE`), optionally sending
+    /// `signal` once it prints READY; a process still running after 60 s fails the test.
     static func run(_ argv: [String], environment: [String: String] = [:], signal: Int32? = nil,
                     prefix: [String] = []) throws -> Ended {
-        let p = Process()
         let all = prefix + argv
-        p.executableURL = URL(fileURLWithPath: all[0])
-        p.arguments = Array(all.dropFirst())
-        var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        if environment["SWIFT_BACKTRACE"] == nil { env["SWIFT_BACKTRACE"] = "enable=no" }
-        p.environment = env
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        var text = ""
-        if let signal {
-            while !text.contains("READY\n") {
-                let chunk = out.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                text += String(decoding: chunk, as: UTF8.self)
-            }
-            kill(p.processIdentifier, signal)
-        }
-        let deadline = Date().addingTimeInterval(60)
-        while p.isRunning && Date() < deadline { usleep(10_000) }
-        let hung = p.isRunning
-        if hung { kill(p.processIdentifier, SIGKILL) }
-        p.waitUntilExit()
-        #expect(!hung, "\(argv) did not end within 60 s")
-        text += String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return Ended(status: p.terminationStatus, signaled: p.terminationReason == .uncaughtSignal,
-                     lines: text.split(separator: "\n").map(String.init), stderr: e)
+        let ended = try runToEnd(all[0], Array(all.dropFirst()),
+                                 environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                                 timeout: 60, signalWhenReady: signal)
+        #expect(!ended.timedOut, "\(argv) did not end within 60 s")
+        return Ended(status: ended.status, signaled: ended.signaled,
+                     lines: ended.out.split(separator: "\n").map(String.init), stderr: ended.err)
     }
 
     static func service(_ dirs: Dirs, _ mode: String, signal: Int32? = nil, prefix: [String] = [],
@@ -326,23 +303,14 @@ import Testing
     func liveRunsAreLeftAlone(deferred: Bool) throws {
         let dirs = try Dirs()
         let environment = deferred ? ["CAIRN_TEST_DEFER_SETUP": "1"] : [:]
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-run-child")
-        p.arguments = [dirs.crash, "wait"]
-        p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        var text = ""
-        while !text.contains("READY\n") {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
+        let child = try ChildProcess(productsDirectory + "/cairn-run-child", [dirs.crash, "wait"],
+                                     environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+        #expect(child.waitForOutput("READY\n", timeout: 60))
+        let text = child.out
         let live = try Self.nextStart(dirs, environment: environment)
         #expect(live.runs.isEmpty && live.summary["live"] as? Int == 1)
-        kill(p.processIdentifier, SIGKILL)
-        p.waitUntilExit()
+        child.signal(SIGKILL)
+        #expect(child.finish(timeout: 60).signaled)
         let session = text.split(separator: "\n").first { $0.hasPrefix("SESSION ") }.map { String($0.dropFirst(8)) }
         let after = try Self.nextStart(dirs, environment: environment)
         #expect(after.runs.count == 2 && after.summary["live"] as? Int == 0, "the two ended runs, not this one")

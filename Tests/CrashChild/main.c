@@ -16,7 +16,10 @@
  * (the handler itself faults: the Swift runtime's fatal-message slot, which the
  * handler reads, holds a wild pointer), hang (a handler installed before Cairn's never
  * returns), hang-many (20 threads crash at once under it), hang-alarm (the same as
- * hang, and the program handles SIGALRM itself). CAIRN_TEST_DEADLINE_S sets the
+ * hang, and the program handles SIGALRM itself), park-many (20 threads that block
+ * SIGALRM crash at once under an earlier handler that, like the Swift runtime's
+ * backtracer, parks the first thread it enters with every signal blocked and keeps the
+ * others waiting). CAIRN_TEST_DEADLINE_S sets the
  * install's deadline_seconds. */
 #define _GNU_SOURCE
 #define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
@@ -138,6 +141,24 @@ static void hanging_earlier_handler(int sig)
     for (;;) pause();
 }
 
+/* An earlier handler shaped like the Swift runtime's backtracer under a crowd: the
+ * first thread to enter it blocks every signal and waits (as a thread the backtracer
+ * parks does); every later one waits with the mask it came with (as the thread waiting
+ * on swift-backtrace does). */
+static int parked_entries;
+static void parking_earlier_handler(int sig)
+{
+    (void)sig;
+    if (__atomic_fetch_add(&parked_entries, 1, __ATOMIC_ACQ_REL) == 0) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, NULL);
+    }
+    static const char msg[] = "PARKING EARLIER HANDLER RAN\n";
+    if (write(2, msg, sizeof msg - 1) < 0) { /* nothing to do */ }
+    for (;;) pause();
+}
+
 static void own_alarm_handler(int sig)
 {
     (void)sig;
@@ -179,6 +200,15 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "chain")) signal(SIGSEGV, earlier_handler);
     if (!strcmp(mode, "chain-many")) signal(SIGSEGV, slow_earlier_handler);
     if (!strncmp(mode, "hang", 4)) signal(SIGSEGV, hanging_earlier_handler);
+    if (!strcmp(mode, "park-many")) {
+        /* Every thread blocks SIGALRM, as libdispatch's workers do, or every thread of
+           a process spawned from one of them. */
+        signal(SIGSEGV, parking_earlier_handler);
+        sigset_t alarm_only;
+        sigemptyset(&alarm_only);
+        sigaddset(&alarm_only, SIGALRM);
+        pthread_sigmask(SIG_BLOCK, &alarm_only, NULL);
+    }
     if (!strcmp(mode, "hang-alarm")) signal(SIGALRM, own_alarm_handler);
     if (!strcmp(mode, "nomem")) {
         /* An install that fails (its context buffers cannot be allocated under a 1 GiB
@@ -220,7 +250,8 @@ int main(int argc, char **argv)
         mode = "segv";
         pthread_create(&crasher, NULL, crashing_thread, NULL);
         pthread_join(crasher, NULL);
-    } else if (!strcmp(mode, "many") || !strcmp(mode, "chain-many") || !strcmp(mode, "hang-many")) {
+    } else if (!strcmp(mode, "many") || !strcmp(mode, "chain-many") || !strcmp(mode, "hang-many") ||
+               !strcmp(mode, "park-many")) {
         mode = "segv";
         pthread_barrier_init(&start_line, NULL, 20);
         pthread_t t[20];
