@@ -14,14 +14,6 @@ import Testing
 /// child had not consumed, invent nothing, and keep each thread's order. In the drop
 /// test, threads count drops and report their totals: the counts must survive.
 @Suite struct RingKillTests {
-    /// Hands the reader thread's bytes to the test.
-    final class Collected: @unchecked Sendable {
-        private let done = DispatchSemaphore(value: 0)
-        private var data = Data()
-        func set(_ d: Data) { data = d; done.signal() }
-        func wait() -> Data { done.wait(); return data }
-    }
-
     /// One 16-byte report: a kind letter, a 32-bit field (thread or slot), a 64-bit one.
     struct Report { let kind: UInt8; let a: Int; let b: Int }
 
@@ -49,29 +41,19 @@ import Testing
                            killWithin: ClosedRange<UInt32> = 2_000...150_000) throws -> [Report] {
         let child = productsDirectory + "/cairn-ring-child"
         #expect(FileManager.default.isExecutableFile(atPath: child), "build the cairn-ring-child product first")
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: child)
-        p.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
+        let p = try ChildProcess(child, arguments)
 
         // The first report means the ring is open (killing the child while it creates
-        // the file is a different test: the set-aside one). Then read the reports as
+        // the file is a different test: the set-aside one). Then the reports are read as
         // they come, so the child never blocks on a full pipe.
-        let fh = out.fileHandleForReading
-        let first = fh.readData(ofLength: 16)
-        let collected = Collected()
-        let reader = Thread { collected.set(fh.readDataToEndOfFile()) }
-        reader.start()
-        usleep(UInt32.random(in: killWithin, using: &rng))
-        kill(p.processIdentifier, SIGKILL)
-        p.waitUntilExit()
-        let data = first + collected.wait()
-        let childErr = String(decoding: err.fileHandleForReading.readDataToEndOfFile().prefix(2000), as: UTF8.self)
-        #expect(p.terminationReason == .uncaughtSignal && p.terminationStatus == SIGKILL,
-                "\(label): the child must die of the SIGKILL, not exit on its own (status \(p.terminationStatus)): \(childErr)")
+        p.waitForStdout(timeout: 60) { $0.count >= 16 }
+        p.keepReading(for: Double(UInt32.random(in: killWithin, using: &rng)) / 1_000_000)
+        p.signal(SIGKILL)
+        let ended = p.finish(timeout: 60)
+        let data = ended.stdout
+        let childErr = String(ended.err.prefix(2000))
+        #expect(ended.signaled && ended.status == SIGKILL,
+                "\(label): the child must die of the SIGKILL, not exit on its own (status \(ended.status)): \(childErr)")
         #expect(data.count % 16 == 0, "\(label): reports are whole 16-byte messages")
         return stride(from: 0, to: data.count - data.count % 16, by: 16).map { i in
             let base = data.startIndex + i

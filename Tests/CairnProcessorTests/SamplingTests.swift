@@ -1,5 +1,6 @@
 import CairnBase
 import CairnProcessor
+import CairnTestSupport
 import Foundation
 import Testing
 
@@ -23,17 +24,10 @@ import Testing
             h ^= h >> 33
             print(h)
         """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script]
-            + inputs.map { bytes in bytes.map { String(format: "%02x", $0) }.joined() }
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap { UInt64($0) }
+        let python = try runToEnd("/usr/bin/env", ["python3", "-c", script]
+            + inputs.map { bytes in bytes.map { String(format: "%02x", $0) }.joined() })
+        #expect(python.status == 0, "\(python.err)")
+        return python.out.split(separator: "\n").compactMap { UInt64($0) }
     }
 
     /// MurmurHash3's fmix64, written out again here.

@@ -22,35 +22,11 @@ private struct ToolRun {
     var stderr: String
 }
 
-/// Runs `arguments` through `/usr/bin/env` (so PATH is searched) with stdout and stderr
-/// sent to files, which cannot fill up and block the child the way pipes can.
+/// Runs `arguments` through `/usr/bin/env` (so PATH is searched) in `directory`, by the
+/// tests' runner rules (output read as it comes, so it never blocks on a full pipe).
 private func run(_ arguments: [String], in directory: URL) throws -> ToolRun {
-    let outURL = directory.appendingPathComponent("stdout-\(UUID().uuidString)")
-    let errURL = directory.appendingPathComponent("stderr-\(UUID().uuidString)")
-    try Data().write(to: outURL)
-    try Data().write(to: errURL)
-    let out = try FileHandle(forWritingTo: outURL)
-    let err = try FileHandle(forWritingTo: errURL)
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    process.currentDirectoryURL = directory
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    process.waitUntilExit()
-    try out.close()
-    try err.close()
-    return ToolRun(status: process.terminationStatus, stdout: try contents(of: outURL),
-                   stderr: String(decoding: try contents(of: errURL), as: UTF8.self))
-}
-
-/// The bytes of a file. (Through FileHandle: Data(contentsOf:) leaks a buffer when it
-/// reads an empty file on Linux, which LeakSanitizer reports.)
-private func contents(of url: URL) throws -> Data {
-    let handle = try FileHandle(forReadingFrom: url)
-    defer { try? handle.close() }
-    return try handle.readToEnd() ?? Data()
+    let r = try runToEnd("/usr/bin/env", arguments, directory: directory.path)
+    return ToolRun(status: r.status, stdout: r.stdout, stderr: r.err)
 }
 
 /// Fails the test, naming the missing tool, when `run` shows env could not find it.

@@ -200,15 +200,8 @@ import Testing
     // MARK: Helpers
 
     static func python(_ args: [String]) throws -> (status: Int32, lines: [String]) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3"] + args
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init))
+        let r = try runToEnd("/usr/bin/env", ["python3"] + args)
+        return (r.status, r.out.split(separator: "\n").map(String.init))
     }
 
     static func header(_ path: String) throws -> [UInt8] {

@@ -423,19 +423,16 @@ import Testing
         let status = try Self.run([productsDirectory + "/cairn", "status", dir.path])
         #expect(status.status == 0, "\(status.err)")
         #expect(!FileManager.default.fileExists(atPath: dir.store + "/lock.mdb"), "no lock file from a read")
-        let writer = Process()
-        writer.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-store-child")
-        writer.arguments = ["put", dir.store, "400"]
-        writer.standardOutput = FileHandle.nullDevice
-        try writer.run()
+        let writer = try ChildProcess(productsDirectory + "/cairn-store-child", ["put", dir.store, "400"])
         var reads = 0
         repeat {
             let r = try Self.run([productsDirectory + "/cairn", "status", dir.path])
             #expect(r.status == 0 && !r.signaled, "read \(reads) beside the writer: \(r.status) \(r.err)")
             reads += 1
-        } while writer.isRunning
-        writer.waitUntilExit()
-        #expect(writer.terminationStatus == 0)
+            writer.keepReading(for: 0)
+        } while !writer.hasEnded
+        let wrote = writer.finish(timeout: 60)
+        #expect(wrote.status == 0 && !wrote.signaled, "\(wrote.err)")
         let last = try Self.run([productsDirectory + "/cairn", "status", dir.path])
         #expect(last.out.contains("stored requests: \(t.snapshots.count + 400) "), "\(last.out)")
     }

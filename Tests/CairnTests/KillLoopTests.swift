@@ -62,15 +62,8 @@ import Testing
 
     /// `python3 Tests/Tools/read_ring.py <args>`: its stdout lines, and its exit status.
     static func readRing(_ args: [String]) throws -> (status: Int32, lines: [String]) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", repoRoot.path + "/Tests/Tools/read_ring.py"] + args
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init))
+        let r = try runToEnd("/usr/bin/env", ["python3", repoRoot.path + "/Tests/Tools/read_ring.py"] + args)
+        return (r.status, r.out.split(separator: "\n").map(String.init))
     }
 
     @Test func everyAcknowledgedCallArrivesOrIsReportedDropped() throws {
@@ -93,24 +86,16 @@ import Testing
             try collector.script((0..<Int.random(in: 0...12, using: &g)).map { _ in Self.answer(&g) })
             try collector.setDefault(Self.answer(&g))
             let ack = scratch.path + "/ack-\(round)"
-            let errors = scratch.path + "/stderr-\(round)"
-            _ = FileManager.default.createFile(atPath: errors, contents: nil)
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-service-child")
-            p.arguments = ["flood", "\(Self.threads)"]
-            p.environment = base.merging(["CAIRN_TEST_ACK_FILE": ack]) { $1 }
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle(forWritingAtPath: errors)
-            try p.run()
-            usleep(UInt32.random(in: 50_000...400_000, using: &g))
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-            let said = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
-            #expect(p.terminationReason == .uncaughtSignal && p.terminationStatus == SIGKILL,
-                    "round \(round) ended on its own (\(p.terminationStatus)): \(said)")
+            let p = try ChildProcess(productsDirectory + "/cairn-service-child", ["flood", "\(Self.threads)"],
+                                     environment: base.merging(["CAIRN_TEST_ACK_FILE": ack]) { $1 })
+            p.keepReading(for: Double(Int.random(in: 50...400, using: &g)) / 1000)
+            p.signal(SIGKILL)
+            let ended = p.finish(timeout: 60)
+            #expect(ended.signaled && ended.status == SIGKILL,
+                    "round \(round) ended on its own (\(ended.status)): \(ended.err)")
             if let (session, counts) = Self.acknowledged(ack) {
                 runs[session] = counts
-                pids[session] = Int(p.processIdentifier)
+                pids[session] = Int(p.pid)
             }
         }
 

@@ -9,44 +9,33 @@ import Testing
 @Suite(.serialized) struct LifecycleTests {
     typealias Child = ServiceProcessTests
 
-    /// A child running in the background, for signals.
+    /// A service child running in the background, for signals (by the tests' runner
+    /// rules: its own process group, ended with the test).
     final class Running {
-        let process = Process()
-        let out = Pipe()
-        let err = Pipe()
+        let child: ChildProcess
 
         init(_ args: [String], env: [String: String]) throws {
-            process.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-service-child")
-            process.arguments = args
-            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }
-                .merging(env) { $1 }
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
+            child = try ChildProcess(productsDirectory + "/cairn-service-child", args,
+                                     environment: ProcessInfo.processInfo.environment
+                                        .filter { !$0.key.hasPrefix("CAIRN_") }.merging(env) { $1 })
         }
 
-        /// Waits for the child's "ready" line; false if it ended first.
-        func waitUntilReady() -> Bool {
-            var seen = ""
-            while !seen.contains("ready\n") {
-                let data = out.fileHandleForReading.availableData
-                if data.isEmpty { return false }
-                seen += String(decoding: data, as: UTF8.self)
-            }
-            return true
-        }
+        /// Its process id.
+        var pid: pid_t { child.pid }
 
-        func signal(_ signo: Int32) { kill(process.processIdentifier, signo) }
+        /// Whether it is still running.
+        var isRunning: Bool { !child.hasEnded }
 
-        /// Waits for the exit (killing the child after `timeout` seconds: a test never
-        /// hangs on it); the termination reason and status.
+        /// Waits (at most 60 s) for the child's "ready" line; false if it ended first.
+        func waitUntilReady() -> Bool { child.waitForOutput("ready\n", timeout: 60) }
+
+        func signal(_ signo: Int32) { child.signal(signo) }
+
+        /// Waits for the exit (killing the child's group after `timeout` seconds: a test
+        /// never hangs on it); the termination reason and status.
         func wait(timeout: Double = 60) -> (reason: Process.TerminationReason, status: Int32, err: String) {
-            let deadline = Date().addingTimeInterval(timeout)
-            while process.isRunning && Date() < deadline { usleep(5_000) }
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
-            let e = err.fileHandleForReading.readDataToEndOfFile()
-            return (process.terminationReason, process.terminationStatus, String(decoding: e, as: UTF8.self))
+            let end = child.finish(timeout: timeout)
+            return (end.signaled ? .uncaughtSignal : .exit, end.status, end.err)
         }
     }
 
@@ -101,7 +90,7 @@ import Testing
         // The child sends SIGTERM to its own main thread (CAIRN_TEST_BLOCK).
         let end = child.wait()
         #expect(end.reason == .uncaughtSignal && end.status == SIGTERM, "\(block): \(end)")
-        let said = String(decoding: child.out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let said = child.child.out
         #expect(!said.contains("returned"), "the blocked call did not return: \(said)")
         #expect(Set(Self.childIndexes(try Self.received(collector))) == Set(0..<200))
         let next = try Child.child(["run", "0"], env: env)
@@ -159,7 +148,7 @@ import Testing
         #expect(child.waitUntilReady())
         child.signal(SIGTERM)
         usleep(300_000)
-        #expect(child.process.isRunning, "SIGTERM was ignored before the SDK started")
+        #expect(child.isRunning, "SIGTERM was ignored before the SDK started")
         child.signal(SIGKILL)
         _ = child.wait()
         let next = try Child.child(["run", "0"], env: env)

@@ -261,19 +261,16 @@ import Testing
             "CAIRN_TEST_FLUSH_MS": "15000", "CAIRN_TEST_MORE": "6", "CAIRN_BATCH_AGE_MS": "600000",
         ]) { $1 })
         #expect(killed.waitUntilReady())
-        let killedPid = Int(killed.process.processIdentifier)
+        let killedPid = Int(killed.pid)
         killed.signal(SIGKILL)
         _ = killed.wait()
 
-        let next = Process()
-        next.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-service-child")
-        next.arguments = ["run", "3"]
-        next.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }
-            .merging(env.merging(["CAIRN_BATCH_AGE_MS": "20", "CAIRN_TEST_EVENT_NAME": "next_event"]) { $1 }) { $1 }
-        try next.run()
-        let nextPid = Int(next.processIdentifier)
-        next.waitUntilExit()
-        #expect(next.terminationStatus == 0)
+        let next = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "3"],
+                                environment: ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") }
+                                    .merging(env.merging(["CAIRN_BATCH_AGE_MS": "20",
+                                                          "CAIRN_TEST_EVENT_NAME": "next_event"]) { $1 }) { $1 })
+        let nextPid = Int(next.pid)
+        #expect(next.status == 0 && !next.signaled, "\(next.err)")
         #expect(killedPid != nextPid)
 
         let received = try LifecycleTests.received(collector)

@@ -373,16 +373,10 @@ import Testing
         let r = try Self.child(["run", "25"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                    "CAIRN_BATCH_AGE_MS": "50"])
         #expect(r.status == 0, "\(r.err)")
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", repoRoot.path + "/Tests/Tools/read_store.py", dir.path + "/store", "--records"]
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        #expect(p.terminationStatus == 0)
-        let records = Self.objects(String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init))
+        let read = try runToEnd("/usr/bin/env", ["python3", repoRoot.path + "/Tests/Tools/read_store.py", dir.path + "/store",
+                                                 "--records"])
+        #expect(read.status == 0, "\(read.err)")
+        let records = Self.objects(read.out.split(separator: "\n").map(String.init))
             .flatMap { ($0["records"] as? [[String: Any]]) ?? [] }
         let events = records.filter { $0["name"] as? String == "child_event" }
         #expect(events.count == 25)
@@ -426,14 +420,9 @@ import Testing
         #expect(status.out.contains { $0.hasPrefix("event ring: 0 events waiting (") }, "\(status.out)")
         // A real crash report, from the C crash child.
         try FileManager.default.createDirectory(atPath: dir.path + "/crash", withIntermediateDirectories: true)
-        let crash = Process()
-        crash.executableURL = URL(fileURLWithPath: productsDirectory + "/cairn-crash-child")
-        crash.arguments = [dir.path + "/crash", "segv"]
-        crash.standardOutput = FileHandle.nullDevice
-        crash.standardError = FileHandle.nullDevice
-        try crash.run()
-        crash.waitUntilExit()
-        let report = dir.path + "/crash/crash-\(crash.processIdentifier).report"
+        let crash = try runToEnd(productsDirectory + "/cairn-crash-child", [dir.path + "/crash", "segv"], timeout: 60)
+        #expect(crash.signaled && crash.status == SIGSEGV)
+        let report = dir.path + "/crash/crash-\(crash.pid).report"
         let status2 = try Self.cli(["status", dir.path])
         #expect(status2.out.contains("crash reports waiting: 1"), "\(status2.out)")
         #expect(status2.out.contains { $0.hasSuffix(".report: SIGSEGV (SEGV_MAPERR): bad access at 0x0") },

@@ -71,15 +71,8 @@ private final class Certificates {
     }
 
     private func openssl(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl"] + arguments
-        process.currentDirectoryURL = directory
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0,
+        let made = try runToEnd("/usr/bin/env", ["openssl"] + arguments, directory: directory.path)
+        try #require(made.status == 0 && !made.signaled,
                      "openssl \(arguments.first ?? "") failed (`make deps` installs openssl)")
     }
 }

@@ -508,14 +508,5 @@ private func failure(_ result: TransportResult,
 
 /// Runs a child process from the products directory and returns its stdout.
 func runChild(_ name: String, _ arguments: [String], environment: [String: String]? = nil) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: productsDirectory + "/" + name)
-    process.arguments = arguments
-    if let environment { process.environment = environment }
-    let output = Pipe()
-    process.standardOutput = output
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
+    try runToEnd(productsDirectory + "/" + name, arguments, environment: environment).out
 }

@@ -10,13 +10,6 @@ import Testing
 /// have arrived at least once; a duplicate is the same event (same id, same bytes);
 /// nothing arrives that no child wrote.
 @Suite struct UploadKillTests {
-    final class Lines: @unchecked Sendable {
-        private let done = DispatchSemaphore(value: 0)
-        private var data = Data()
-        func set(_ d: Data) { data = d; done.signal() }
-        func wait() -> String { done.wait(); return String(decoding: data, as: UTF8.self) }
-    }
-
     @Test func sigkillFiftyTimesWithAFlakyCollectorLosesNothing() throws {
         let collector = try CollectorProcess()
         let scratch = try TemporaryDirectory("cairn-kill")
@@ -29,23 +22,12 @@ import Testing
         var acknowledged = Set<String>()
         for run in 1...50 {
             try collector.script((0..<8).map { _ in flaky.randomElement(using: &rng) ?? ["status": 200] })
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: child)
-            p.arguments = [dir, url, "r\(run)", "track"]
-            let out = Pipe(), err = Pipe()
-            p.standardOutput = out
-            p.standardError = err
-            try p.run()
-            let lines = Lines()
-            let reader = Thread { lines.set(out.fileHandleForReading.readDataToEndOfFile()) }
-            reader.start()
-            usleep(UInt32.random(in: 50_000...400_000, using: &rng))
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-            let text = lines.wait()
-            let problem = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(p.terminationReason == .uncaughtSignal, "run \(run) ended on its own: \(problem)")
-            for line in text.split(separator: "\n") where line.hasPrefix("A ") {
+            let p = try ChildProcess(child, [dir, url, "r\(run)", "track"])
+            p.keepReading(for: Double(Int.random(in: 50...400, using: &rng)) / 1000)
+            p.signal(SIGKILL)
+            let ended = p.finish(timeout: 60)
+            #expect(ended.signaled, "run \(run) ended on its own: \(ended.err)")
+            for line in ended.out.split(separator: "\n") where line.hasPrefix("A ") {
                 acknowledged.insert(String(line.dropFirst(2)))
             }
         }
@@ -54,15 +36,8 @@ import Testing
         // The collector recovers; a last process drains the ring and the store.
         try collector.script([])
         try collector.setDefault(["status": 200])
-        let drain = Process()
-        drain.executableURL = URL(fileURLWithPath: child)
-        drain.arguments = [dir, url, "drain", "drain"]
-        let out = Pipe()
-        drain.standardOutput = out
-        try drain.run()
-        let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        drain.waitUntilExit()
-        #expect(drain.terminationStatus == 0 && said.contains("DRAINED"))
+        let drain = try runToEnd(child, [dir, url, "drain", "drain"])
+        #expect(drain.status == 0 && !drain.signaled && drain.out.contains("DRAINED"), "\(drain.err)")
 
         var delivered: [String: String] = [:]
         var conflicting = 0, invented = 0

@@ -133,15 +133,8 @@ import Testing
         try collector.setDefault(["status": 200])
 
         let child = productsDirectory + "/cairn-upload-child"
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: child)
-        p.arguments = [box.path, collector.baseURL + "/v1/batch", "replay", "drain"]
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        #expect(p.terminationStatus == 0 && text.contains("DRAINED"))
+        let drained = try runToEnd(child, [box.path, collector.baseURL + "/v1/batch", "replay", "drain"])
+        #expect(drained.status == 0 && !drained.signaled && drained.out.contains("DRAINED"), "\(drained.err)")
 
         let all = try collector.requests()
         let delivered = all.filter { $0.answered && $0.seq > failed.map(\.seq).max() ?? 0 }

@@ -133,6 +133,15 @@ public final class ChildProcess {
         if inputFD >= 0 { close(inputFD) }
     }
 
+    /// Whether the child has ended (looked at now).
+    public var hasEnded: Bool {
+        if !exited && waitpid(pid, &status, WNOHANG) == pid { exited = true }
+        return exited
+    }
+
+    /// What it has written to stdout so far, as bytes.
+    public var stdout: Data { collected[0] }
+
     /// What it has written to stdout so far.
     public var out: String { String(decoding: collected[0], as: UTF8.self) }
 
@@ -149,9 +158,25 @@ public final class ChildProcess {
     }
 
     func waitForOutput(_ text: String, until deadline: ContinuousClock.Instant) -> Bool {
-        let found = { String(decoding: self.collected[0], as: UTF8.self).contains(text) }
-        pump(until: deadline, stopWhen: found)
-        return found()
+        waitForStdout(until: deadline) { String(decoding: $0, as: UTF8.self).contains(text) }
+    }
+
+    /// Reads its output until what it wrote to stdout satisfies `condition` (true), or
+    /// the child has ended and closed its pipes, or `timeout` seconds have passed.
+    @discardableResult
+    public func waitForStdout(timeout: Double, _ condition: (Data) -> Bool) -> Bool {
+        waitForStdout(until: ContinuousClock.now + .milliseconds(Int64(timeout * 1000)), condition)
+    }
+
+    func waitForStdout(until deadline: ContinuousClock.Instant, _ condition: (Data) -> Bool) -> Bool {
+        pump(until: deadline) { condition(self.collected[0]) }
+        return condition(collected[0])
+    }
+
+    /// Reads its output for `seconds` (less if it ends and closes its pipes first), so
+    /// a child the test lets run never blocks on a full pipe.
+    public func keepReading(for seconds: Double) {
+        pump(until: ContinuousClock.now + .milliseconds(Int64(seconds * 1000))) { false }
     }
 
     /// Waits for the child to end (killing its group at `timeout`), reads what is left
@@ -191,7 +216,8 @@ public final class ChildProcess {
             if (exited && open.allSatisfy { $0 < 0 }) || stopWhen() || ContinuousClock.now >= deadline { return }
             var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             fds.append(pollfd(fd: inputFD, events: Int16(POLLOUT), revents: 0))
-            _ = poll(&fds, nfds_t(fds.count), 20)
+            let left = deadline - ContinuousClock.now
+            _ = poll(&fds, nfds_t(fds.count), Int32(min(20, max(1, left.components.attoseconds / 1_000_000_000_000_000))))
             if inputFD >= 0 && fds[2].revents != 0 {
                 let n = feed.withUnsafeBytes { write(inputFD, $0.baseAddress! + fed, feed.count - fed) }
                 if n > 0 { fed += n }
