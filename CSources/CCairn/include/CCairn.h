@@ -906,7 +906,7 @@ typedef struct cairn_crash_options {
      *  hung) is ended by the crash's own signal, and its report says so
      *  (`deadline_seconds` of cairn_crash_report_t). Armed with alarm(2), and only when
      *  SIGALRM has its default action at the crash (a service that uses SIGALRM keeps
-     *  it). 0 means CAIRN_CRASH_DEFAULT_DEADLINE; CAIRN_CRASH_NO_DEADLINE turns it off. */
+     *  it); every thread that hands a crash on then unblocks SIGALRM. 0 means CAIRN_CRASH_DEFAULT_DEADLINE; CAIRN_CRASH_NO_DEADLINE turns it off. */
     uint32_t deadline_seconds;
 } cairn_crash_options_t;
 
