@@ -30,8 +30,11 @@ TEST_PACKAGES := openssl ca-certificates lmdb-utils zstd
 APT_PACKAGES := $(BUILD_PACKAGES) $(TEST_PACKAGES)
 PIP_MODULES := zstandard lmdb
 
-CORE_SOURCES := $(wildcard CSources/CCairn/*.c)
-CORE_HEADERS := $(wildcard CSources/CCairn/*.h CSources/CCairn/include/*.h)
+# The two C cores: storage (ring, frames) and crash (handler, stacks, termination).
+CORE_DIRS := CSources/CCairnCore CSources/CCairnCrash
+CORE_SOURCES := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
+CORE_HEADERS := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.h $(d)/include/*.h))
+CORE_INCLUDES := $(foreach d,$(CORE_DIRS),-I$(d)/include -I$(d))
 HTTP_SOURCES := $(wildcard CSources/CCairnHTTP/*.c)
 HTTP_HEADERS := $(wildcard CSources/CCairnHTTP/*.h CSources/CCairnHTTP/include/*.h)
 FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c)) dwarf
@@ -39,7 +42,7 @@ SWIFTC ?= swiftc
 DWARF_FUZZ_SOURCES := Sources/CairnCrash/ELFImage.swift Sources/CairnCrash/DWARFLineTable.swift \
                       Sources/CairnCrash/DWARFInlineInfo.swift Tests/Fuzz/fuzz_dwarf.swift
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-              -fuse-ld=lld -Wall -Wextra -Werror -ICSources/CCairn/include -ICSources/CCairn
+              -fuse-ld=lld -Wall -Wextra -Werror $(CORE_INCLUDES)
 
 .PHONY: readme-packages docs all deps build demo test test-swift cwarn clib lib install consumer sanitize asan tsan fuzz-smoke fuzz fuzzers bench bench-quick clean
 
@@ -77,7 +80,7 @@ consumer: deps
 
 # The C sources build warning-free, with and without optimisation (the package manifest
 # carries no compiler flags, so that Cairn can be a versioned dependency).
-C_INCLUDES := -ICSources/CCairn/include -ICSources/CCairn -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP
+C_INCLUDES := $(CORE_INCLUDES) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP
 cwarn: deps
 	@for opt in -O0 -O2; do for f in $(CORE_SOURCES) $(HTTP_SOURCES); do \
 	  $(CLANG) -std=gnu11 $$opt -Wall -Wextra -Werror -fsyntax-only $(C_INCLUDES) $$f || exit 1; \
@@ -165,24 +168,26 @@ demo: deps
 	$(SWIFT) build --product orders-service
 	./Examples/demo.sh
 
-# The C core as a library for other SDKs: libcairn.so (exporting only the `cairn_*`
-# functions CCairn.h declares with CAIRN_API) and libcairn.a, from the same sources the
-# Swift package builds; `make install PREFIX=...` puts them, the header (as cairn.h) and
-# cairn.pc under PREFIX.
+# The C cores as a library for other SDKs: libcairn.so (exporting only the `cairn_*`
+# functions cairn_core.h and cairn_crash.h declare with CAIRN_API) and libcairn.a, from
+# the same sources the Swift package builds; `make install PREFIX=...` puts them, the
+# headers (CCairn.h as cairn.h, with the two it includes) and cairn.pc under PREFIX.
+PUBLIC_HEADERS := CSources/CCairnCore/include/cairn_core.h CSources/CCairnCrash/include/cairn_crash.h
 PREFIX ?= /usr/local
 LIB_DIR := .build/lib
-CAIRN_VERSION := $(shell sed -n 's/^\#define CAIRN_VERSION_STRING "\(.*\)"$$/\1/p' CSources/CCairn/include/CCairn.h)
+CAIRN_VERSION := $(shell sed -n 's/^\#define CAIRN_VERSION_STRING "\(.*\)"$$/\1/p' CSources/CCairnCore/include/cairn_core.h)
 CAIRN_MAJOR := $(firstword $(subst ., ,$(CAIRN_VERSION)))
-LIB_OBJECTS := $(patsubst CSources/CCairn/%.c,$(LIB_DIR)/obj/%.o,$(CORE_SOURCES))
+LIB_OBJECTS := $(addprefix $(LIB_DIR)/obj/,$(notdir $(CORE_SOURCES:.c=.o)))
+vpath %.c $(CORE_DIRS)
 # Recursive (=), not immediate: pkg-config must run when a rule runs, after `make deps`
 # has installed the -dev packages, not when make parses this file on a new machine.
 LIB_CFLAGS = -std=gnu11 -O2 -g -fPIC -fvisibility=hidden -DCAIRN_NO_THREAD_HOOK -Wall -Wextra -Werror \
-             -ICSources/CCairn/include -ICSources/CCairn $(shell pkg-config --cflags libzstd libunwind)
+             $(CORE_INCLUDES) $(shell pkg-config --cflags libzstd libunwind)
 LIB_LIBS = $(shell pkg-config --libs libzstd libunwind) -lpthread
 
 lib: $(LIB_DIR)/libcairn.so $(LIB_DIR)/libcairn.a
 
-$(LIB_DIR)/obj/%.o: CSources/CCairn/%.c $(CORE_HEADERS)
+$(LIB_DIR)/obj/%.o: %.c $(CORE_HEADERS)
 	@mkdir -p $(LIB_DIR)/obj
 	$(CLANG) $(LIB_CFLAGS) -c $< -o $@
 
@@ -199,23 +204,24 @@ $(LIB_DIR)/libcairn.a: $(LIB_OBJECTS)
 
 install: deps lib
 	install -d $(PREFIX)/lib/pkgconfig $(PREFIX)/include
-	install -m 644 CSources/CCairn/include/CCairn.h $(PREFIX)/include/cairn.h
+	install -m 644 CSources/CCairnCrash/include/CCairn.h $(PREFIX)/include/cairn.h
+	install -m 644 $(PUBLIC_HEADERS) $(PREFIX)/include/
 	install -m 755 $(LIB_DIR)/libcairn.so.$(CAIRN_VERSION) $(PREFIX)/lib/
 	ln -sf libcairn.so.$(CAIRN_VERSION) $(PREFIX)/lib/libcairn.so.$(CAIRN_MAJOR)
 	ln -sf libcairn.so.$(CAIRN_VERSION) $(PREFIX)/lib/libcairn.so
 	install -m 644 $(LIB_DIR)/libcairn.a $(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(CAIRN_VERSION)|' CSources/cairn.pc.in > $(PREFIX)/lib/pkgconfig/cairn.pc
 
-# The library exports exactly the functions CCairn.h declares with CAIRN_API (and the
+# The library exports exactly the functions the public headers declare with CAIRN_API (and the
 # linker's own section markers); then a C
 # program built against the installed library writes a ring and crashes, and the Swift
 # side reads both back (Examples/c-host/run.sh).
 clib: deps lib
 	@nm -D --defined-only $(LIB_DIR)/libcairn.so | awk '$$2 ~ /^[TDRBVW]$$/ {print $$3}' \
 	  | grep -v -x -E '__bss_start|_edata|_end|_init|_fini' | sort > $(LIB_DIR)/exported.txt
-	@sed -n 's/^CAIRN_API [^(]*[ *]\(cairn_[a-z0-9_]*\)(.*/\1/p' CSources/CCairn/include/CCairn.h | sort > $(LIB_DIR)/documented.txt
-	@diff -u $(LIB_DIR)/documented.txt $(LIB_DIR)/exported.txt || { echo "libcairn.so exports other symbols than CCairn.h documents"; exit 1; }
-	@echo "libcairn.so $(CAIRN_VERSION): exports the $$(wc -l < $(LIB_DIR)/documented.txt) functions CCairn.h documents, nothing else"
+	@sed -n 's/^CAIRN_API [^(]*[ *]\(cairn_[a-z0-9_]*\)(.*/\1/p' $(PUBLIC_HEADERS) | sort > $(LIB_DIR)/documented.txt
+	@diff -u $(LIB_DIR)/documented.txt $(LIB_DIR)/exported.txt || { echo "libcairn.so exports other symbols than its headers document"; exit 1; }
+	@echo "libcairn.so $(CAIRN_VERSION): exports the $$(wc -l < $(LIB_DIR)/documented.txt) functions its headers document, nothing else"
 	$(SWIFT) build --product cairn
 	Examples/c-host/run.sh
 

@@ -1,7 +1,9 @@
 // swift-tools-version:6.0
 //
 // Cairn: telemetry and crash capture for long-running Linux services.
-// The C core (CCairn) does what must be fast or signal-safe; Swift modules build on it.
+// Two C cores do what must be fast or signal-safe: the storage core (CCairnCore: ring,
+// frames) that any part may link, and the crash core (CCairnCrash: signal handlers,
+// alternate stacks) that only crash capture links. Swift modules build on them.
 import PackageDescription
 
 // No compiler flags here: a package whose targets carry unsafe flags cannot be used as a
@@ -26,7 +28,7 @@ let package = Package(
         .library(name: "Cairn", targets: ["Cairn"]),
         .library(name: "CairnTestKit", targets: ["CairnTestKit"]),
         .executable(name: "cairn", targets: ["cairn"]),
-        .library(name: "CCairn", targets: ["CCairn"]),
+        .library(name: "CCairn", targets: ["CCairnCore", "CCairnCrash"]),
     ],
     targets: [
         // System libraries from Debian's packages.
@@ -42,23 +44,26 @@ let package = Package(
         // the first https request, so nothing links against it.
         .target(name: "CCairnHTTP", path: "CSources/CCairnHTTP"),
 
-        // The C core: mmap ring buffer and zstd framing (one public header, CCairn.h).
-        .target(name: "CCairn", dependencies: ["CZstd", "CUnwind"], path: "CSources/CCairn"),
+        // The storage core: mmap ring buffer, zstd framing, error codes and versions (one
+        // public header, cairn_core.h). No threads, no signal handlers, no libc symbols.
+        .target(name: "CCairnCore", dependencies: ["CZstd"], path: "CSources/CCairnCore"),
+        // The crash core: crash handler and reports, alternate signal stacks (the
+        // `pthread_create` hook), termination signals, thread start (cairn_crash.h).
+        .target(name: "CCairnCrash", dependencies: ["CCairnCore", "CUnwind"], path: "CSources/CCairnCrash"),
 
-        // What every Swift layer needs: locks, threads, small files, the SDK version.
-        .target(name: "CairnBase", dependencies: ["CCairn"], path: "Sources/CairnBase",
-                swiftSettings: strictSwift),
+        // What every Swift layer needs: locks, threads, small files, the SDK version. No C.
+        .target(name: "CairnBase", path: "Sources/CairnBase", swiftSettings: strictSwift),
 
-        // Swift wrappers of the C core.
-        .target(name: "CairnStore", dependencies: ["CairnBase", "CCairn", "CLMDB"], path: "Sources/CairnStore",
+        // Swift wrappers of the storage core, and the LMDB snapshot store.
+        .target(name: "CairnStore", dependencies: ["CairnBase", "CCairnCore", "CLMDB"], path: "Sources/CairnStore",
                 swiftSettings: strictSwift),
 
         // A child process for the crash tests: installs the handler and crashes.
-        .executableTarget(name: "cairn-crash-child", dependencies: ["CCairn"], path: "Tests/CrashChild"),
-        .executableTarget(name: "cairn-swift-crash-child", dependencies: ["CCairn"], path: "Tests/SwiftCrashChild"),
+        .executableTarget(name: "cairn-crash-child", dependencies: ["CCairnCrash"], path: "Tests/CrashChild"),
+        .executableTarget(name: "cairn-swift-crash-child", dependencies: ["CCairnCrash"], path: "Tests/SwiftCrashChild"),
 
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
-        .target(name: "CairnUploader", dependencies: ["CairnBase", "CairnStore", "CCairnHTTP"],
+        .target(name: "CairnUploader", dependencies: ["CairnBase", "CairnStore", "CCairnCore", "CCairnHTTP"],
                 path: "Sources/CairnUploader",
                 swiftSettings: strictSwift),
 
@@ -71,19 +76,19 @@ let package = Package(
 
         // Crash capture around the C handler: run records, session end reasons, and the
         // next start's symbolicated crash events.
-        .target(name: "CairnCrash", dependencies: ["CairnBase", "CCairn", "CairnStore", "CairnProcessor", "CZstd"],
+        .target(name: "CairnCrash", dependencies: ["CairnBase", "CCairnCore", "CCairnCrash", "CairnStore", "CairnProcessor", "CZstd"],
                 path: "Sources/CairnCrash",
                 swiftSettings: strictSwift),
         // A Swift service that starts crash capture and then crashes or ends as told.
         .executableTarget(name: "cairn-run-child", dependencies: ["CairnCrash", "CairnProcessor", "CairnStore", "CairnUploader"], path: "Tests/RunChild"),
         .testTarget(name: "CairnCrashTests",
-                    dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CCairn", "CairnTestSupport", "cairn-crash-child",
+                    dependencies: ["CairnBase", "CairnCrash", "CairnProcessor", "CairnStore", "CCairnCrash", "CairnTestSupport", "cairn-crash-child",
                                   "cairn-swift-crash-child",
                                   "cairn-run-child", "cairn", "cairn-service-child"],
                     path: "Tests/CairnCrashTests"),
 
         // The public API: start, track, identity, user properties, spans, destinations.
-        .target(name: "Cairn", dependencies: ["CairnBase", "CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore"],
+        .target(name: "Cairn", dependencies: ["CairnBase", "CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore", "CCairnCrash"],
                 path: "Sources/Cairn", swiftSettings: strictSwift),
         // For integrators' tests: an in-memory destination that records events.
         .target(name: "CairnTestKit", dependencies: ["Cairn"], path: "Sources/CairnTestKit",
@@ -98,11 +103,11 @@ let package = Package(
                     path: "Tests/CairnTests"),
 
         // A child process for kill tests: appends to a ring until it is SIGKILLed.
-        .executableTarget(name: "cairn-ring-child", dependencies: ["CCairn"],
+        .executableTarget(name: "cairn-ring-child", dependencies: ["CCairnCore"],
                           path: "Tests/RingChild"),
 
         .testTarget(name: "CCairnTests",
-                    dependencies: ["CCairn", "CZstd", "CLMDB", "CUnwind", "CairnTestSupport", "cairn-ring-child",
+                    dependencies: ["CCairnCore", "CCairnCrash", "CairnBase", "CZstd", "CLMDB", "CUnwind", "CairnTestSupport", "cairn-ring-child", "cairn-upload-child",
                                   "cairn-crash-child", "cairn-swift-crash-child"],
                     path: "Tests/CCairnTests"),
         // A child process for the store's fault tests: opens a store read-write, as a service does.
@@ -148,7 +153,7 @@ let package = Package(
 
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
-                          dependencies: ["CairnBase", "CCairn", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
+                          dependencies: ["CairnBase", "CCairnCore", "CCairnCrash", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
                                          "CairnProcessor"],
                           path: "Benchmarks/CairnBenchmarks"),
     ],

@@ -13,7 +13,7 @@ import CairnCrash
 import CairnProcessor
 import CairnStore
 import CairnUploader
-import CCairn
+import CCairnCrash
 import CLMDB
 import CZstd
 import Foundation

@@ -2,7 +2,7 @@
  * parse (completely, partially) or be refused, never crash or read out of bounds, and
  * every pointer it returns must lie inside the input. */
 #define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
-#include "CCairn.h"
+#include "cairn_crash.h"
 
 #include <stdlib.h>
 

@@ -12,13 +12,13 @@
  *      anything it accepts must hold the original records.
  *
  * `make fuzz-smoke` builds and runs every fuzzer; by hand, from the repository root:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I CSources/CCairn/include \
- *     CSources/CCairn/frame.c CSources/CCairn/error.c CSources/Fuzz/fuzz_frame.c \
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I CSources/CCairnCore/include \
+ *     CSources/CCairnCore/frame.c CSources/CCairnCore/error.c CSources/Fuzz/fuzz_frame.c \
  *     -lzstd -o fuzz_frame
  *   mkdir -p corpus && ./fuzz_frame -max_total_time=60 corpus CSources/Fuzz/corpus/frame
  * (new inputs go to the first directory, so the seeds stay as they are).
  */
-#include "CCairn.h"
+#include "cairn_core.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -26,7 +26,7 @@
  * the restore recovered, and change nothing.
  * Offsets below are docs/FORMATS.md's, written out here on purpose.
  */
-#include "CCairn.h"
+#include "cairn_core.h"
 #include "cairn_internal.h"
 
 #include <stdio.h>

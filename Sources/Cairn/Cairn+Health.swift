@@ -92,6 +92,7 @@ extension Cairn {
             p["ring_recovered"] = .int(Int64(clamping: r.recovered))
             p["ring_skipped_corrupt"] = .int(Int64(clamping: r.skippedCorrupt))
             p["ring_open"] = .string(Self.originName(r.origin))
+            p["thread_stacks"] = .string(CrashCapture.threadStacks)
             if r.origin == .repaired { p["ring_repaired"] = .array(Self.repairNames(r.repairs).map { .string($0) }) }
             if let damage = state.withLock({ $0.store })?.stats.damage {
                 p["store_damage"] = .string(damage.found)

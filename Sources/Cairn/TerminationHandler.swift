@@ -1,5 +1,5 @@
 import CairnBase
-import CCairn
+import CCairnCrash
 import CairnStore
 import Glibc
 

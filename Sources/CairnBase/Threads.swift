@@ -1,4 +1,3 @@
-import CCairn
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -64,34 +63,114 @@ package final class Condition: @unchecked Sendable {
 }
 
 /// Runs `body` on a new detached thread named `name` (at most 15 bytes show), a plain
-/// pthread placed off the caller's CPU (`cairn_thread_start`): a Foundation `Thread`
-/// needs Foundation and costs more to create. Returns
+/// pthread (a Foundation `Thread` needs Foundation and costs more to create). Returns
 /// false when the system refuses a thread (its thread limit), and `body` never runs.
+///
+/// The thread is the SDK's, and starts as the C core's `cairn_thread_start` starts one:
+/// - the process-directed signals a service handles are blocked in it (SIGTERM, SIGINT,
+///   SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH), so the
+///   kernel delivers them to the service's own threads;
+/// - it is created with an affinity that leaves out the caller's current CPU (when the
+///   caller may run on others), then takes back the caller's whole affinity first thing.
+///   Under the default policy a new thread is often placed on its creator's CPU and runs
+///   first there, so `pthread_create` returns only once it blocks: `Cairn.start` would
+///   wait milliseconds for the background thread's own work while another CPU idles.
 @discardableResult
 package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -> Bool {
-    final class Box: @unchecked Sendable {
+    final class Start: @unchecked Sendable {
         let body: @Sendable () -> Void
         let name: String
+        /// The caller's affinity, taken back by the new thread when it was narrowed.
+        var affinity = CPUSet()
+        var placed = false
         init(_ body: @escaping @Sendable () -> Void, _ name: String) {
             self.body = body
             self.name = name
         }
     }
-    let box = Unmanaged.passRetained(Box(body, name)).toOpaque()
-    // Off the caller's CPU (see cairn_thread_start): placed beside it, the new thread
-    // often runs first and keeps the caller waiting (`Cairn.start`, for milliseconds).
-    let rc = cairn_thread_start({ arg in
+    let start = Start(body, name)
+    var attributes = pthread_attr_t()
+    guard pthread_attr_init(&attributes) == 0 else { return false }
+    defer { pthread_attr_destroy(&attributes) }
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    var mask = sigset_t()
+    pthread_sigmask(SIG_BLOCK, nil, &mask)
+    for signal in [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH] {
+        sigaddset(&mask, signal)
+    }
+    if let setMask = GNUThreads.attrSetSigmask { _ = setMask(&attributes, &mask) }
+    // More CPUs than a set holds: the affinity cannot be read, and the thread is placed
+    // as the system places it.
+    if let current = GNUThreads.currentCPU, let getAffinity = GNUThreads.getAffinity,
+       let setAttrAffinity = GNUThreads.attrSetAffinity {
+        let cpu = Int(current())
+        if cpu >= 0 && cpu < CPUSet.capacity
+            && start.affinity.withBytes({ getAffinity(0, CPUSet.bytes, $0) }) == 0 {
+            var elsewhere = start.affinity
+            elsewhere.remove(cpu)
+            if elsewhere.count > 0 && elsewhere.withBytes({ setAttrAffinity(&attributes, CPUSet.bytes, $0) }) == 0 {
+                start.placed = true
+            }
+        }
+    }
+    let context = Unmanaged.passRetained(start).toOpaque()
+    let trampoline: @convention(c) (UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? = { arg in
         guard let arg else { return nil }
-        let box = Unmanaged<Box>.fromOpaque(arg).takeRetainedValue()
-        setThreadName(box.name)
-        box.body()
+        let start = Unmanaged<Start>.fromOpaque(arg).takeRetainedValue()
+        if start.placed, let setAffinity = GNUThreads.setAffinity {
+            _ = start.affinity.withBytes { setAffinity(pthread_self(), CPUSet.bytes, $0) }
+        }
+        setThreadName(start.name)
+        start.body()
         return nil
-    }, box)
+    }
+    var thread = pthread_t()
+    var rc = pthread_create(&thread, &attributes, trampoline, context)
+    if rc == EINVAL && start.placed, let setAttrAffinity = GNUThreads.attrSetAffinity {
+        // The narrower set was refused (a CPU went offline meanwhile): the caller's.
+        start.placed = false
+        _ = start.affinity.withBytes { setAttrAffinity(&attributes, CPUSet.bytes, $0) }
+        rc = pthread_create(&thread, &attributes, trampoline, context)
+    }
     if rc != 0 {
-        Unmanaged<Box>.fromOpaque(box).release()
+        Unmanaged<Start>.fromOpaque(context).release()
         return false
     }
     return true
+}
+
+/// A CPU set as glibc's `cpu_set_t` lays it out (1024 bits), which the Glibc module
+/// does not declare (it needs `_GNU_SOURCE`).
+private struct CPUSet {
+    static let capacity = 1024
+    static let bytes = capacity / 8
+    private var words = [UInt64](repeating: 0, count: capacity / 64)
+
+    mutating func remove(_ cpu: Int) { words[cpu / 64] &= ~(UInt64(1) << UInt64(cpu % 64)) }
+    var count: Int { words.reduce(0) { $0 + $1.nonzeroBitCount } }
+
+    /// Calls `body` with the set's bytes (which it may fill).
+    mutating func withBytes<R>(_ body: (UnsafeMutableRawPointer) -> R) -> R {
+        words.withUnsafeMutableBytes { body($0.baseAddress!) }
+    }
+}
+
+/// glibc's thread placement functions, which the Glibc module does not declare (they
+/// need `_GNU_SOURCE`): found once at run time; nil where the C library lacks one
+/// (the thread is then started without it).
+private enum GNUThreads {
+    static let currentCPU: (@convention(c) () -> Int32)? = lookUp("sched_getcpu")
+    static let getAffinity: (@convention(c) (pid_t, Int, UnsafeMutableRawPointer) -> Int32)? = lookUp("sched_getaffinity")
+    static let attrSetAffinity: (@convention(c) (UnsafeMutablePointer<pthread_attr_t>, Int, UnsafeRawPointer) -> Int32)?
+        = lookUp("pthread_attr_setaffinity_np")
+    static let setAffinity: (@convention(c) (pthread_t, Int, UnsafeRawPointer) -> Int32)? = lookUp("pthread_setaffinity_np")
+    static let attrSetSigmask: (@convention(c) (UnsafeMutablePointer<pthread_attr_t>, UnsafePointer<sigset_t>) -> Int32)?
+        = lookUp("pthread_attr_setsigmask_np")
+
+    private static func lookUp<F>(_ name: String) -> F? {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }  // RTLD_DEFAULT
+        return unsafeBitCast(symbol, to: F.self)
+    }
 }
 
 /// glibc's `pthread_setname_np`, which the Glibc module does not declare (it needs

@@ -1,5 +1,5 @@
 import CairnBase
-import CCairn
+import CCairnCrash
 import CairnProcessor
 import CairnStore
 import FoundationEssentials
@@ -209,6 +209,24 @@ public final class CrashCapture: @unchecked Sendable {
     /// it is written by ``finishSetup()``; known from then on. Without a record, the next
     /// start cannot tell how this run ended unless it crashed.
     public var runRecordError: CrashCaptureError? { state.withLock { $0.runFileError } }
+
+    /// How threads created from now on get an alternate signal stack, so that a stack
+    /// overflow on them is reported (`sdk_health`'s `thread_stacks`):
+    /// - `on`: every new thread gets one (the C core's `pthread_create` hook);
+    /// - `fallback`: the same, the C library's `pthread_create` found through its own
+    ///   handle because the usual lookup failed;
+    /// - `off`: no hook (not installed, turned off, or compiled out: sanitizers, musl);
+    /// - `missing`: no `pthread_create` of the C library could be found, and threads
+    ///   cannot be created (a fully static glibc build made without
+    ///   `CAIRN_NO_THREAD_HOOK`).
+    public static var threadStacks: String {
+        switch cairn_crash_thread_hook() {
+        case CAIRN_THREAD_HOOK_ON: return "on"
+        case CAIRN_THREAD_HOOK_FALLBACK: return "fallback"
+        case CAIRN_THREAD_HOOK_MISSING: return "missing"
+        default: return "off"
+        }
+    }
 
     /// Starts crash capture: claims the run records of previous runs that have ended,
     /// writes and locks this run's record, installs the crash handler (reports go to

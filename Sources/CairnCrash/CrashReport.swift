@@ -1,4 +1,4 @@
-import CCairn
+import CCairnCrash
 import Glibc
 
 /// A raw crash report (docs/FORMATS.md, "Crash report") read with the C core's reader:

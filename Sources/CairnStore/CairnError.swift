@@ -1,4 +1,4 @@
-import CCairn
+import CCairnCore
 
 /// An error reported by Cairn's C core: the function that failed, its code, and the
 /// core's description of that code.

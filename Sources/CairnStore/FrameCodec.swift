@@ -1,4 +1,4 @@
-public import CCairn
+public import CCairnCore
 
 /// The metadata of one batch frame, read from its skippable zstd frame.
 ///

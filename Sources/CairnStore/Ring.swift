@@ -1,4 +1,4 @@
-public import CCairn
+public import CCairnCore
 import Synchronization
 
 /// A file-backed ring buffer of records: the hot path of Cairn's event pipeline.

@@ -1,6 +1,6 @@
 import CairnBase
 import CairnStore
-import CCairn
+import CCairnCore
 import FoundationEssentials
 
 /// The contexts of the ring's bare events, on the uploader's side (docs/FORMATS.md,

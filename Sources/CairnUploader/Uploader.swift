@@ -1,6 +1,6 @@
 public import CairnBase
 public import CairnStore
-import CCairn
+import CCairnCore
 import FoundationEssentials
 import Glibc
 

@@ -1,5 +1,5 @@
 import CairnTestSupport
-import CCairn
+import CCairnCrash
 import Foundation
 import Testing
 

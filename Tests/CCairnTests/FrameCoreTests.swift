@@ -1,6 +1,6 @@
 // Tests of the batch frame C API (frame.c), called directly.
 import CairnTestSupport
-import CCairn
+import CCairnCore
 import CZstd
 import Testing
 

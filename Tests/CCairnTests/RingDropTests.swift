@@ -1,5 +1,5 @@
 import CairnTestSupport
-import CCairn
+import CCairnCore
 import Foundation
 import Testing
 

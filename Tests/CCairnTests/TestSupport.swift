@@ -1,5 +1,5 @@
 import CairnTestSupport
-import CCairn
+import CCairnCrash
 import Foundation
 
 /// A fresh temporary directory, removed when the value is deinitialised.

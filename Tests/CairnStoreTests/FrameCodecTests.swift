@@ -1,5 +1,5 @@
 // Tests of the Swift wrapper of the batch frame codec.
-import CCairn
+import CCairnCore
 import CZstd
 import CairnStore
 import Testing

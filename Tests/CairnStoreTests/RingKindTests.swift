@@ -1,4 +1,4 @@
-import CCairn
+import CCairnCore
 import CairnStore
 import CairnTestSupport
 import Foundation

@@ -1,6 +1,6 @@
 @testable import Cairn
 import CairnCrash
-import CCairn
+import CCairnCrash
 import CCairnHTTP
 import CairnTestSupport
 import CairnUploader

@@ -11,7 +11,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work="$root/.build/consumer"
-version=$(sed -n 's/^#define CAIRN_VERSION_STRING "\(.*\)"$/\1/p' "$root/CSources/CCairn/include/CCairn.h")
+version=$(sed -n 's/^#define CAIRN_VERSION_STRING "\(.*\)"$/\1/p' "$root/CSources/CCairnCore/include/cairn_core.h")
 [ -n "$version" ] || { echo "consumer: the SDK version was not found" >&2; exit 1; }
 # Everything anew each time, caches included: SwiftPM would otherwise reuse the checkout
 # of an earlier clone that had the same URL and tag.

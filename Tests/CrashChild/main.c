@@ -23,7 +23,7 @@
  * install's deadline_seconds. */
 #define _GNU_SOURCE
 #define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
-#include "CCairn.h"
+#include "cairn_crash.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -18,7 +18,7 @@
  * the reporting ones) append large records without reporting, so that a kill often
  * lands inside an append and leaves a torn record. The parent sends SIGKILL at a
  * random moment and checks the ring against the reports. */
-#include "CCairn.h"
+#include "cairn_core.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -6,7 +6,7 @@
 // Built in debug for the tests and in release (-O -g) by `make bench`: in a release
 // build the runtime's checks trap without a message, which only the debug information
 // names (an inlined `Swift runtime failure: …` frame).
-import CCairn
+import CCairnCrash
 import Foundation
 
 let args = CommandLine.arguments

@@ -1,6 +1,6 @@
 /* error.c: descriptions of Cairn's error codes. Static strings only, so that
  * cairn_strerror() may be called from a signal handler. */
-#include "CCairn.h"
+#include "cairn_core.h"
 
 #include <errno.h>
 

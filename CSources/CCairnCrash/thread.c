@@ -13,7 +13,7 @@
  * its creator may.
  */
 #define _GNU_SOURCE /* CPU_* macros, pthread_attr_setaffinity_np, sched_getcpu */
-#include "CCairn.h"
+#include "cairn_crash.h"
 
 #include <errno.h>
 #include <pthread.h>

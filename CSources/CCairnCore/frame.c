@@ -32,7 +32,7 @@
  * required, so any change to the body is detected, and the body must hold exactly the
  * announced number of newline-terminated records.
  */
-#include "CCairn.h"
+#include "cairn_core.h"
 #include "cairn_internal.h"
 
 #include <stdbool.h>

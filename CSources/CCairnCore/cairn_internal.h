@@ -1,12 +1,12 @@
-/* cairn_internal.h: declarations shared between the C core's files. Not installed,
- * not part of the ABI. */
+/* cairn_internal.h: declarations shared between the C cores' files (the crash core
+ * includes it by its relative path). Not installed, not part of the ABI. */
 #ifndef CAIRN_INTERNAL_H
 #define CAIRN_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "CCairn.h"
+#include "cairn_core.h"
 
 /* CRC32C (Castagnoli, reflected, as in iSCSI and ext4): continues `crc` over `len`
  * bytes. Start with 0. Uses the SSE4.2 / ARMv8 CRC instructions when the CPU has
@@ -16,13 +16,6 @@ uint32_t cairn__crc32c(uint32_t crc, const void *data, size_t len);
 /* CRC32C of the 12 bytes w (64-bit little-endian), v (32-bit little-endian), then
  * `len` bytes of `data`: a ring record's checksum in one call. */
 uint32_t cairn__crc32c_after(uint64_t w, uint32_t v, const void *data, size_t len);
-
-/* Gives the calling thread an alternate signal stack unless it has one; with
- * `release_at_exit`, the stack is unmapped when the thread ends (altstack.c). */
-int cairn__prepare_thread(int release_at_exit);
-
-/* Whether threads created from now on get an alternate signal stack (altstack.c). */
-void cairn__thread_stacks(int on);
 
 /* Little-endian loads and stores of the on-disk formats (the core targets
  * little-endian machines; these keep the intent explicit and alignment-safe). */

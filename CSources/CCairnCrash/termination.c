@@ -27,7 +27,7 @@
  * handler hands the signal on at once, as if Cairn were not there.
  */
 #define _GNU_SOURCE /* pipe2 */
-#include "CCairn.h"
+#include "cairn_crash.h"
 
 #include <errno.h>
 #include <fcntl.h>

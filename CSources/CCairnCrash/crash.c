@@ -1,4 +1,4 @@
-/* crash.c: the crash handler. EXPERIMENTAL (see CCairn.h).
+/* crash.c: the crash handler. EXPERIMENTAL (see cairn_crash.h).
  *
  * Design note: why each call in the handler is safe
  * ---------------------------------------------------
@@ -45,8 +45,7 @@
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
 #define CAIRN_EXPERIMENTAL_CRASH_API 1 /* the crash writer */
-#include "CCairn.h"
-#include "cairn_internal.h"
+#include "crash_internal.h"
 
 #include <elf.h>
 #include <errno.h>

@@ -62,7 +62,7 @@
  * full disk. Counters that producers update live on the producer's cache line, next
  * to write_pos, which a successful CAS has just brought into this core's cache.
  */
-#include "CCairn.h"
+#include "cairn_core.h"
 #include "cairn_internal.h"
 
 #include <errno.h>

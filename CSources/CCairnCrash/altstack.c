@@ -27,14 +27,23 @@
  * clone() directly, get no stack here (the service can still call
  * cairn_crash_prepare_thread() on them); if the alternate stack cannot be mapped the
  * thread runs without one; a thread that installs its own alternate stack keeps it.
- * Not compiled into libcairn (CAIRN_NO_THREAD_HOOK: a C host calls
- * cairn_crash_prepare_thread()) nor in sanitizer builds, whose runtimes define
- * pthread_create themselves.
+ *
+ * Finding the C library's pthread_create (the hook must never break thread creation):
+ * dlsym(RTLD_NEXT) first; if it finds nothing (this code in a shared library that comes
+ * after the C library in the lookup order), glibc's own definition through its handle
+ * (dlopen of libc.so.6 with RTLD_NOLOAD: it is always loaded in a dynamic glibc
+ * process). cairn_crash_thread_hook() says which served, and the SDK reports it.
+ *
+ * Compiled only where that lookup can work: with glibc (a musl build is often fully
+ * static, as the Swift static Linux SDK makes it, and there a definition of
+ * pthread_create would replace the C library's for good), and not in libcairn
+ * (CAIRN_NO_THREAD_HOOK: a C host calls cairn_crash_prepare_thread()) nor in sanitizer
+ * builds, whose runtimes define pthread_create themselves. A fully static glibc link
+ * must define CAIRN_NO_THREAD_HOOK too (no next definition exists there).
  */
 #define _GNU_SOURCE
 #define CAIRN_EXPERIMENTAL_CRASH_API 1
-#include "CCairn.h"
-#include "cairn_internal.h"
+#include "crash_internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -121,6 +130,23 @@ void cairn__thread_stacks(int on)
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define CAIRN_NO_THREAD_HOOK 1
 #endif
+#if !defined(__GLIBC__)
+#define CAIRN_NO_THREAD_HOOK 1
+#endif
+
+#ifndef CAIRN_NO_THREAD_HOOK
+static int hook_state = CAIRN_THREAD_HOOK_ON; /* atomic; how `real` below was found */
+#endif
+
+int cairn_crash_thread_hook(void)
+{
+#ifdef CAIRN_NO_THREAD_HOOK
+    return CAIRN_THREAD_HOOK_OFF;
+#else
+    if (!__atomic_load_n(&thread_stacks, __ATOMIC_ACQUIRE)) return CAIRN_THREAD_HOOK_OFF;
+    return __atomic_load_n(&hook_state, __ATOMIC_ACQUIRE);
+#endif
+}
 
 #ifndef CAIRN_NO_THREAD_HOOK
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -129,6 +155,33 @@ struct hooked_start {
     void *(*body)(void *);
     void *arg;
 };
+
+/* The C library's pthread_create: the next definition, else glibc's own through its
+ * handle. CAIRN_TEST_NO_RTLD_NEXT (a test build) makes the first lookup fail, and
+ * CAIRN_TEST_NO_LIBC_HANDLE the second. */
+static create_fn find_next(void)
+{
+    create_fn next = NULL;
+#ifndef CAIRN_TEST_NO_RTLD_NEXT
+    next = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+#endif
+    if (next) return next;
+#ifndef CAIRN_TEST_NO_LIBC_HANDLE
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    if (libc) {
+        next = (create_fn)dlsym(libc, "pthread_create");
+        dlclose(libc); /* RTLD_NOLOAD took a reference; the library stays loaded */
+    }
+#endif
+    __atomic_store_n(&hook_state, next ? CAIRN_THREAD_HOOK_FALLBACK : CAIRN_THREAD_HOOK_MISSING, __ATOMIC_RELEASE);
+    static int said; /* atomic: the operator is told once */
+    if (!next && !__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL)) {
+        static const char msg[] = "cairn: the C library's pthread_create cannot be found (a fully static build? "
+                                  "build it with CAIRN_NO_THREAD_HOOK): no thread can be created\n";
+        if (write(2, msg, sizeof msg - 1) < 0) { /* nothing more to do */ }
+    }
+    return next;
+}
 
 static void *with_alt_stack(void *p)
 {
@@ -144,7 +197,7 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*body)(
     static create_fn real; /* atomic */
     create_fn next = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
     if (!next) {
-        next = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+        next = find_next();
         if (!next) return EAGAIN;
         __atomic_store_n(&real, next, __ATOMIC_RELEASE);
     }
