@@ -39,9 +39,11 @@ let package = Package(
         .systemLibrary(name: "CUnwind", path: "CSources/CUnwind", pkgConfig: "libunwind",
                        providers: [.apt(["libunwind-dev"])]),
 
-        // Cairn's HTTP/1.1 client (one public header, cairn_http.h). OpenSSL's headers
-        // (libssl-dev) give the TLS types; libssl.so.3 itself is loaded with dlopen on
-        // the first https request, so nothing links against it.
+        // Cairn's HTTP/1.1 client (one public header, cairn_http.h). Its two TLS back ends
+        // take their types from mbedTLS's and OpenSSL's headers (libmbedtls-dev,
+        // libssl-dev) and load the libraries with dlopen at the first https request, so
+        // nothing links against them; a back end built without its headers says so at
+        // its first use, and the other one serves.
         .target(name: "CCairnHTTP", path: "CSources/CCairnHTTP"),
 
         // The storage core: mmap ring buffer, zstd framing, error codes and versions (one
