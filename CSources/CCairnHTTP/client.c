@@ -528,6 +528,19 @@ int cairn_http_client_prepare(cairn_http_client_t *client, const char *url)
     return tls_context(client, message, sizeof message) ? 0 : CAIRN_HTTP_ETLS;
 }
 
+int cairn_http_client_check_tls(cairn_http_client_t *client, const char *url, char *message, size_t cap)
+{
+    if (message && cap) message[0] = 0;
+    if (!client || !url || strncasecmp(url, "https://", 8) != 0) return 0;
+    char scratch[256];
+    if (!message || cap == 0) {
+        message = scratch;
+        cap = sizeof scratch;
+    }
+    void *context = tls_context(client, message, cap);
+    return context && cairn_http__tls_context_ready(context, message, cap) ? 0 : CAIRN_HTTP_ETLS;
+}
+
 /* ------------------------------------------------------------------------------ */
 /* Connections                                                                       */
 /* ------------------------------------------------------------------------------ */

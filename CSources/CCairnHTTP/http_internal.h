@@ -59,6 +59,11 @@ typedef struct cairn_http__tls_files {
 void *cairn_http__tls_context_new(const cairn_http__tls_files *files, int library, char *message, size_t cap);
 void cairn_http__tls_context_free(void *context);
 
+/* Makes the context's library context now (loads the library, reads the trust store and
+ * client certificate), as the first session would: 1 when done, 0 with `message` saying
+ * why it cannot be. */
+int cairn_http__tls_context_ready(void *context, char *message, size_t cap);
+
 /* A session over `fd` for `host` (SNI and name check, or IP check for a literal), or
  * NULL with `message` set. */
 void *cairn_http__tls_session_new(void *context, int fd, const char *host, int host_is_ip,

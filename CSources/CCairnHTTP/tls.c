@@ -110,15 +110,11 @@ static int choose(tls_context *c)
     return !c->mbed_failed && cairn_http__mbedtls.available(why, sizeof why) ? MBEDTLS : OPENSSL;
 }
 
-void *cairn_http__tls_session_new(void *context, int fd, const char *host, int host_is_ip,
-                                  char *message, size_t cap)
+/* The library that serves `c`, its context made (the library loaded, the trust store
+ * and client certificate read) if it was not yet; NULL for the context when it cannot
+ * be made (`message` says why: no library can be loaded, a CA file cannot be read). */
+static void *library_context(tls_context *c, int *chosen_out, char *message, size_t cap)
 {
-    tls_context *c = context;
-    tls_session *s = calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(message, cap, "TLS session: out of memory");
-        return NULL;
-    }
     /* A CA file that cannot be read fails here, at each try, with its name. */
     pthread_mutex_lock(&c->lock);
     int chosen = choose(c);
@@ -132,11 +128,39 @@ void *cairn_http__tls_session_new(void *context, int fd, const char *host, int h
         if (!c->contexts[chosen])
             c->contexts[chosen] = libraries[chosen]->context_new(&c->files, message, cap);
     }
-    void *library_context = c->contexts[chosen];
+    void *made = c->contexts[chosen];
     pthread_mutex_unlock(&c->lock);
+    char why[256];
+    if (!made && c->library == CAIRN_HTTP_TLS_AUTO && chosen == OPENSSL && cap > 0
+        && !cairn_http__mbedtls.available(why, sizeof why)) {
+        /* Neither library: both reasons, so the operator knows either would do. */
+        char openssl[256];
+        snprintf(openssl, sizeof openssl, "%s", message);
+        snprintf(message, cap, "no TLS library can be used: %s; %s", why, openssl);
+    }
+    *chosen_out = chosen;
+    return made;
+}
+
+int cairn_http__tls_context_ready(void *context, char *message, size_t cap)
+{
+    int chosen;
+    return library_context(context, &chosen, message, cap) != NULL;
+}
+
+void *cairn_http__tls_session_new(void *context, int fd, const char *host, int host_is_ip,
+                                  char *message, size_t cap)
+{
+    tls_context *c = context;
+    tls_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(message, cap, "TLS session: out of memory");
+        return NULL;
+    }
+    int chosen;
+    void *made = library_context(c, &chosen, message, cap);
     s->library = libraries[chosen];
-    if (library_context)
-        s->impl = s->library->session_new(library_context, fd, host, host_is_ip, message, cap);
+    if (made) s->impl = s->library->session_new(made, fd, host, host_is_ip, message, cap);
     if (!s->impl) {
         free(s);
         return NULL;

@@ -181,6 +181,13 @@ extension Cairn {
             ?? HTTPTransport(maxIdleConnections: uploadOptions.maxInFlight, caFile: options.caFile,
                              environment: options.proxyEnvironment ?? [:], tlsLibrary: options.tlsLibrary,
                              clientCertificate: options.clientCertificateFile, clientKey: options.clientKeyFile)
+        // https without a usable TLS library (or CA, client certificate): said now, not at
+        // the first send; events are kept (in the ring, then stored) until a start can send.
+        if options.transport == nil, let url = options.uploadURL,
+           let problem = (transport as? HTTPTransport)?.tlsProblem(for: url) {
+            options.notices?("[cairn] https uploads to \(DeliveryStatus.display(url)) cannot work: \(problem); "
+                + "events are kept on disk until a start can send them")
+        }
         let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader
         // started behind its back.
@@ -247,7 +254,10 @@ extension Cairn {
     /// stay. (`HTTPTransport.releasePages(ofLibrariesDefining:)` and
     /// `releaseOwnPages(_:)` say what is never touched.)
     func releasePagesThatRanOnce(ownCode: inout [Range<UInt>]?) {
+        // The TLS library a start with an https URL loaded to check it (see
+        // `tlsProblem`) keeps its loading code until a send's release otherwise.
         var released = HTTPTransport.releasePages(ofLibrariesDefining: Self.dependencySymbols)
+            + HTTPTransport.releaseTLSPages()
         if ownCode == nil {
             ownCode = HTTPTransport.ownCodeFile().map {
                 CodeRanges.functions(inFile: $0.path, loadBias: $0.bias, owner: Self.codeOwner)

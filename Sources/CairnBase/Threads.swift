@@ -95,9 +95,7 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
     pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
     var mask = sigset_t()
     pthread_sigmask(SIG_BLOCK, nil, &mask)
-    for signal in [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH] {
-        sigaddset(&mask, signal)
-    }
+    for signal in serviceSignals { sigaddset(&mask, signal) }
     if let setMask = GNUThreads.attrSetSigmask { _ = setMask(&attributes, &mask) }
     // More CPUs than a set holds: the affinity cannot be read, and the thread is placed
     // as the system places it.
@@ -117,6 +115,12 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
     let trampoline: @convention(c) (UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? = { arg in
         guard let arg else { return nil }
         let start = Unmanaged<Start>.fromOpaque(arg).takeRetainedValue()
+        // Again from inside: the attribute closes the window from the thread's first
+        // instruction, but an interposed pthread_create (a sanitizer's) may drop it.
+        var block = sigset_t()
+        sigemptyset(&block)
+        for signal in serviceSignals { sigaddset(&block, signal) }
+        pthread_sigmask(SIG_BLOCK, &block, nil)
         if start.placed, let setAffinity = GNUThreads.setAffinity {
             _ = start.affinity.withBytes { setAffinity(pthread_self(), CPUSet.bytes, $0) }
         }
@@ -138,6 +142,9 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
     }
     return true
 }
+
+/// The process-directed signals a service handles, blocked in the SDK's threads.
+private let serviceSignals = [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH]
 
 /// A CPU set as glibc's `cpu_set_t` lays it out (1024 bits), which the Glibc module
 /// does not declare (it needs `_GNU_SOURCE`).

@@ -141,6 +141,11 @@ public final class HTTPTransport: Transport {
         return borrowed.withUnsafeBufferPointer { Int(cairn_http_release_pages_of($0.baseAddress, $0.count)) }
     }
 
+    /// Unmaps the resident pages of the TLS libraries Cairn loaded
+    /// (`cairn_http_tls_release_pages`: clean code and read-only data only); what runs
+    /// again comes back at its first use. Returns the bytes unmapped.
+    package static func releaseTLSPages() -> Int { Int(cairn_http_tls_release_pages()) }
+
     /// The file that holds Cairn's own code and its load bias (`cairn_http_own_object`):
     /// `/proc/self/exe` when Cairn is linked into the executable.
     package static func ownCodeFile() -> (path: String, bias: UInt)? {
@@ -190,6 +195,18 @@ public final class HTTPTransport: Transport {
     public func prepare(for request: UploadRequest) {
         guard let pointer = client.pointer else { return }
         _ = cairn_http_client_prepare(pointer, request.url)
+    }
+
+    /// Why `https` requests to `url` cannot use TLS (no TLS library can be loaded, a CA
+    /// or client certificate file cannot be read), or nil when they can or `url` is not
+    /// `https`: the TLS library is loaded and the context made now, as the first send
+    /// would. For a start that tells the operator at once, not at the first send.
+    public func tlsProblem(for url: String) -> String? {
+        guard let pointer = client.pointer else { return nil }
+        var message = [CChar](repeating: 0, count: 512)
+        guard cairn_http_client_check_tls(pointer, url, &message, message.count) != 0 else { return nil }
+        let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return text.isEmpty ? "TLS is unavailable" : text
     }
 
     /// Why requests to `url` cannot be sent, or nil when they can: the check every send

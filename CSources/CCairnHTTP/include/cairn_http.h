@@ -292,6 +292,26 @@ int cairn_http_client_new(const cairn_http_client_options_t *options, cairn_http
 int cairn_http_client_prepare(cairn_http_client_t *client, const char *url);
 
 /**
+ * Whether requests to `url` can use TLS, found out now: for an https URL, loads the TLS
+ * library and makes the client's TLS context (as cairn_http_client_prepare() does), and
+ * on failure writes why into `message` (no TLS library can be loaded, a CA or client
+ * certificate file cannot be read). Nothing for an http URL. Unlike
+ * cairn_http_client_prepare(), every call tries again while the context cannot be made.
+ *
+ * @param client   The client.
+ * @param url      The URL requests will go to (NUL-terminated); only its scheme is read.
+ * @param message  Receives the reason (NUL-terminated, empty when there is none); may be
+ *                 NULL.
+ * @param cap      Its size in bytes.
+ * @return  0 when TLS is ready or not needed; CAIRN_HTTP_ETLS when it cannot be used.
+ *
+ * Ownership: `message` is the caller's.
+ * Thread-safety: safe from any thread (the context is made once, under a lock).
+ * Async-signal-safe: no.
+ */
+int cairn_http_client_check_tls(cairn_http_client_t *client, const char *url, char *message, size_t cap);
+
+/**
  * Which proxy a request to `url` goes through, as the client read the environment.
  *
  * @param client   A client.
