@@ -143,7 +143,7 @@ let package = Package(
         // Two pairs: a service that uses Foundation, and one on FoundationEssentials alone.
         .target(name: "BenchHost", path: "Benchmarks/BenchHost"),
         .target(name: "BenchFoundation", dependencies: ["BenchHost"], path: "Benchmarks/BenchFoundation"),
-        .target(name: "CairnBenchHost", dependencies: ["BenchHost", "Cairn", "CairnProcessor"], path: "Benchmarks/CairnBenchHost"),
+        .target(name: "CairnBenchHost", dependencies: ["BenchHost", "Cairn"], path: "Benchmarks/CairnBenchHost"),
         .executableTarget(name: "cairn-bench-host", dependencies: ["BenchFoundation", "CairnBenchHost"],
                           path: "Benchmarks/HostWithCairn"),
         .executableTarget(name: "cairn-bench-baseline", dependencies: ["BenchFoundation", "BenchHost"],

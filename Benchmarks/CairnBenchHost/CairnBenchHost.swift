@@ -13,7 +13,6 @@
 //                     a second line with what was tracked, dropped and the elapsed time
 import BenchHost
 import Cairn
-import CairnProcessor  // CairnValue (until `import Cairn` alone is the whole API)
 import Dispatch
 import Glibc
 
