@@ -524,8 +524,7 @@ int cairn_http_client_prepare(cairn_http_client_t *client, const char *url)
     /* Tried once: a context that cannot be made (no TLS library, a bad CA file) is
      * tried again, and its reason given, by each send, not twice per send. */
     if (atomic_exchange(&client->tls_prepared, 1)) return 0;
-    char message[256];
-    return tls_context(client, message, sizeof message) ? 0 : CAIRN_HTTP_ETLS;
+    return cairn_http_client_check_tls(client, url, NULL, 0);
 }
 
 int cairn_http_client_check_tls(cairn_http_client_t *client, const char *url, char *message, size_t cap)
