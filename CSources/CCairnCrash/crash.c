@@ -36,8 +36,8 @@
  *     deadline with alarm(2) when SIGALRM has its default action (the service does not
  *     use it), and every thread that hands its crash on unblocks SIGALRM (the
  *     service's threads may block it; an earlier handler may park some threads with
- *     every signal blocked, so the one it keeps busy must take it). An earlier handler that hangs (the Swift runtime's backtracer can) is
- *     interrupted by SIGALRM, whose handler (ours, installed then with sigaction)
+ *     every signal blocked, so the one it keeps busy must take it). An earlier
+ *     handler that hangs (the Swift runtime's backtracer can) is interrupted by SIGALRM, whose handler (ours, installed then with sigaction)
  *     rewrites the report's commit as a DEADLINE section plus the commit (open, lseek,
  *     write, fsync), then raises the crash's own signal with its default action, so the
  *     exit status is still the signal's.

@@ -40,3 +40,12 @@ package enum TerminalText {
         }
     }
 }
+
+extension String {
+    /// The text of a NUL-terminated C buffer, up to its first NUL (all of it without
+    /// one), as UTF-8 with invalid bytes replaced: what C functions write into a
+    /// `[CChar]` the caller gives them (messages, host names, paths).
+    package init(nulTerminated buffer: [CChar]) {
+        self.init(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -95,7 +95,7 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
     pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
     var mask = sigset_t()
     pthread_sigmask(SIG_BLOCK, nil, &mask)
-    for signal in serviceSignals { sigaddset(&mask, signal) }
+    addServiceSignals(to: &mask)
     if let setMask = GNUThreads.attrSetSigmask { _ = setMask(&attributes, &mask) }
     // More CPUs than a set holds: the affinity cannot be read, and the thread is placed
     // as the system places it.
@@ -119,7 +119,7 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
         // instruction, but an interposed pthread_create (a sanitizer's) may drop it.
         var block = sigset_t()
         sigemptyset(&block)
-        for signal in serviceSignals { sigaddset(&block, signal) }
+        addServiceSignals(to: &block)
         pthread_sigmask(SIG_BLOCK, &block, nil)
         if start.placed, let setAffinity = GNUThreads.setAffinity {
             _ = start.affinity.withBytes { setAffinity(pthread_self(), CPUSet.bytes, $0) }
@@ -143,8 +143,12 @@ package func startThread(name: String, _ body: @escaping @Sendable () -> Void) -
     return true
 }
 
-/// The process-directed signals a service handles, blocked in the SDK's threads.
-private let serviceSignals = [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH]
+/// Adds the process-directed signals a service handles, blocked in the SDK's threads.
+private func addServiceSignals(to set: inout sigset_t) {
+    for signal in [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGPIPE, SIGWINCH] {
+        sigaddset(&set, signal)
+    }
+}
 
 /// A CPU set as glibc's `cpu_set_t` lays it out (1024 bits), which the Glibc module
 /// does not declare (it needs `_GNU_SOURCE`).

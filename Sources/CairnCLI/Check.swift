@@ -137,7 +137,7 @@ private func resolve(_ host: String, port: Int) -> Result<[ResolvedAddress], Res
         var text = [CChar](repeating: 0, count: Int(NI_MAXHOST))
         getnameinfo(a.ai_addr, a.ai_addrlen, &text, socklen_t(text.count), nil, 0, NI_NUMERICHOST)
         out.append(ResolvedAddress(family: a.ai_family, storage: storage, length: a.ai_addrlen,
-                                   text: String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)))
+                                   text: String(nulTerminated: text)))
         cursor = a.ai_next
     }
     return .success(out)

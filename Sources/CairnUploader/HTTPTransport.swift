@@ -152,7 +152,7 @@ public final class HTTPTransport: Transport {
         var path = [CChar](repeating: 0, count: 4096)
         var bias: UInt = 0
         guard cairn_http_own_object(&path, path.count, &bias) == 1 else { return nil }
-        return (String(decoding: path.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), bias)
+        return (String(nulTerminated: path), bias)
     }
 
     /// Unmaps the resident pages of Cairn's own code inside `ranges` (process addresses
@@ -205,7 +205,7 @@ public final class HTTPTransport: Transport {
         guard let pointer = client.pointer else { return nil }
         var message = [CChar](repeating: 0, count: 512)
         guard cairn_http_client_check_tls(pointer, url, &message, message.count) != 0 else { return nil }
-        let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let text = String(nulTerminated: message)
         return text.isEmpty ? "TLS is unavailable" : text
     }
 
@@ -243,7 +243,7 @@ public final class HTTPTransport: Transport {
         let rc = url.withUTF8 { u in
             u.withMemoryRebound(to: CChar.self) { cairn_http_client_proxy(pointer, $0.baseAddress, $0.count, &text, text.count) }
         }
-        let message = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let message = String(nulTerminated: text)
         return rc == CAIRN_HTTP_OK ? .success(message) : .failure(TransportFailure(.invalidRequest, message))
     }
 
