@@ -83,6 +83,30 @@ import Testing
         #expect(try status() == 200)
     }
 
+    /// As docs/FORMATS.md asks of a collector: a key it answered 2xx is answered 2xx
+    /// again (its answer was lost, the sender asks again), whatever the script says; a
+    /// key it refused is not accepted.
+    @Test func aKeyAnsweredTwoXXIsAnsweredTwoXXAgain() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let transport = HTTPTransport()
+        func status(_ key: String) throws -> Int {
+            let request = UploadRequest(url: collector.baseURL + "/v1/batch", headers: [HTTPHeader("Idempotency-Key", key)],
+                                        body: [1], idempotencyKey: key)
+            guard case .response(let response) = transport.send(request, attempt: 0, timeout: generous) else {
+                throw CollectorError.control("no response")
+            }
+            return response.status
+        }
+        try collector.script([["status": 200], ["status": 400], ["status": 201]])
+        #expect(try [status("a"), status("a"), status("b"), status("b"), status("a")] == [200, 200, 400, 201, 200])
+        let replayed = try collector.requests().map { $0.response.replayed == true }
+        #expect(replayed == [false, true, false, false, true])
+        try collector.reset()
+        try collector.script([["status": 400]])
+        #expect(try status("a") == 400, "reset forgets the keys")
+    }
+
     @Test func refusesBadControlInputAndBadFraming() throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }

@@ -14,7 +14,9 @@ HTTPS with the certificate and key in PEM (Tests/Collector/selfsigned.pem is a
 self-signed one for 127.0.0.1, which clients that verify certificates must refuse).
 
 Data: any POST (also PUT, PATCH, DELETE) to a path outside /_control/ is recorded as an
-attempt and answered with the next scripted response.
+attempt and answered with the next scripted response. An attempt whose Idempotency-Key
+was answered 2xx before is answered 200 again without using the script (recorded with
+"replayed": true), as docs/FORMATS.md asks of a collector: it holds that batch.
 
 Control:
   POST /_control/script    a JSON list of responses used in order by later data
@@ -194,6 +196,8 @@ class State:
         self.default = {"status": 200}
         self.expect = {}
         self.connections = 0
+        # Idempotency-Keys answered 2xx: later attempts of them are answered 200 again.
+        self.accepted = set()
 
     def new_connection(self):
         with self.lock:
@@ -213,6 +217,8 @@ class State:
                 self.attempts.append(attempt)
                 return attempt["response"]
             upcoming = self.script[0] if self.script else self.default
+            if attempt["idempotency_key"] in self.accepted:
+                return None
             if not upcoming.get("early") or "api_key" in self.expect or "path" in self.expect:
                 return None
         return self.record(attempt)
@@ -226,6 +232,8 @@ class State:
                 response = {"status": 404}
             elif "api_key" in self.expect and authorization != "Bearer " + self.expect["api_key"]:
                 response = {"status": 401}
+            elif attempt["idempotency_key"] and attempt["idempotency_key"] in self.accepted:
+                response = {"status": 200, "replayed": True}
             else:
                 response = self.script.pop(0) if self.script else dict(self.default)
             attempt["response"] = response
@@ -233,8 +241,17 @@ class State:
             self.attempts.append(attempt)
             return response
 
+    def answered(self, attempt):
+        """Notes that `attempt` was answered; a 2xx answer accepts its key."""
+        with self.lock:
+            attempt["answered"] = True
+            status = attempt["response"].get("status", 200)
+            if 200 <= status <= 299 and not attempt["response"].get("raw") and attempt["idempotency_key"]:
+                self.accepted.add(attempt["idempotency_key"])
+
     def reset(self):
         with self.lock:
+            self.accepted = set()
             self.attempts = []
             self.script = []
             self.default = {"status": 200}
@@ -455,8 +472,7 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(status, payload, headers)
         if response.get("close_after"):
             self.close_connection = True
-        with STATE.lock:
-            attempt["answered"] = True
+        STATE.answered(attempt)
 
     def read_body(self):
         """The request body, from Content-Length or chunked transfer encoding."""

@@ -55,6 +55,8 @@ public struct RecordedAttempt: Decodable {
         public var drop: Bool?
         /// Seconds the collector waited before answering.
         public var stall: Double?
+        /// An attempt of a key answered 2xx before: answered 200 again, the script unused.
+        public var replayed: Bool?
     }
 
     public var seq: Int
