@@ -239,7 +239,13 @@ docs: deps
 	  -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/$(DOCS_BUILD)/symbol-graphs
 	$(PYTHON) Tests/Tools/public_api.py $(DOCS_BUILD)/symbol-graphs $(API_MODULES)
 	@rm -rf .build/symbol-graphs-cairn && mkdir -p .build/symbol-graphs-cairn
-	cp $(DOCS_BUILD)/symbol-graphs/Cairn.symbols.json $(DOCS_BUILD)/symbol-graphs/Cairn@*.symbols.json .build/symbol-graphs-cairn/
+	cp $(DOCS_BUILD)/symbol-graphs/Cairn.symbols.json .build/symbol-graphs-cairn/
+	@# Cairn's extensions of other modules' types, when it has public ones (a graph older
+	@# than the module's own is left from an earlier build).
+	@main=$$(stat -c %Y $(DOCS_BUILD)/symbol-graphs/Cairn.symbols.json); \
+	for f in $(DOCS_BUILD)/symbol-graphs/Cairn@*.symbols.json; do \
+	  [ -e "$$f" ] && [ $$(stat -c %Y "$$f") -ge $$((main - 5)) ] && cp "$$f" .build/symbol-graphs-cairn/; \
+	done; true
 	$(DOCC) convert Sources/Cairn/Cairn.docc --fallback-display-name Cairn --fallback-bundle-identifier org.cairn.Cairn \
 	  --additional-symbol-graph-dir .build/symbol-graphs-cairn --output-path .build/docs --warnings-as-errors
 	@echo "docs: .build/docs (serve it, or open documentation/cairn/index.html through a web server)"

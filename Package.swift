@@ -20,11 +20,10 @@ let strictSwift: [SwiftSetting] = [
 
 let package = Package(
     name: "Cairn",
+    // `import Cairn` is the whole Swift API; the modules it is built from are targets
+    // only, sharing what they must with `package` access. CCairn is the C library other
+    // SDKs link (also `make lib`).
     products: [
-        .library(name: "CairnStore", targets: ["CairnStore"]),
-        .library(name: "CairnUploader", targets: ["CairnUploader"]),
-        .library(name: "CairnCrash", targets: ["CairnCrash"]),
-        .library(name: "CairnProcessor", targets: ["CairnProcessor"]),
         .library(name: "Cairn", targets: ["Cairn"]),
         .library(name: "CairnTestKit", targets: ["CairnTestKit"]),
         .executable(name: "cairn", targets: ["cairn"]),
@@ -98,7 +97,7 @@ let package = Package(
         // A service using the public API, for the end-to-end and cross-process tests.
         .executableTarget(name: "cairn-service-child", dependencies: ["Cairn", "CairnTestKit"], path: "Tests/ServiceChild"),
         .testTarget(name: "CairnTests",
-                    dependencies: ["CairnBase", "Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnTestSupport",
+                    dependencies: ["CairnBase", "Cairn", "CairnTestKit", "CairnProcessor", "CairnStore", "CairnUploader", "CairnTestSupport",
                                   "cairn-service-child", "cairn", "cairn-crash-child",
                                   "CairnBenchmarks", "cairn-bench-host", "cairn-bench-baseline",
                                   "cairn-bench-host-essentials", "cairn-bench-baseline-essentials"],

@@ -89,9 +89,8 @@ extension Cairn {
     /// request"): the same drops are kept in the ring file until a request has reported
     /// them, so a process killed before that still has them reported by the next one.
     /// What the privacy and sanitising rules changed is not a drop: see ``changeCounts``.
-    public var dropCounts: [DropReason: Int] {
-        let totals = dropTotals(ring: ring?.stats(), upload: uploader?.stats)
-        return Dictionary(totals.map { (DropReason(name: $0.key), $0.value) }, uniquingKeysWith: +)
+    public var dropCounts: [String: Int] {
+        dropTotals(ring: ring?.stats(), upload: uploader?.stats)
     }
 
     /// What the privacy and sanitising rules changed since start in this process, by

@@ -10,7 +10,7 @@ public struct FinishedEvent: Sendable, Equatable {
     public let json: [UInt8]
 
     /// Wraps a record.
-    public init(json: [UInt8]) { self.json = json }
+    package init(json: [UInt8]) { self.json = json }
 
     /// The record as text.
     public var text: String { String(decoding: json, as: UTF8.self) }

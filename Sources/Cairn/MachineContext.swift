@@ -8,7 +8,7 @@ extension CommonProperties {
     /// Collects what the process and the machine say about themselves: host, OS and
     /// kernel, architecture, CPUs, cgroup memory limit, container id, process, time zone.
     /// A few small files read once at start.
-    public static func collect() -> CommonProperties {
+    package static func collect() -> CommonProperties {
         var p = collectWithoutFiles()
         p.cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))  // glibc reads /sys for it
         if let text = SmallFile.bytes("/etc/os-release", limit: 16 << 10) {
@@ -31,7 +31,7 @@ extension CommonProperties {
     /// What ``collect()`` reads without opening a file: host name, kernel and architecture
     /// (`uname`) and the pid. ``Cairn/start(_:)`` puts these into the first events and
     /// the rest into later ones once the background thread has read it.
-    public static func collectWithoutFiles() -> CommonProperties {
+    package static func collectWithoutFiles() -> CommonProperties {
         var p = CommonProperties()
         var u = utsname()
         if uname(&u) == 0 {
@@ -77,7 +77,7 @@ extension CommonProperties {
 
     /// The IANA name of the local time zone: `TZ`, else /etc/timezone, else the target
     /// of /etc/localtime.
-    public static func timeZoneName() -> String? {
+    package static func timeZoneName() -> String? {
         if let raw = getenv("TZ"), case let tz = String(cString: raw), !tz.isEmpty {
             return tz.hasPrefix(":") ? String(tz.dropFirst()) : tz
         }

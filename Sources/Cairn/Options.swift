@@ -91,9 +91,10 @@ extension Cairn {
         public var ringCapacity: Int
         /// Bytes of undelivered requests kept on disk.
         public var storeMaxBytes: Int
-        /// The HTTP transport; nil for ``HTTPTransport`` (Cairn's own HTTP/1.1 client,
-        /// with ``caFile`` and the proxy variables of the environment).
-        public var transport: (any Transport)?
+        /// The HTTP transport; nil for `HTTPTransport` (Cairn's own HTTP/1.1 client,
+        /// with ``caFile`` and the proxy variables of the environment). For the package's
+        /// own tests, which inject faults a real collector cannot produce on demand.
+        package var transport: (any Transport)?
         /// A PEM file of the CA certificates trusted for an `https` upload URL, used
         /// instead of the system store (`CAIRN_CA_FILE`); nil for the system store, which
         /// honours `SSL_CERT_FILE` and `SSL_CERT_DIR`. Verification is never turned off.
@@ -103,7 +104,7 @@ extension Cairn {
         /// `openssl` or `mbedtls`): by default mbedTLS (about 1.4 MiB in the process
         /// where OpenSSL takes about 6 MiB), OpenSSL when mbedTLS is not installed. Used
         /// by the default transport only.
-        public var tlsLibrary: HTTPTransport.TLSLibrary = .automatic
+        public var tlsLibrary: TLSLibrary = .automatic
         /// A PEM file with this service's client certificate (and any intermediates),
         /// presented to a collector that asks for one (mutual TLS; `CAIRN_CLIENT_CERT`);
         /// nil for none. Used by the default transport only, with either TLS library.
@@ -177,7 +178,7 @@ extension Cairn {
                     limits: SanitizerLimits = .init(), filter: EventFilterOptions = .init(),
                     dedup: DedupOptions = .init(), maxBatchEvents: Int = 500, maxBatchBytes: Int = 512 * 1024,
                     maxBatchAge: Duration = .seconds(1), ringCapacity: Int = 16 << 20,
-                    storeMaxBytes: Int = 32 << 20, transport: (any Transport)? = nil,
+                    storeMaxBytes: Int = 32 << 20,
                     destinations: [any Destination] = [], captureSIGQUIT: Bool = false,
                     dynamicProperties: (@Sendable () -> [String: CairnValue])? = nil,
                     uploadObserver: (any UploadObserver)? = nil) {
@@ -201,7 +202,6 @@ extension Cairn {
             self.maxBatchAge = maxBatchAge
             self.ringCapacity = ringCapacity
             self.storeMaxBytes = storeMaxBytes
-            self.transport = transport
             self.destinations = destinations
             self.captureSIGQUIT = captureSIGQUIT
             self.dynamicProperties = dynamicProperties

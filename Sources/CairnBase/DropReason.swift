@@ -9,7 +9,7 @@
 /// DropReason.overload(tier: "sampled").name   // "overload_sampled"
 /// DropReason(name: "rejected_413")            // .rejected(status: 413)
 /// ```
-public enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible {
+package enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// Left out by sampling.
     case sampled
     /// Refused by an allow or deny list.
@@ -54,7 +54,7 @@ public enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible 
     case named(String)
 
     /// The reason as written in the header, the drop table and `sdk_health`.
-    public var name: String {
+    package var name: String {
         switch self {
         case .sampled: "sampled"
         case .filtered: "filtered"
@@ -82,7 +82,7 @@ public enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible 
 
     /// The reason written as `name`; a name this SDK does not know is kept as
     /// ``named(_:)``.
-    public init(name: String) {
+    package init(name: String) {
         switch name {
         case "sampled": self = .sampled
         case "filtered": self = .filtered
@@ -114,8 +114,8 @@ public enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible 
     }
 
     /// ``name``.
-    public var description: String { name }
+    package var description: String { name }
 
     /// Ordered by ``name``, as the header lists them.
-    public static func < (lhs: DropReason, rhs: DropReason) -> Bool { lhs.name < rhs.name }
+    package static func < (lhs: DropReason, rhs: DropReason) -> Bool { lhs.name < rhs.name }
 }

@@ -7,28 +7,28 @@ import Synchronization
 /// The offset comes from the C library's time zone (`localtime_r`), asked at most once
 /// per minute of event time and kept in one atomic word; the date itself is computed
 /// with integer arithmetic, so formatting costs tens of nanoseconds.
-public final class EventClock: Sendable {
+package final class EventClock: Sendable {
     // minute index (Unix minutes) in the high 44 bits, offset + 2048 in the low 12; 0 = empty.
     private let cache = Atomic<UInt64>(0)
 
     private let fixedOffset: Int?
 
     /// A clock using the process's time zone (the `TZ` variable or /etc/localtime).
-    public init() { fixedOffset = nil }
+    package init() { fixedOffset = nil }
 
     /// A clock with a fixed UTC offset in minutes east (for golden tests and for
     /// services that report in one zone whatever the host says).
-    public init(fixedOffsetMinutes: Int) { fixedOffset = max(-2047, min(2047, fixedOffsetMinutes)) }
+    package init(fixedOffsetMinutes: Int) { fixedOffset = max(-2047, min(2047, fixedOffsetMinutes)) }
 
     /// Unix time now, in milliseconds.
-    public static func nowMillis() -> UInt64 {
+    package static func nowMillis() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return UInt64(ts.tv_sec) &* 1000 &+ UInt64(ts.tv_nsec) / 1_000_000
     }
 
     /// The UTC offset in minutes east at `millis`.
-    public func offsetMinutes(at millis: UInt64) -> Int {
+    package func offsetMinutes(at millis: UInt64) -> Int {
         if let fixedOffset { return fixedOffset }
         let minute = millis / 60_000
         let word = cache.load(ordering: .relaxed)
@@ -43,7 +43,7 @@ public final class EventClock: Sendable {
 
     /// Writes `millis` as an RFC 3339 JSON string (quoted) and returns the offset used.
     @discardableResult
-    public func write(_ millis: UInt64, into w: inout JSONWriter) -> Int {
+    package func write(_ millis: UInt64, into w: inout JSONWriter) -> Int {
         let offset = offsetMinutes(at: millis)
         let local = Int64(millis / 1000) + Int64(offset) * 60
         let days = local >= 0 ? local / 86400 : (local - 86399) / 86400
@@ -77,7 +77,7 @@ public final class EventClock: Sendable {
     }
 
     /// The RFC 3339 text of `millis` (without quotes).
-    public func text(_ millis: UInt64) -> String {
+    package func text(_ millis: UInt64) -> String {
         var bytes = [UInt8](repeating: 0, count: 40)
         let n = bytes.withUnsafeMutableBytes { buf -> Int in
             var w = JSONWriter(into: buf)

@@ -6,36 +6,36 @@
 /// needs, so the caller can retry with enough room. Strings are escaped as RFC 8259
 /// requires (quote, backslash, and control characters below 0x20); `/` and non-ASCII
 /// text are written as they are.
-public struct JSONWriter {
+package struct JSONWriter {
     @usableFromInline let base: UnsafeMutablePointer<UInt8>?
     @usableFromInline let capacity: Int
     @usableFromInline var written = 0
 
     /// Bytes the text needs so far (may exceed `capacity` once `overflowed`).
-    @inlinable public var count: Int { written }
+    @inlinable package var count: Int { written }
 
     /// Writes into `buffer`.
     @inlinable
-    public init(into buffer: UnsafeMutableRawBufferPointer) {
+    package init(into buffer: UnsafeMutableRawBufferPointer) {
         base = buffer.baseAddress?.assumingMemoryBound(to: UInt8.self)
         capacity = buffer.count
     }
 
     /// Counts only: `count` ends as the exact size of the text.
     @inlinable
-    public init(measuring: Void = ()) {
+    package init(measuring: Void = ()) {
         base = nil
         capacity = 0
     }
 
     /// True once something did not fit.
     @inlinable
-    public var overflowed: Bool { written > capacity }
+    package var overflowed: Bool { written > capacity }
 
     /// The text `write` produces, as bytes of exactly its size: `write` runs twice,
     /// measuring, then writing (for cold paths; the hot path writes into the ring).
     @inlinable
-    public static func bytes(_ write: (inout JSONWriter) -> Void) -> [UInt8] {
+    package static func bytes(_ write: (inout JSONWriter) -> Void) -> [UInt8] {
         var size = JSONWriter()
         write(&size)
         var bytes = [UInt8](repeating: 0, count: size.count)
@@ -48,14 +48,14 @@ public struct JSONWriter {
 
     /// Appends one byte.
     @inlinable
-    public mutating func byte(_ b: UInt8) {
+    package mutating func byte(_ b: UInt8) {
         if written < capacity, let base { base[written] = b }
         written += 1
     }
 
     /// Appends bytes that are already JSON (a pre-encoded fragment).
     @inlinable
-    public mutating func raw(_ bytes: UnsafeRawBufferPointer) {
+    package mutating func raw(_ bytes: UnsafeRawBufferPointer) {
         if let base, written + bytes.count <= capacity, let src = bytes.baseAddress {
             Self.copy(base + written, src, bytes.count)
         }
@@ -84,13 +84,13 @@ public struct JSONWriter {
 
     /// Appends bytes that are already JSON.
     @inlinable
-    public mutating func raw(_ bytes: [UInt8]) {
+    package mutating func raw(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { raw($0) }
     }
 
     /// Appends ASCII text that needs no escaping (a key written by the SDK, a number).
     @inlinable
-    public mutating func ascii(_ text: StaticString) {
+    package mutating func ascii(_ text: StaticString) {
         raw(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
@@ -98,13 +98,13 @@ public struct JSONWriter {
 
     /// Appends a JSON string: quotes, escapes.
     @inlinable
-    public mutating func string(_ text: String) {
+    package mutating func string(_ text: String) {
         withUTF8Bytes(text) { utf8 in string(utf8: utf8) }
     }
 
     /// Appends a JSON string from UTF-8 bytes (assumed valid, as Swift strings are).
     @inlinable
-    public mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
+    package mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
         // The common case: it fits and nothing needs escaping, so it is copied whole.
         let n = utf8.count
         if let base, let src = utf8.baseAddress, written &+ n &+ 2 <= capacity, !Self.needsEscape(src, n) {
@@ -172,7 +172,7 @@ public struct JSONWriter {
 
     /// Appends `"key":`.
     @inlinable
-    public mutating func key(_ key: StaticString) {
+    package mutating func key(_ key: StaticString) {
         byte(0x22)
         ascii(key)
         byte(0x22)
@@ -181,14 +181,14 @@ public struct JSONWriter {
 
     /// Appends `"key":` for a key that may need escaping.
     @inlinable
-    public mutating func key(_ key: String) {
+    package mutating func key(_ key: String) {
         string(key)
         byte(0x3A)
     }
 
     /// Appends a signed integer.
     @inlinable
-    public mutating func int(_ value: Int64) {
+    package mutating func int(_ value: Int64) {
         if value < 0 {
             byte(UInt8(ascii: "-"))
             uint(value == Int64.min ? UInt64(Int64.max) + 1 : UInt64(-value))
@@ -199,7 +199,7 @@ public struct JSONWriter {
 
     /// Appends an unsigned integer.
     @inlinable
-    public mutating func uint(_ value: UInt64) {
+    package mutating func uint(_ value: UInt64) {
         var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0) // 32 bytes of scratch
         withUnsafeMutableBytes(of: &digits) { d in
             var v = value
@@ -216,7 +216,7 @@ public struct JSONWriter {
     /// Appends a number; NaN and infinities (which JSON cannot hold) become `null`.
     /// Negative zero keeps its sign (`-0.0`).
     @inlinable
-    public mutating func double(_ value: Double) {
+    package mutating func double(_ value: Double) {
         guard value.isFinite else {
             ascii("null")
             return
@@ -257,7 +257,7 @@ public struct JSONWriter {
 
     /// Appends `true` or `false`.
     @inlinable
-    public mutating func bool(_ value: Bool) {
+    package mutating func bool(_ value: Bool) {
         if value { ascii("true") } else { ascii("false") }
     }
 }
@@ -265,7 +265,7 @@ public struct JSONWriter {
 /// `body` over `text`'s UTF-8 bytes: in place when the string is native and contiguous
 /// (almost always), else over a contiguous copy.
 @inlinable
-public func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+package func withUTF8Bytes<R>(_ text: String, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
     if let result = text.utf8.withContiguousStorageIfAvailable(body) { return result }
     var text = text
     return text.withUTF8(body)

@@ -17,7 +17,7 @@ public enum Tier: String, Sendable, CaseIterable, Comparable {
     /// 0 for critical ... 3 for debug: the order, and the byte the snapshot store keeps
     /// (docs/FORMATS.md, "Database `snapshots`").
     @inlinable
-    public var storeCode: UInt8 {
+    package var storeCode: UInt8 {
         switch self {
         case .critical: 0
         case .important: 1
@@ -28,7 +28,7 @@ public enum Tier: String, Sendable, CaseIterable, Comparable {
 
     /// The tier of a store byte; nil for a byte no tier has.
     @inlinable
-    public init?(storeCode: UInt8) {
+    package init?(storeCode: UInt8) {
         switch storeCode {
         case 0: self = .critical
         case 1: self = .important

@@ -7,7 +7,7 @@ import Glibc
 import Synchronization
 
 /// Why crash capture could not start or record the end of its run.
-public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertible {
     /// An option is out of range; says which and why.
     case invalidOption(String)
     /// `CrashCapture.start` was already called in this process (there is one crash
@@ -19,7 +19,7 @@ public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertib
     case install(Int32)
 
     /// Readable text.
-    public var description: String {
+    package var description: String {
         switch self {
         case .invalidOption(let why): return "invalid crash capture option: \(why)"
         case .alreadyStarted: return "crash capture is already started in this process"
@@ -30,35 +30,35 @@ public enum CrashCaptureError: Error, Equatable, Sendable, CustomStringConvertib
 }
 
 /// How one previous run ended, and what was stored about it.
-public struct PreviousRun: Sendable {
+package struct PreviousRun: Sendable {
     /// The run's session id (from its run record, or its crash report's context).
-    public var sessionID: String?
+    package var sessionID: String?
     /// How it ended.
-    public var reason: SessionEndReason
+    package var reason: SessionEndReason
     /// The `event_id` of its `crash` event, when it crashed.
-    public var crashEventID: String?
+    package var crashEventID: String?
     /// The events built for it (`crash`, then `session_end`), for the processor to
     /// encode.
-    public var events: [EndedRunEvent]
+    package var events: [EndedRunEvent]
     /// Its crash report as read, when it crashed.
-    public var report: CrashReport?
+    package var report: CrashReport?
     /// The report's frames, symbolicated from the files on this machine.
-    public var frames: [SymbolizedFrame]
+    package var frames: [SymbolizedFrame]
     /// Whether `store` accepted them; when not, the run's files stay for the next start.
-    public var stored: Bool
+    package var stored: Bool
     /// Why storing failed, when it did.
-    public var error: String?
+    package var error: String?
 }
 
 /// What `CrashCapture.processPreviousRuns` did.
-public struct PreviousRunsResult: Sendable {
+package struct PreviousRunsResult: Sendable {
     /// The previous runs found, oldest first.
-    public var runs: [PreviousRun]
+    package var runs: [PreviousRun]
     /// Runs (with their reports) deleted unprocessed because more than
     /// `Options.maxPendingRuns` were waiting: oldest first, counted here.
-    public var dropped: Int
+    package var dropped: Int
     /// Run records still locked by live processes sharing the directory: left alone.
-    public var live: Int
+    package var live: Int
 }
 
 /// Crash capture for a service: installs the C crash handler, records that this run is
@@ -77,29 +77,29 @@ public struct PreviousRunsResult: Sendable {
 /// // at a clean shutdown:
 /// try crashes.endSession()
 /// ```
-public final class CrashCapture: @unchecked Sendable {
+package final class CrashCapture: @unchecked Sendable {
     // @unchecked: mutable state is in `state`, behind a lock.
 
     /// Options of `CrashCapture.start`.
-    public struct Options: Sendable, Equatable {
+    package struct Options: Sendable, Equatable {
         /// Directory of run records and crash reports; created if missing. Several
         /// processes may share it: each handles only runs that have ended.
-        public var directory: String
+        package var directory: String
         /// The service's release, written into run records and events.
-        public var release: String?
+        package var release: String?
         /// What this run's events on the next start are told about it: `distinct_id`
         /// (their `distinct_id`, until ``CrashCapture/setIdentity(distinctID:accountID:)``
         /// sets another), and `app_id` and `environment` (their `context.app`, when the
         /// run ends before ``CrashCapture/recordContext(_:)``). Kept in the run record.
-        public var attributes: [String: String]
+        package var attributes: [String: String]
         /// Also capture SIGQUIT (off: services use it for thread dumps).
-        public var captureSIGQUIT: Bool
+        package var captureSIGQUIT: Bool
         /// Largest context blob the handler keeps, bytes (256 ... 1 MiB).
-        public var contextCapacity: Int
+        package var contextCapacity: Int
         /// Breadcrumbs kept in the context, newest last (0 ... 1000).
-        public var maxBreadcrumbs: Int
+        package var maxBreadcrumbs: Int
         /// Previous runs kept on disk while their events cannot be stored (1 ... 10000).
-        public var maxPendingRuns: Int
+        package var maxPendingRuns: Int
         /// When true, `start` leaves what the first crash can do without to
         /// ``CrashCapture/finishSetup()``, which the caller then runs soon, off its own
         /// thread: writing this run's record (a crash before it is still reported whole,
@@ -108,7 +108,7 @@ public final class CrashCapture: @unchecked Sendable {
         /// reading the cgroup's OOM-kill counter (an OOM kill before it is read makes the
         /// run `abnormal`, not `oom_killed`) and libunwind's set-up (a crash before it
         /// only takes longer to walk). Off by default.
-        public var deferSetup: Bool
+        package var deferSetup: Bool
         /// Give every thread created after the handler is installed an alternate
         /// signal stack (through the C core's `pthread_create`, which every call in the
         /// process reaches), so that a stack overflow is reported on any thread:
@@ -118,17 +118,17 @@ public final class CrashCapture: @unchecked Sendable {
         /// ends. Threads that existed before are not covered (call
         /// `cairn_crash_prepare_thread()` on them). Fixed by the first start in a
         /// process. On by default.
-        public var alternateStacksForNewThreads = true
+        package var alternateStacksForNewThreads = true
         /// A crash always ends the process: once the report is written and the signal
         /// handed on to the handler installed before Cairn's (the Swift runtime's
         /// backtracer, the service's own), a process still alive after this long (that
         /// handler hung) is ended by the crash's own signal, and the report says so.
         /// Whole seconds (alarm(2)), and only where the service leaves SIGALRM to its
         /// default action. 30 s by default; nil never ends it.
-        public var crashDeadline: Duration? = .seconds(30)
+        package var crashDeadline: Duration? = .seconds(30)
 
         /// Options with defaults: 16 KiB of context, 32 breadcrumbs, 16 pending runs.
-        public init(directory: String, release: String? = nil, attributes: [String: String] = [:],
+        package init(directory: String, release: String? = nil, attributes: [String: String] = [:],
                     captureSIGQUIT: Bool = false, contextCapacity: Int = 16 * 1024, maxBreadcrumbs: Int = 32,
                     maxPendingRuns: Int = 16, deferSetup: Bool = false) {
             self.directory = directory
@@ -191,9 +191,9 @@ public final class CrashCapture: @unchecked Sendable {
     private static let installed = Atomic<Bool>(false)
 
     /// This run's session id (UUIDv7).
-    public let sessionID: String
+    package let sessionID: String
     /// The options it was started with.
-    public let options: Options
+    package let options: Options
     /// What the first line of this run's record says.
     private let start: RunStart
     private let state: Locked<State>
@@ -208,7 +208,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// Why this run's record could not be written, or nil. With ``Options/deferSetup``
     /// it is written by ``finishSetup()``; known from then on. Without a record, the next
     /// start cannot tell how this run ended unless it crashed.
-    public var runRecordError: CrashCaptureError? { state.withLock { $0.runFileError } }
+    package var runRecordError: CrashCaptureError? { state.withLock { $0.runFileError } }
 
     /// How threads created from now on get an alternate signal stack, so that a stack
     /// overflow on them is reported (`sdk_health`'s `thread_stacks`):
@@ -219,7 +219,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// - `missing`: no `pthread_create` of the C library could be found, and threads
     ///   cannot be created (a fully static glibc build made without
     ///   `CAIRN_NO_THREAD_HOOK`).
-    public static var threadStacks: String {
+    package static var threadStacks: String {
         switch cairn_crash_thread_hook() {
         case CAIRN_THREAD_HOOK_ON: return "on"
         case CAIRN_THREAD_HOOK_FALLBACK: return "fallback"
@@ -240,7 +240,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// the handler stays installed (``Options/captureSIGQUIT`` is the first start's).
     ///
     /// - Throws: `.invalidOption`, `.alreadyStarted`, `.io`, `.install`.
-    public static func start(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
+    package static func start(_ options: Options) throws(CrashCaptureError) -> CrashCapture {
         try options.validate()
         guard live.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { throw .alreadyStarted }
@@ -304,7 +304,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// line of its own, see docs/FORMATS.md, "Run record") and sets up libunwind. Without
     /// `deferSetup`, `start` has called it; `processPreviousRuns` calls it first. Later
     /// calls do nothing.
-    public func finishSetup() {
+    package func finishSetup() {
         state.withLock { s in
             guard !s.setUp else { return }
             s.setUp = true
@@ -334,7 +334,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// Keeps `context` (a JSON object: the service's common properties, as events carry
     /// them in `context`) in this run's record, for its `crash` and `session_end`
     /// events on the next start. The last one recorded wins. Not for hot paths.
-    public func recordContext(_ context: [UInt8]) {
+    package func recordContext(_ context: [UInt8]) {
         guard case .object? = CairnValue(json: context) else { return }
         state.withLock { s in
             guard !s.ended, let runFile = record(&s) else { return }
@@ -348,7 +348,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// and a line of the run record, for how the run ends otherwise; the next start gives
     /// this run's `crash` and `session_end` events the identity recorded last (docs/
     /// FORMATS.md, "Run record"). Not for hot paths: it writes to the run record.
-    public func setIdentity(distinctID: String, accountID: String?) {
+    package func setIdentity(distinctID: String, accountID: String?) {
         let identity = RunIdentity(distinctID: distinctID, accountID: accountID.flatMap { $0.isEmpty ? nil : $0 })
         state.withLock { s in
             guard !s.over, s.identity != identity else { return }
@@ -375,7 +375,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// Adds a breadcrumb to the context a crash report carries (the newest
     /// `maxBreadcrumbs` are kept; messages are cut at 512 bytes). Not for hot paths:
     /// it re-serialises the context.
-    public func addBreadcrumb(_ message: String, category: String? = nil) {
+    package func addBreadcrumb(_ message: String, category: String? = nil) {
         let crumb = Breadcrumb(millis: nowMillis(), category: category, message: Self.cut(message, 512))
         state.withLock { s in
             guard options.maxBreadcrumbs > 0, !s.over else { return }
@@ -389,7 +389,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// the next start reports it as `clean`. Calling it again does nothing. It also
     /// ends the run in this process, even when recording fails: breadcrumbs added
     /// after it are not published, and a new ``start(_:)`` may begin the next run.
-    public func endSession() throws(CrashCaptureError) {
+    package func endSession() throws(CrashCaptureError) {
         try state.withLock { (s: inout State) throws(CrashCaptureError) in
             if !s.over {
                 // The run is over whatever comes of recording it: a new one may start.
@@ -421,7 +421,7 @@ public final class CrashCapture: @unchecked Sendable {
     /// `mask` is applied to the runtime's fatal-error message of a crash (which may quote
     /// the service's data: `fatalError("no account for \(email)")`) before it goes into
     /// the event; the SDK passes its privacy rules.
-    public func processPreviousRuns(mask: (String) -> String = { $0 },
+    package func processPreviousRuns(mask: (String) -> String = { $0 },
                                     store: ([EndedRunEvent]) throws -> Void) -> PreviousRunsResult {
         finishSetup()
         let (claimed, live) = state.withLock { s -> ([LockedFile], [String]) in

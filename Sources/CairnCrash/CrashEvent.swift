@@ -1,4 +1,4 @@
-public import CairnProcessor
+package import CairnProcessor
 import CairnBase
 import CairnStore
 import FoundationEssentials
@@ -8,16 +8,16 @@ import Glibc
 /// for the processor to encode (`Processor.record(endedRun:context:counts:)`): a `crash`
 /// or `session_end` with the ended run's identity, session and time, and the ended
 /// run's own common properties as its context.
-public struct EndedRunEvent: Sendable {
+package struct EndedRunEvent: Sendable {
     /// The event: type `.crash` or `.session`, tier Critical, its id set (derived from
     /// the run and the report, so rebuilding it gives the same `event_id`). Its
     /// `distinct_id` is empty when the ended run left none (an orphan report of a C
     /// program): the SDK then gives it its own default identity.
-    public var event: Event
+    package var event: Event
     /// The ended run's common properties (the `context` its own events carried), or,
     /// when it ended before recording them, what its start line says (`app`: id,
     /// release, environment); nil when nothing is known.
-    public var context: CairnValue?
+    package var context: CairnValue?
 }
 
 /// Builds the `crash` and `session_end` events of a previous run (docs/FORMATS.md,
@@ -217,7 +217,7 @@ extension CrashReport {
     /// crash report, symbolicated from the files on this machine, for the processor to
     /// encode: for tools such as `cairn report`. A report that cannot be read gives an
     /// event marked partial.
-    public static func event(reportBytes: [UInt8]) -> EndedRunEvent {
+    package static func event(reportBytes: [UInt8]) -> EndedRunEvent {
         let report = CrashReport(bytes: reportBytes)
         return CrashEvent.crash(report: report, rawBytes: reportBytes, start: RunStart(context: report),
                                 identity: nil, symbolizer: Symbolizer(), fallbackMillis: nowMillis()).event

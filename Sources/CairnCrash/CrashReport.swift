@@ -3,55 +3,55 @@ import Glibc
 
 /// A raw crash report (docs/FORMATS.md, "Crash report") read with the C core's reader:
 /// whatever part of it was written. Never traps on any input.
-public struct CrashReport: Sendable {
+package struct CrashReport: Sendable {
     /// Whether the handler finished the report (its commit section is present).
-    public var complete: Bool
+    package var complete: Bool
     /// Signal number, 0 when the signal section is missing.
-    public var signal: Int32
+    package var signal: Int32
     /// `si_code`.
-    public var code: Int32
+    package var code: Int32
     /// `si_addr`.
-    public var faultAddress: UInt64
+    package var faultAddress: UInt64
     /// The crashed process and thread.
-    public var pid: Int32
+    package var pid: Int32
     /// The crashed thread's id.
-    public var tid: Int32
+    package var tid: Int32
     /// The crashed thread's name.
-    public var threadName: String
+    package var threadName: String
     /// CLOCK_REALTIME at the crash, nanoseconds.
-    public var timeNanos: UInt64
+    package var timeNanos: UInt64
     /// Time the handler spent until its commit, nanoseconds (0 when unknown).
-    public var handlerNanos: UInt64
+    package var handlerNanos: UInt64
     /// 1 x86-64, 2 aarch64, 0 unknown.
-    public var arch: UInt32
+    package var arch: UInt32
     /// Register values in the architecture's order.
-    public var registers: [UInt64]
+    package var registers: [UInt64]
     /// Instruction addresses, innermost first.
-    public var frames: [UInt64]
+    package var frames: [UInt64]
     /// 1 libunwind, 2 frame pointers, 3 libunwind then frame pointers.
-    public var framesMethod: UInt32
+    package var framesMethod: UInt32
     /// Swift async context chains the handler found behind machine frames: for the
     /// machine frame at index `frame`, the addresses where its async callers resume,
     /// innermost first. Whether that frame was an async function is decided from its
     /// symbol (see ``CrashReport/symbolicated(reportBytes:)``).
-    public var asyncChains: [(frame: Int, resumes: [UInt64])]
+    package var asyncChains: [(frame: Int, resumes: [UInt64])]
     /// Modules loaded at install time.
-    public var modules: [CrashModule]
+    package var modules: [CrashModule]
     /// The context blob set by the crashed run.
-    public var context: [UInt8]
+    package var context: [UInt8]
     /// The Swift runtime's fatal-error message, if the process trapped with one.
-    public var message: String?
+    package var message: String?
     /// Signals that hit while the handler ran.
-    public var nestedFaults: Int
+    package var nestedFaults: Int
     /// Non-zero when the process was still alive this many seconds after its report (an
     /// earlier handler it was handed on to hung) and Cairn's deadline ended it.
-    public var endedByDeadlineSeconds: Int = 0
+    package var endedByDeadlineSeconds: Int = 0
     /// Why the report could not be read at all, when it could not.
-    public var unreadable: String?
+    package var unreadable: String?
 
     /// Reads `bytes`; a report that is not a Cairn report, or of an unknown version, is
     /// returned with `unreadable` set and nothing else.
-    public init(bytes: [UInt8]) {
+    package init(bytes: [UInt8]) {
         complete = false
         signal = 0
         code = 0

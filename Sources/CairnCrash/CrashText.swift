@@ -1,12 +1,12 @@
 import CairnBase
-public import CairnProcessor
+package import CairnProcessor
 
 extension Symbolizer {
     /// A function's short name, as a person reads it in a backtrace:
     /// `orders.OrderService.checkout(order: Swift.Int) -> Swift.Int` becomes
     /// `checkout(order:)`; an unlabelled parameter is `_:`; `closure #1 in …` keeps its
     /// prefix and shortens the rest; a C name stays as it is.
-    public static func shortName(_ symbol: String) -> String {
+    package static func shortName(_ symbol: String) -> String {
         // The compiler's name for a runtime check's trap says it all.
         if symbol.hasPrefix("Swift runtime failure: ") { return symbol }
         var s = Substring(symbol)
@@ -61,7 +61,7 @@ extension Symbolizer {
     /// Whether a demangled name is a Swift async function, or a part of one that runs
     /// after a suspension (`(1) await resume partial function for …`): a frame whose
     /// async context chain leads to its callers.
-    public static func isAsyncFunction(_ symbol: String) -> Bool {
+    package static func isAsyncFunction(_ symbol: String) -> Bool {
         if symbol.contains(" resume partial function for ") { return true }
         guard let arrow = topLevelRange(of: " -> ", in: Substring(symbol)) else { return false }
         var effects = Substring(symbol)[..<arrow.lowerBound]
@@ -76,7 +76,7 @@ extension Symbolizer {
     /// library's), through the specialisations and thunks made of it:
     /// `generic specialization <Swift.Int> of Swift.Array.subscript.getter …`,
     /// `static Swift.String.== infix(…)`.
-    public static func isStandardLibrary(_ symbol: String) -> Bool {
+    package static func isStandardLibrary(_ symbol: String) -> Bool {
         var s = Substring(symbol)
         var changed = true
         while changed {
@@ -154,7 +154,7 @@ extension Symbolizer {
 extension CrashReport {
     /// A raw crash report read and symbolicated from the files on this machine: its
     /// `crash` event (for the processor to encode), the report, and its frames.
-    public static func symbolicated(reportBytes: [UInt8]) -> (event: EndedRunEvent, report: CrashReport,
+    package static func symbolicated(reportBytes: [UInt8]) -> (event: EndedRunEvent, report: CrashReport,
                                                               frames: [SymbolizedFrame]) {
         let report = CrashReport(bytes: reportBytes)
         let built = CrashEvent.crash(report: report, rawBytes: reportBytes, start: RunStart(context: report),
@@ -166,7 +166,7 @@ extension CrashReport {
     /// (the runtime's message, or the signal explained) first, then the function that
     /// crashed (the first frame in the service's own code) with its file:line, the
     /// signal and thread, then every frame with its short name. `cairn report` prints it.
-    public static func text(report: CrashReport, frames: [SymbolizedFrame], event: Event? = nil) -> String {
+    package static func text(report: CrashReport, frames: [SymbolizedFrame], event: Event? = nil) -> String {
         var lines: [String] = [CrashEvent.reason(report)]
         let culprit = frames.first(where: isServiceFrame) ?? frames.first
         if let f = culprit {
@@ -220,7 +220,7 @@ extension CrashReport {
     /// service's own code with its file:line (the `crash` event's `headline`).
     ///
     /// `Fatal error: Index out of range in trap(_:) at main.swift:20:9 (orders)`
-    public static func headline(report: CrashReport, frames: [SymbolizedFrame]) -> String {
+    package static func headline(report: CrashReport, frames: [SymbolizedFrame]) -> String {
         let reason = CrashEvent.reason(report).split(separator: "\n").first.map(String.init) ?? ""
         guard let culprit = frames.first(where: isServiceFrame) ?? frames.first else { return reason }
         return reason + " in " + describe(culprit)

@@ -32,7 +32,7 @@ extension Symbolizer {
     /// Symbolizer.demangle("_ZN3foo3barEi")  // "foo::bar(int)"
     /// Symbolizer.demangle("main")           // "main"
     /// ```
-    public static func demangle(_ symbol: String) -> String {
+    package static func demangle(_ symbol: String) -> String {
         let demanglers = Demanglers.shared
         var result: UnsafeMutablePointer<CChar>?
         if ["$s", "$S", "_T0", "$e"].contains(where: symbol.hasPrefix), let swiftDemangle = demanglers.swift {
@@ -60,7 +60,7 @@ extension Symbolizer {
     /// Symbolizer.sugared("f(Swift.Optional<Swift.Int>) -> Swift.Array<Swift.String>")
     /// // "f(Swift.Int?) -> [Swift.String]"
     /// ```
-    public static func sugared(_ text: String) -> String {
+    package static func sugared(_ text: String) -> String {
         guard text.contains("Swift.Optional<") || text.contains("Swift.Array<") || text.contains("Swift.Dictionary<")
         else { return text }
         return sugar(Array(text)[...], depth: 0)

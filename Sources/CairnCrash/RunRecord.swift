@@ -5,7 +5,7 @@ import FoundationEssentials
 import Glibc
 
 /// How a previous run of the service ended, as the next start sees it.
-public enum SessionEndReason: String, Sendable, Equatable, CaseIterable {
+package enum SessionEndReason: String, Sendable, Equatable, CaseIterable {
     /// The run recorded a clean shutdown.
     case clean
     /// The run left a crash report.

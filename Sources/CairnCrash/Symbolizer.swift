@@ -6,20 +6,20 @@ import Glibc
 #endif
 
 /// A module of the crashed process, from the report.
-public struct CrashModule: Sendable, Equatable {
+package struct CrashModule: Sendable, Equatable {
     /// The file the module was loaded from.
-    public var path: String
+    package var path: String
     /// The load bias (`dlpi_addr`): an address minus it is an ELF virtual address in the file.
-    public var loadAddress: UInt64
+    package var loadAddress: UInt64
     /// Start of the module's executable range (absolute).
-    public var start: UInt64
+    package var start: UInt64
     /// End of the module's executable range (absolute, exclusive).
-    public var end: UInt64
+    package var end: UInt64
     /// The GNU build id the process saw; empty when the module had none.
-    public var buildID: [UInt8]
+    package var buildID: [UInt8]
 
     /// Creates a module record.
-    public init(path: String, loadAddress: UInt64, start: UInt64, end: UInt64, buildID: [UInt8]) {
+    package init(path: String, loadAddress: UInt64, start: UInt64, end: UInt64, buildID: [UInt8]) {
         self.path = path
         self.loadAddress = loadAddress
         self.start = start
@@ -29,41 +29,41 @@ public struct CrashModule: Sendable, Equatable {
 }
 
 /// One symbolicated frame.
-public struct SymbolizedFrame: Sendable, Equatable {
+package struct SymbolizedFrame: Sendable, Equatable {
     /// The address as in the report.
-    public var address: UInt64
+    package var address: UInt64
     /// The module path; nil when no module holds the address.
-    public var module: String?
+    package var module: String?
     /// The address minus the module's load address.
-    public var moduleOffset: UInt64?
+    package var moduleOffset: UInt64?
     /// The module's build id in lowercase hex.
-    public var buildID: String?
+    package var buildID: String?
     /// The function, demangled (Swift and C++), or the raw name when it is not mangled.
-    public var symbol: String?
+    package var symbol: String?
     /// The raw symbol-table name, when it differs from `symbol`.
-    public var mangledSymbol: String?
+    package var mangledSymbol: String?
     /// The looked-up address minus the symbol's start.
-    public var symbolOffset: UInt64?
+    package var symbolOffset: UInt64?
     /// The source file, from the DWARF line table.
-    public var file: String?
+    package var file: String?
     /// The source line.
-    public var line: Int?
+    package var line: Int?
     /// The source column.
-    public var column: Int?
+    package var column: Int?
     /// Why something is missing, e.g. "build id differs from file on disk", "module file missing", "no symbol".
-    public var note: String?
+    package var note: String?
     /// Whether this is a function the compiler inlined into the next frame (which has
     /// the same address): its code has no frame of its own on the stack, the debug
     /// information names it (``Symbolizer/symbolizeInlined(address:index:modules:)``).
-    public var inlined = false
+    package var inlined = false
     /// Whether this is an async caller of the frame before it, found through the
     /// task's async context chain rather than on the machine stack: its address is
     /// where the function resumes (``CrashReport/asyncChains``), as the Swift
     /// runtime's backtracer shows `[async]` frames.
-    public var isAsync = false
+    package var isAsync = false
 
     /// Creates a frame that holds only its address.
-    public init(address: UInt64) {
+    package init(address: UInt64) {
         self.address = address
     }
 }
@@ -77,7 +77,7 @@ public struct SymbolizedFrame: Sendable, Equatable {
 ///     symbolizer.symbolize(address: address, index: index, modules: report.modules)
 /// }
 /// ```
-public final class Symbolizer {
+package final class Symbolizer {
     /// A module file opened once, with what was found for it.
     private final class LoadedFile {
         let image: ELFImage
@@ -135,7 +135,7 @@ public final class Symbolizer {
     private let debugDirectory: String
 
     /// Creates a symbolizer that looks for separate debug files under `/usr/lib/debug`.
-    public convenience init() {
+    package convenience init() {
         self.init(debugDirectory: "/usr/lib/debug")
     }
 
@@ -152,7 +152,7 @@ public final class Symbolizer {
     ///     is; others are return addresses, looked up at address − 1).
     ///   - modules: The report's module list.
     /// - Returns: What could be found; `note` says why something is missing.
-    public func symbolize(address: UInt64, index: Int, modules: [CrashModule]) -> SymbolizedFrame {
+    package func symbolize(address: UInt64, index: Int, modules: [CrashModule]) -> SymbolizedFrame {
         var frame = SymbolizedFrame(address: address)
         // A return address may sit just past the end of its module's code: the call does not.
         let lookup = index == 0 ? address : address &- 1
@@ -214,7 +214,7 @@ public final class Symbolizer {
     ///
     /// Without inline information (no `.debug_info`, or nothing inlined there), the one
     /// frame ``symbolize(address:index:modules:)`` gives.
-    public func symbolizeInlined(address: UInt64, index: Int, modules: [CrashModule]) -> [SymbolizedFrame] {
+    package func symbolizeInlined(address: UInt64, index: Int, modules: [CrashModule]) -> [SymbolizedFrame] {
         let frame = symbolize(address: address, index: index, modules: modules)
         let lookup = index == 0 ? address : address &- 1
         guard frame.module != nil, frame.note != "build id differs from file on disk",

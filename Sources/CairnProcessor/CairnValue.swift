@@ -45,20 +45,20 @@ extension CairnValue {
     /// The most container levels ``init(sanitizing:counts:)`` converts: an array or
     /// dictionary nested deeper becomes `null`. Above any sensible
     /// ``SanitizerLimits/maxDepth``, so the sanitiser's own limit is what events see.
-    public static let conversionDepthLimit = 32
+    package static let conversionDepthLimit = 32
 
     /// The most values ``init(sanitizing:counts:)`` converts in all (containers, their
     /// elements, scalars): a container shared many times over (the same array in both
     /// halves of its parent, thirty levels down) would otherwise expand to billions.
-    public static let conversionValueLimit = 100_000
+    package static let conversionValueLimit = 100_000
 
     /// What ``init(sanitizing:counts:)`` writes where a container would contain itself.
-    public static let cycleMarker = "[cycle]"
+    package static let cycleMarker = "[cycle]"
 
     /// Converts a value from untyped code (JSON decoded with `JSONSerialization`,
     /// Objective-C style dictionaries) as ``init(sanitizing:counts:)`` does, discarding
     /// the counts. Never traps.
-    public init(sanitizing value: Any?) {
+    package init(sanitizing value: Any?) {
         var counts = RuleCounts()
         self.init(sanitizing: value, counts: &counts)
     }
@@ -86,7 +86,7 @@ extension CairnValue {
     ///
     /// Foundation containers are read without bridging (`NSArray as? [Any]` would copy
     /// the whole tree, recursively, before a single check could run).
-    public init(sanitizing value: Any?, counts: inout RuleCounts) {
+    package init(sanitizing value: Any?, counts: inout RuleCounts) {
         var converter = UntypedConverter()
         self = converter.convert(value)
         counts.add(converter.counts)

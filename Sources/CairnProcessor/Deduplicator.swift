@@ -21,7 +21,7 @@ public struct DedupOptions: Sendable, Equatable {
 }
 
 /// What to do with an offered event.
-public enum DedupDecision: Sendable, Equatable {
+package enum DedupDecision: Sendable, Equatable {
     /// The first event of its fingerprint in a window: send it.
     case emit
     /// A repeat inside an open window: drop it; it is counted in the window's summary.
@@ -40,7 +40,7 @@ public enum DedupDecision: Sendable, Equatable {
 /// first is closed early (and reported like any other closed window).
 ///
 /// Thread-safe: every method may be called from any thread.
-public final class Deduplicator: @unchecked Sendable {
+package final class Deduplicator: @unchecked Sendable {
     private struct Window {
         var start: UInt64
         var repeats: Int
@@ -65,7 +65,7 @@ public final class Deduplicator: @unchecked Sendable {
     private var droppedSummaryCount = 0
 
     /// A deduplicator for `options`.
-    public init(options: DedupOptions) {
+    package init(options: DedupOptions) {
         let components = options.window.components
         if components.seconds < 0 || (components.seconds == 0 && components.attoseconds <= 0) {
             windowNanos = 0
@@ -89,7 +89,7 @@ public final class Deduplicator: @unchecked Sendable {
     /// Offers an event of `fingerprint`. `nowNanos`: a monotonic clock reading passed in
     /// (so tests need not sleep); readings a little out of order between threads count as
     /// inside the window.
-    public func offer(fingerprint: UInt64, nowNanos: UInt64) -> DedupDecision {
+    package func offer(fingerprint: UInt64, nowNanos: UInt64) -> DedupDecision {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         if let index = open.index(forKey: fingerprint) {
@@ -112,7 +112,7 @@ public final class Deduplicator: @unchecked Sendable {
     /// Windows that have closed with folded repeats, to report as one summary event each:
     /// `(fingerprint, repeats)`, where `repeats` does not count the emitted first event.
     /// Closes the windows that have ended by `nowNanos` and removes everything it returns.
-    public func drainClosed(nowNanos: UInt64) -> [(fingerprint: UInt64, repeats: Int)] {
+    package func drainClosed(nowNanos: UInt64) -> [(fingerprint: UInt64, repeats: Int)] {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         var result = closed
@@ -132,7 +132,7 @@ public final class Deduplicator: @unchecked Sendable {
 
     /// Summaries lost because more than `maxFingerprints` closed windows waited for
     /// ``drainClosed(nowNanos:)``.
-    public var droppedSummaries: Int {
+    package var droppedSummaries: Int {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return droppedSummaryCount
@@ -140,7 +140,7 @@ public final class Deduplicator: @unchecked Sendable {
 
     /// The fingerprint of an error event: ``StableHash`` of the parts `name`, `message`
     /// (an absent message hashes like an empty one) and each of `extra`, in that order.
-    public static func fingerprint(name: String, message: String?, extra: [String]) -> UInt64 {
+    package static func fingerprint(name: String, message: String?, extra: [String]) -> UInt64 {
         var hasher = StableHash.Hasher()
         hasher.feed(name)
         hasher.separator()

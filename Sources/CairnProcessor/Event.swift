@@ -1,8 +1,8 @@
-public import CairnBase
+package import CairnBase
 import Synchronization
 
 /// The kinds of event (docs/FORMATS.md, "Event").
-public enum EventType: String, Sendable, CaseIterable {
+package enum EventType: String, Sendable, CaseIterable {
     /// Something the service tracked.
     case track
     /// User properties set.
@@ -51,7 +51,7 @@ public struct SpanContext: Sendable, Hashable {
     public var sampled: Bool
 
     /// A span context.
-    public init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil, sampled: Bool = true) {
+    package init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil, sampled: Bool = true) {
         self.traceID = traceID
         self.spanID = spanID
         self.parentSpanID = parentSpanID
@@ -61,35 +61,35 @@ public struct SpanContext: Sendable, Hashable {
 
 /// One event on its way through the processor: what the call site said, plus what the
 /// SDK filled in (time, identity, session, trace).
-public struct Event: Sendable {
+package struct Event: Sendable {
     /// Its kind.
-    public var type: EventType
+    package var type: EventType
     /// Its name.
-    public var name: String
+    package var name: String
     /// The call site's properties.
-    public var properties: [String: CairnValue]
+    package var properties: [String: CairnValue]
     /// Unix milliseconds.
-    public var timeMillis: UInt64
+    package var timeMillis: UInt64
     /// Who it is about.
-    public var identity: Identity
+    package var identity: Identity
     /// The process run.
-    public var sessionID: String?
+    package var sessionID: String?
     /// The span it happened in.
-    public var span: SpanContext?
+    package var span: SpanContext?
     /// How much it matters.
-    public var tier: Tier
+    package var tier: Tier
     /// An error event: always kept by sampling, folded by deduplication.
-    public var isError: Bool
+    package var isError: Bool
     /// ``identity`` was given with this call (not the SDK's default identity): sampling
     /// then keys on it (``SamplingKey/identity(distinctID:day:)``).
-    public var identityGiven: Bool
+    package var identityGiven: Bool
     /// Its event id, once drawn: the processor draws it when sampling keys on the event
     /// itself (``SamplingKey/event(high:low:)``), and encodes it; `nil` until then (a new
     /// one is drawn when the event is encoded).
-    public var id: (UInt64, UInt64)?
+    package var id: (UInt64, UInt64)?
 
     /// An event.
-    public init(type: EventType = .track, name: String, properties: [String: CairnValue] = [:], timeMillis: UInt64,
+    package init(type: EventType = .track, name: String, properties: [String: CairnValue] = [:], timeMillis: UInt64,
                 identity: Identity, sessionID: String? = nil, span: SpanContext? = nil, tier: Tier = .sampled,
                 isError: Bool = false, identityGiven: Bool = false) {
         self.type = type
@@ -106,7 +106,7 @@ public struct Event: Sendable {
 
     /// What sampling keys this event on: its trace inside a span, else the identity given
     /// with the call, else the event itself (its ``id``, drawn now if it has none yet).
-    public mutating func samplingKey(ids: EventIDGenerator) -> SamplingKey {
+    package mutating func samplingKey(ids: EventIDGenerator) -> SamplingKey {
         if let span { return .trace(span.traceID) }
         if identityGiven {
             return .identity(distinctID: identity.distinctID, day: Int64(timeMillis / 86_400_000))

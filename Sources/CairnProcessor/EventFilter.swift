@@ -41,14 +41,14 @@ public struct EventFilterOptions: Sendable, Equatable {
 ///                                                      denyPaths: ["/health", "/internal/**"]))
 /// filter.allows(name: "http_request", path: "/internal/metrics")  // false
 /// ```
-public struct EventFilter: Sendable {
+package struct EventFilter: Sendable {
     private let allowNames: [GlobPattern]
     private let denyNames: [GlobPattern]
     private let allowPaths: [GlobPattern]
     private let denyPaths: [GlobPattern]
 
     /// A filter for `options`; the patterns are compiled here, once.
-    public init(options: EventFilterOptions) {
+    package init(options: EventFilterOptions) {
         allowNames = options.allowNames.map { GlobPattern($0, separatorAware: false) }
         denyNames = options.denyNames.map { GlobPattern($0, separatorAware: false) }
         allowPaths = options.allowPaths.map { GlobPattern($0, separatorAware: true) }
@@ -56,13 +56,13 @@ public struct EventFilter: Sendable {
     }
 
     /// Whether any path pattern is set (else the path need not be looked up).
-    public var filtersPaths: Bool { !allowPaths.isEmpty || !denyPaths.isEmpty }
+    package var filtersPaths: Bool { !allowPaths.isEmpty || !denyPaths.isEmpty }
 
     /// `true` when the event passes: its name is not denied and is allowed (or the allow
     /// list is empty), and, when it has a path, the same holds for the path. An event
     /// without a path is not subject to the path lists.
 
-    public func allows(name: String, path: String?) -> Bool {
+    package func allows(name: String, path: String?) -> Bool {
         guard Self.passes(name, allow: allowNames, deny: denyNames) else { return false }
         guard let path else { return true }
         return Self.passes(path, allow: allowPaths, deny: denyPaths)

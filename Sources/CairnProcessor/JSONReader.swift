@@ -1,6 +1,6 @@
 extension CairnValue {
     /// Deepest nesting ``init(json:)`` reads (deeper input is refused, not recursed into).
-    public static let jsonDepthLimit = 64
+    package static let jsonDepthLimit = 64
 
     /// `bytes` read as one JSON value (RFC 8259), surrounded by optional white space; nil
     /// when they are not JSON, or nest deeper than ``jsonDepthLimit``. Whole numbers that
@@ -10,7 +10,7 @@ extension CairnValue {
     /// The SDK's one JSON reader (the files it reads back: run records, crash contexts,
     /// the install record, and ``FinishedEvent/object``). Small and without Foundation,
     /// so that reading a file at start costs no framework's first use.
-    public init?(json bytes: [UInt8]) {
+    package init?(json bytes: [UInt8]) {
         var reader = JSONReader(bytes)
         guard let value = reader.value(depth: 0) else { return nil }
         reader.skipSpace()
@@ -19,20 +19,20 @@ extension CairnValue {
     }
 
     /// The member `key` of an object; nil for other values and absent keys.
-    public subscript(key: String) -> CairnValue? {
+    package subscript(key: String) -> CairnValue? {
         guard case .object(let members) = self else { return nil }
         return members[key]
     }
 
     /// The text of a string; nil for other values.
-    public var text: String? {
+    package var text: String? {
         if case .string(let s) = self { return s }
         return nil
     }
 
     /// A whole number that is not negative (`.int`, or a `.double` that is one); nil
     /// otherwise.
-    public var unsigned: UInt64? {
+    package var unsigned: UInt64? {
         switch self {
         case .int(let i): return UInt64(exactly: i)
         case .double(let d): return d.isFinite ? UInt64(exactly: d) : nil

@@ -1,8 +1,8 @@
-public import CairnBase
+package import CairnBase
 
 extension JSONWriter {
     /// Appends a property value.
-    public mutating func value(_ value: CairnValue) {
+    package mutating func value(_ value: CairnValue) {
         switch value {
         case .null: ascii("null")
         case .bool(let b): bool(b)
@@ -22,7 +22,7 @@ extension JSONWriter {
     }
 
     /// Appends an object of property values.
-    public mutating func object(_ members: [String: CairnValue]) {
+    package mutating func object(_ members: [String: CairnValue]) {
         byte(0x7B)
         var first = true
         for (k, v) in members {
@@ -37,7 +37,7 @@ extension JSONWriter {
     /// Appends a value with every object's keys in sorted order (byte order of their
     /// UTF-8): for events that must come out the same byte for byte when rebuilt. Not for
     /// hot paths (it sorts).
-    public mutating func sortedValue(_ value: CairnValue) {
+    package mutating func sortedValue(_ value: CairnValue) {
         switch value {
         case .array(let items):
             byte(0x5B)

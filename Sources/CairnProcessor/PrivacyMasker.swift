@@ -4,15 +4,15 @@ import CairnBase
 // processor's single-pass encoder asks for. The value detectors are in
 // PrivacyDetectors.swift, the key patterns in PrivacyKeyRules.swift.
 
-public struct PrivacyMasker: Sendable {
+package struct PrivacyMasker: Sendable {
     /// The options this masker applies.
-    public let options: PrivacyOptions
+    package let options: PrivacyOptions
     private let kinds: MaskKinds
     let patterns: KeyPatterns
     let rules: KeyRuleTable
 
     /// A masker for `options`.
-    public init(options: PrivacyOptions = .init()) {
+    package init(options: PrivacyOptions = .init()) {
         self.options = options
         var kinds: MaskKinds = []
         if options.maskEmails { kinds.insert(.emails) }
@@ -28,7 +28,7 @@ public struct PrivacyMasker: Sendable {
     /// Applies key rules and value masking to every property, recursively, adding what
     /// changed to `counts`. Keys themselves are never changed. When nothing matches, the
     /// input is returned as is.
-    public func apply(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
+    package func apply(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
         apply(properties, maxDepth: .max, counts: &counts)
     }
 
@@ -42,7 +42,7 @@ public struct PrivacyMasker: Sendable {
 
     /// Masks sensitive content in one string with the rules switched on in ``options``;
     /// returns it unchanged (same storage) when nothing matches.
-    public func mask(_ text: String) -> String {
+    package func mask(_ text: String) -> String {
         guard options.enabled, !kinds.isEmpty else { return text }
         return maskText(text, kinds: kinds) ?? text
     }
@@ -54,13 +54,13 @@ public struct PrivacyMasker: Sendable {
     /// relative "/p?x=1". Parameters in the fragment (`#access_token=…`) are masked too.
     /// Runs whether or not ``PrivacyOptions/maskURLQueries`` is set, unless privacy is
     /// disabled.
-    public func maskURL(_ url: String) -> String {
+    package func maskURL(_ url: String) -> String {
         guard options.enabled else { return url }
         return maskText(url, kinds: .urls) ?? url
     }
 
     /// Whether a key is sensitive under these options: its value would be redacted.
-    public func isSensitive(key: String) -> Bool {
+    package func isSensitive(key: String) -> Bool {
         guard options.enabled else { return false }
         return action(forKey: key) == .redact
     }

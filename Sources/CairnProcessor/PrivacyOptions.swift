@@ -26,10 +26,10 @@ public struct PrivacyOptions: Sendable, Equatable {
 
     /// The longest ``sensitiveKeys`` list `Cairn.start` accepts, in normalised bytes summed
     /// over the entries: they are compiled into one automaton whose size grows with it.
-    public static let maxSensitiveKeyBytes = 2048
+    package static let maxSensitiveKeyBytes = 2048
 
     /// The normalised length of ``sensitiveKeys`` summed (see ``maxSensitiveKeyBytes``).
-    public var sensitiveKeyBytes: Int {
+    package var sensitiveKeyBytes: Int {
         sensitiveKeys.reduce(0) { $0 + $1.utf8.count { normalise($0) != nil } }
     }
 

@@ -1,45 +1,45 @@
-public import CairnBase
+package import CairnBase
 import Synchronization
 
 /// The common properties of a Linux service, collected once at start and written into
 /// every event's `context` object (docs/FORMATS.md, "Event").
-public struct CommonProperties: Sendable, Equatable {
+package struct CommonProperties: Sendable, Equatable {
     /// The application's id.
-    public var appID: String?
+    package var appID: String?
     /// Its release (for example `orders@1.4.2`).
-    public var release: String?
+    package var release: String?
     /// Its build.
-    public var build: String?
+    package var build: String?
     /// `production`, `staging`, ...
-    public var environment: String?
+    package var environment: String?
     /// The host name.
-    public var hostName: String?
+    package var hostName: String?
     /// The distribution's name (`/etc/os-release` `NAME`, e.g. `Debian GNU/Linux`).
-    public var osName: String?
+    package var osName: String?
     /// The distribution's version (`VERSION_ID`).
-    public var osVersion: String?
+    package var osVersion: String?
     /// The kernel release (`uname -r`).
-    public var kernel: String?
+    package var kernel: String?
     /// The machine architecture (`x86_64`, `aarch64`).
-    public var arch: String?
+    package var arch: String?
     /// Online CPUs.
-    public var cpuCount: Int?
+    package var cpuCount: Int?
     /// The cgroup's memory limit in bytes, when there is one.
-    public var memoryLimit: UInt64?
+    package var memoryLimit: UInt64?
     /// The container's id, when the cgroup path names one.
-    public var containerID: String?
+    package var containerID: String?
     /// The process's name.
-    public var processName: String?
+    package var processName: String?
     /// The process id.
-    public var pid: Int32?
+    package var pid: Int32?
     /// The IANA time zone (`Europe/Berlin`), when known.
-    public var timeZone: String?
+    package var timeZone: String?
 
     /// Empty properties; fill in what is known.
-    public init() {}
+    package init() {}
 
     /// The `"context":{...},"sdk":{...}` fragment, encoded once.
-    public func encodedFragment(sdkVersion: String) -> [UInt8] {
+    package func encodedFragment(sdkVersion: String) -> [UInt8] {
         JSONWriter.bytes { w in
             w.key("context")
             writeContext(into: &w)
@@ -62,7 +62,7 @@ public struct CommonProperties: Sendable, Equatable {
 
     /// The `context` object alone (`{"app":{...},...}`), as the run record keeps it for
     /// the crash and session-end events of this run.
-    public func encodedContext() -> [UInt8] {
+    package func encodedContext() -> [UInt8] {
         JSONWriter.bytes { writeContext(into: &$0) }
     }
 
@@ -170,20 +170,20 @@ final class CommonFragment: @unchecked Sendable {
 }
 
 /// Options of the processor.
-public struct ProcessorOptions: Sendable, Equatable {
+package struct ProcessorOptions: Sendable, Equatable {
     /// Limits of the sanitiser.
-    public var limits: SanitizerLimits
+    package var limits: SanitizerLimits
     /// Privacy rules (on by default).
-    public var privacy: PrivacyOptions
+    package var privacy: PrivacyOptions
     /// Sampling rates.
-    public var sampling: SamplingOptions
+    package var sampling: SamplingOptions
     /// Allow and deny lists.
-    public var filter: EventFilterOptions
+    package var filter: EventFilterOptions
     /// The property whose string value the path patterns of `filter` match.
-    public var pathProperty: String
+    package var pathProperty: String
 
     /// Options; every rule at its documented default.
-    public init(limits: SanitizerLimits = .init(), privacy: PrivacyOptions = .init(),
+    package init(limits: SanitizerLimits = .init(), privacy: PrivacyOptions = .init(),
                 sampling: SamplingOptions = .init(), filter: EventFilterOptions = .init(),
                 pathProperty: String = "path") {
         self.limits = limits
@@ -199,9 +199,9 @@ public struct ProcessorOptions: Sendable, Equatable {
 /// rules, then sanitiser), and encodes it as one JSON object (docs/FORMATS.md, "Event").
 /// No files, no threads, no clock reads except through `EventClock`'s cached time zone
 /// offset.
-public final class Processor: Sendable {
+package final class Processor: Sendable {
     /// The options it was made with.
-    public let options: ProcessorOptions
+    package let options: ProcessorOptions
     private let sanitizer: Sanitizer
     private let masker: PrivacyMasker
     private let sampler: Sampler
@@ -212,12 +212,12 @@ public final class Processor: Sendable {
     private let common: CommonFragment
     private let sdkVersion: String
     /// Formats event times.
-    public let clock: EventClock
+    package let clock: EventClock
     /// Makes event ids.
-    public let ids: EventIDGenerator
+    package let ids: EventIDGenerator
 
     /// A processor writing `common` into every event, with times in `clock`'s zone.
-    public init(options: ProcessorOptions = .init(), common: CommonProperties = .init(),
+    package init(options: ProcessorOptions = .init(), common: CommonProperties = .init(),
                 sdkVersion: String = cairnVersion, clock: EventClock = EventClock()) {
         self.options = options
         sanitizer = Sanitizer(limits: options.limits)
@@ -236,24 +236,24 @@ public final class Processor: Sendable {
     /// Replaces the common properties, once: `start` builds the processor with what it
     /// can read at once and hands it the rest, collected on the background thread, this
     /// way. Events encoded before carry the first set. Later calls do nothing.
-    public func updateCommon(_ common: CommonProperties) {
+    package func updateCommon(_ common: CommonProperties) {
         self.common.replace(common.encodedFragment(sdkVersion: sdkVersion))
     }
 
     /// The `"context":{...},"sdk":{...}` fragment that ends every event encoded with its
     /// context now (a copy): what the SDK writes to the ring as a context record, for
     /// the events it encodes without it (docs/FORMATS.md, "Ring file").
-    public var contextFragment: [UInt8] { Array(common.bytes) }
+    package var contextFragment: [UInt8] { Array(common.bytes) }
 
     /// `text` with what the privacy rules find in it masked (e-mails, phone numbers,
     /// cards, tokens, URL query secrets, as switched on), or as it is when privacy is
     /// off: for free text that is not an event property, such as a breadcrumb.
-    public func maskText(_ text: String) -> String {
+    package func maskText(_ text: String) -> String {
         options.privacy.enabled ? masker.mask(text) : text
     }
 
     /// `url` with the values of sensitive query parameters masked (when privacy is on).
-    public func maskURL(_ url: String) -> String {
+    package func maskURL(_ url: String) -> String {
         options.privacy.enabled ? masker.maskURL(url) : url
     }
 
@@ -262,7 +262,7 @@ public final class Processor: Sendable {
     /// `clean(_:counts:)` (the event form) will write them. Sampling keys on
     /// ``Event/samplingKey(ids:)``; when that is the event itself, its id is drawn here
     /// (into `event.id`) and is the one it is encoded with.
-    public func admit(_ event: inout Event) -> DropReason? {
+    package func admit(_ event: inout Event) -> DropReason? {
         if event.name.isEmpty { return .invalidName }
         if event.identity.distinctID.isEmpty { return .invalidIdentity }
         guard !admitReadsNames || (sanitizer.leavesUnchanged(name: event.name)
@@ -299,7 +299,7 @@ public final class Processor: Sendable {
     /// `account_id` (``Sanitizer/sanitize(name:counts:)``; an empty account id is left
     /// out) and its properties (`clean(_:counts:)`, the properties form), adding
     /// what changed to `counts`.
-    public func clean(_ event: inout Event, counts: inout RuleCounts) {
+    package func clean(_ event: inout Event, counts: inout RuleCounts) {
         event.name = sanitizer.sanitize(name: event.name, counts: &counts)
         event.identity.distinctID = sanitizer.sanitize(name: event.identity.distinctID, counts: &counts)
         if let account = event.identity.accountID {
@@ -317,7 +317,7 @@ public final class Processor: Sendable {
     /// cut can leave half a card number), then the sanitiser (so the limits hold for
     /// what is written); what they change is added to `counts`. Containers deeper than
     /// the sanitiser's depth limit are not looked into: it replaces them.
-    public func clean(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
+    package func clean(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
         let masked = options.privacy.enabled
             ? masker.apply(properties, maxDepth: sanitizer.maxDepth, counts: &counts) : properties
         return sanitizer.sanitize(masked, counts: &counts)
@@ -328,7 +328,7 @@ public final class Processor: Sendable {
     /// Containers deeper than the sanitiser's depth limit count as the `null` that
     /// replaces them, so a hostile nesting costs no more than the limit allows. Without
     /// `context`, for an event encoded without its context.
-    public func estimate(_ event: Event, context: Bool = true) -> Int {
+    package func estimate(_ event: Event, context: Bool = true) -> Int {
         var n = 160 + (context ? common.bytes.count : 0) + event.name.utf8.count + event.identity.distinctID.utf8.count
             + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
             + (event.span == nil ? 0 : 110)
@@ -356,7 +356,7 @@ public final class Processor: Sendable {
     /// fields (the ring's bare records, completed from a context record before they
     /// are sent).
     @discardableResult
-    public func encode(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64) {
+    package func encode(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64) {
         let id = event.id ?? ids.next(millis: event.timeMillis)
         encode(event, id: id, into: &w, context: context)
         return id
@@ -366,7 +366,7 @@ public final class Processor: Sendable {
     /// `clean(_:counts:)` (the event form) leaves them even when it did not run (uncounted
     /// then); its properties are written as they are. Without `context`, as
     /// `encode(_:into:context:)`.
-    public func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter, context: Bool = true) {
+    package func encode(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter, context: Bool = true) {
         writeCleanedHead(event, id: id, into: &w)
         w.object(event.properties)
         writeTail(into: &w, context: context)
@@ -378,13 +378,13 @@ public final class Processor: Sendable {
     /// exactly those of `clean` followed by `encode`. Returns nil when some rule applies
     /// (the writer's content is then meaningless): the caller runs `clean` and `encode`
     /// instead. Without `context`, as `encode(_:into:context:)`.
-    public func encodeIfClean(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64)? {
+    package func encodeIfClean(_ event: Event, into w: inout JSONWriter, context: Bool = true) -> (UInt64, UInt64)? {
         let id = event.id ?? ids.next(millis: event.timeMillis)
         return encodeIfClean(event, id: id, into: &w, context: context) ? id : nil
     }
 
     /// `encodeIfClean` with the given id; false when some rule applies.
-    public func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter,
+    package func encodeIfClean(_ event: Event, id: (UInt64, UInt64), into w: inout JSONWriter,
                               context: Bool = true) -> Bool {
         if let account = event.identity.accountID, account.isEmpty { return false }
         guard writeHead(event, name: event.name, distinctID: event.identity.distinctID,
@@ -529,7 +529,7 @@ public final class Processor: Sendable {
 
     /// The whole record for `event` as bytes (for tests and cold paths; the hot path
     /// encodes into the ring's reservation).
-    public func record(_ event: Event, id: (UInt64, UInt64)? = nil) -> [UInt8] {
+    package func record(_ event: Event, id: (UInt64, UInt64)? = nil) -> [UInt8] {
         let id = id ?? event.id ?? ids.next(millis: event.timeMillis)
         return JSONWriter.bytes { encode(event, id: id, into: &$0) }
     }
@@ -544,7 +544,7 @@ public final class Processor: Sendable {
     /// frames, registers and module paths are the SDK's own (an address can look like a
     /// card number), and the texts the service wrote (the runtime's message, its
     /// breadcrumbs) are masked before they get here.
-    public func record(endedRun event: Event, context: CairnValue?, counts: inout RuleCounts) -> [UInt8] {
+    package func record(endedRun event: Event, context: CairnValue?, counts: inout RuleCounts) -> [UInt8] {
         var event = event
         event.properties = sanitizer.sanitize(event.properties, counts: &counts)
         let id = event.id ?? ids.next(millis: event.timeMillis)

@@ -23,15 +23,15 @@ public import CairnBase
 ///
 /// A part that itself contains `0x1F` hashes like two parts; callers that must tell those
 /// apart do not put `0x1F` in their parts.
-public enum StableHash {
+package enum StableHash {
     /// The hash of `parts`, joined with `0x1F`.
-    public static func hash64(_ parts: String...) -> UInt64 {
+    package static func hash64(_ parts: String...) -> UInt64 {
         hash64(parts: parts)
     }
 
     /// The hash of `parts`, joined with `0x1F`; an empty list hashes no bytes
     /// (`fmix64` of the offset basis).
-    public static func hash64(parts: [String]) -> UInt64 {
+    package static func hash64(parts: [String]) -> UInt64 {
         var hasher = Hasher()
         for (index, part) in parts.enumerated() {
             if index > 0 { hasher.separator() }
@@ -168,7 +168,7 @@ public struct SamplingOptions: Sendable, Equatable {
 /// if sampler.keep(distinctID: "user-1", eventName: "page_view", tier: .sampled,
 ///                 isError: false, day: 20_454) { … }
 /// ```
-public struct Sampler: Sendable {
+package struct Sampler: Sendable {
     /// A rate turned into the comparison the decision makes.
     private struct Threshold: Sendable {
         let rate: Double
@@ -217,7 +217,7 @@ public struct Sampler: Sendable {
     private let keepErrors: Bool
 
     /// A sampler for `options`; rates are clamped and converted once, here.
-    public init(options: SamplingOptions) {
+    package init(options: SamplingOptions) {
         tierThresholds = Tier.allCases.map { tier in
             switch tier {
             case .critical: Threshold(1)
@@ -235,7 +235,7 @@ public struct Sampler: Sendable {
     /// Keeps when the event is critical, or an error while `keepErrors` is set, or when
     /// `StableHash.hash64(distinctID, eventName, String(day)) < UInt64(rate × 2^64)`
     /// (rate 1 keeps everything, rate 0 nothing).
-    public func keep(distinctID: String, eventName: String, tier: Tier, isError: Bool, day: Int64) -> Bool {
+    package func keep(distinctID: String, eventName: String, tier: Tier, isError: Bool, day: Int64) -> Bool {
         decide(eventName: eventName, tier: tier, isError: isError) { hasher in
             hasher.feed(distinctID)
             hasher.separator()
@@ -249,7 +249,7 @@ public struct Sampler: Sendable {
     /// its events of a rate are kept or dropped together. Keeps as
     /// ``keep(distinctID:eventName:tier:isError:day:)`` does, with
     /// `StableHash.hash64(traceID.description)` (its 32 lowercase hex digits) as the hash.
-    public func keep(traceID: TraceID, eventName: String, tier: Tier, isError: Bool) -> Bool {
+    package func keep(traceID: TraceID, eventName: String, tier: Tier, isError: Bool) -> Bool {
         decide(eventName: eventName, tier: tier, isError: isError) { hasher in
             hasher.feedHex(traceID.high)
             hasher.feedHex(traceID.low)
@@ -261,7 +261,7 @@ public struct Sampler: Sendable {
     /// `event_id` the collector receives. Keeps as
     /// ``keep(distinctID:eventName:tier:isError:day:)`` does, with
     /// `StableHash.hash64(event_id)` (its 36-character text) as the hash.
-    public func keep(eventID id: (UInt64, UInt64), eventName: String, tier: Tier, isError: Bool) -> Bool {
+    package func keep(eventID id: (UInt64, UInt64), eventName: String, tier: Tier, isError: Bool) -> Bool {
         decide(eventName: eventName, tier: tier, isError: isError) { hasher in
             hasher.feedHex(id.0, dashesBefore: (8, 12))
             hasher.feedHex(id.1, dashesBefore: (0, 4))
@@ -271,12 +271,12 @@ public struct Sampler: Sendable {
     /// Whether events of this name and tier are all kept whatever their key (critical,
     /// an error kept by ``SamplingOptions/keepErrors``, or a rate of 1).
     @inline(__always)
-    public func keepsAll(eventName: String, tier: Tier, isError: Bool) -> Bool {
+    package func keepsAll(eventName: String, tier: Tier, isError: Bool) -> Bool {
         tier == .critical || (isError && keepErrors) || threshold(eventName: eventName, tier: tier).keepAll
     }
 
     /// Keep or drop by `key`: ``SamplingKey`` says which of the three rules applies.
-    public func keep(_ key: SamplingKey, eventName: String, tier: Tier, isError: Bool) -> Bool {
+    package func keep(_ key: SamplingKey, eventName: String, tier: Tier, isError: Bool) -> Bool {
         switch key {
         case .trace(let trace): keep(traceID: trace, eventName: eventName, tier: tier, isError: isError)
         case .identity(let distinctID, let day):
@@ -301,7 +301,7 @@ public struct Sampler: Sendable {
 
     /// The rate that applies to events of this name and tier (for reporting), after
     /// clamping; errors kept by `keepErrors` are not reflected.
-    public func rate(eventName: String, tier: Tier) -> Double {
+    package func rate(eventName: String, tier: Tier) -> Double {
         threshold(eventName: eventName, tier: tier).rate
     }
 
@@ -324,7 +324,7 @@ public struct Sampler: Sendable {
 
 /// What a sampling decision is keyed on (docs/FORMATS.md, "Sampling"): the processor
 /// picks the first that applies to an event.
-public enum SamplingKey: Sendable, Hashable {
+package enum SamplingKey: Sendable, Hashable {
     /// The event happened inside a span: its trace. A trace is kept or dropped whole, in
     /// every service that samples at the same rate.
     case trace(TraceID)

@@ -8,43 +8,43 @@ import CairnBase
 ///
 /// Each counter counts values (or keys), not occurrences inside a value: a string with
 /// three control characters adds 1 to ``repairedUTF8``.
-public struct RuleCounts: Sendable, Equatable {
+package struct RuleCounts: Sendable, Equatable {
     /// Doubles that were NaN or infinite and became `null`.
-    public var droppedNonFinite = 0
+    package var droppedNonFinite = 0
     /// Strings cut to ``SanitizerLimits/maxStringLength``, and event names, distinct ids
     /// and account ids cut to ``SanitizerLimits/maxNameLength``.
-    public var truncatedStrings = 0
+    package var truncatedStrings = 0
     /// Keys cut to ``SanitizerLimits/maxKeyLength``.
-    public var truncatedKeys = 0
+    package var truncatedKeys = 0
     /// Keys dropped with their values: empty keys, keys that collided with another key
     /// after truncation, keys beyond ``SanitizerLimits/maxProperties``, an empty account
     /// id (left out of its event), and keys ``CairnValue/init(sanitizing:counts:)`` could
     /// not turn into text or had no room for.
-    public var droppedKeys = 0
+    package var droppedKeys = 0
     /// Objects and arrays nested deeper than ``SanitizerLimits/maxDepth`` (or, when
     /// converting untyped values, ``CairnValue/conversionDepthLimit``) that became `null`
     /// (one per replaced container; what it held is not counted).
-    public var droppedDepth = 0
+    package var droppedDepth = 0
     /// Arrays cut to ``SanitizerLimits/maxArrayLength``, or cut short when a conversion
     /// reached ``CairnValue/conversionValueLimit``.
-    public var truncatedArrays = 0
+    package var truncatedArrays = 0
     /// Strings, keys, event names and ids whose control characters or noncharacters were
     /// replaced by U+FFFD.
-    public var repairedUTF8 = 0
+    package var repairedUTF8 = 0
     /// Values replaced by `"[redacted]"` because their key is sensitive.
-    public var redactedKeys = 0
+    package var redactedKeys = 0
     /// Strings in which an e-mail address, phone number, card number, token, JWT, URL
     /// password or sensitive query value was masked.
-    public var maskedValues = 0
+    package var maskedValues = 0
     /// Arrays and dictionaries that contained themselves (through any chain of containers),
     /// written as `"[cycle]"` where the chain closed, by ``CairnValue/init(sanitizing:counts:)``.
-    public var cutCycles = 0
+    package var cutCycles = 0
 
     /// All counters zero.
-    public init() {}
+    package init() {}
 
     /// Adds every counter of `other` to this one.
-    public mutating func add(_ other: RuleCounts) {
+    package mutating func add(_ other: RuleCounts) {
         droppedNonFinite += other.droppedNonFinite
         truncatedStrings += other.truncatedStrings
         truncatedKeys += other.truncatedKeys
@@ -58,7 +58,7 @@ public struct RuleCounts: Sendable, Equatable {
     }
 
     /// Whether no rule changed anything.
-    public var isEmpty: Bool { self == RuleCounts() }
+    package var isEmpty: Bool { self == RuleCounts() }
 }
 
 /// The bounds the sanitiser enforces. Lengths are in UTF-8 bytes.
@@ -106,9 +106,9 @@ public struct SanitizerLimits: Sendable, Equatable {
 ///
 /// Run it after ``PrivacyMasker/apply(_:counts:)``: masking sees whole strings (a cut never
 /// leaves half a card number behind) and the limits hold for what is finally written.
-public struct Sanitizer: Sendable {
+package struct Sanitizer: Sendable {
     /// The limits this sanitiser enforces.
-    public let limits: SanitizerLimits
+    package let limits: SanitizerLimits
     let maxDepth: Int
     let maxKeyLength: Int
     let maxStringLength: Int
@@ -117,7 +117,7 @@ public struct Sanitizer: Sendable {
     let maxNameLength: Int
 
     /// A sanitiser enforcing `limits`.
-    public init(limits: SanitizerLimits = .init()) {
+    package init(limits: SanitizerLimits = .init()) {
         self.limits = limits
         maxDepth = max(1, limits.maxDepth)
         maxKeyLength = max(0, limits.maxKeyLength)
@@ -129,12 +129,12 @@ public struct Sanitizer: Sendable {
 
     /// Returns properties that always encode to valid JSON within the limits, adding what
     /// was changed to `counts`. When nothing needs changing the input is returned as is.
-    public func sanitize(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
+    package func sanitize(_ properties: [String: CairnValue], counts: inout RuleCounts) -> [String: CairnValue] {
         cleanObject(properties, level: 1, counts: &counts) ?? properties
     }
 
     /// Returns `value` made safe the same way; a container passed here is level 1.
-    public func sanitize(_ value: CairnValue, counts: inout RuleCounts) -> CairnValue {
+    package func sanitize(_ value: CairnValue, counts: inout RuleCounts) -> CairnValue {
         clean(value, level: 1, counts: &counts) ?? value
     }
 
@@ -143,7 +143,7 @@ public struct Sanitizer: Sendable {
     /// to ``SanitizerLimits/maxNameLength`` bytes on a character boundary, without an
     /// ellipsis and never to nothing. When nothing needs changing the input is returned
     /// as is. An empty name stays empty: refusing it is the processor's decision.
-    public func sanitize(name: String, counts: inout RuleCounts) -> String {
+    package func sanitize(name: String, counts: inout RuleCounts) -> String {
         guard let fixed = TextRepair.clean(name, limit: maxNameLength, kind: .name) else { return name }
         if fixed.repaired { counts.repairedUTF8 += 1 }
         if fixed.truncated { counts.truncatedStrings += 1 }

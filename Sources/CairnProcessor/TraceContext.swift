@@ -7,18 +7,18 @@ import CairnBase
 /// A 128-bit trace id, written as 32 lowercase hex digits.
 public struct TraceID: Sendable, Hashable, CustomStringConvertible {
     /// The first 8 bytes (the first 16 hex digits), big-endian.
-    public let high: UInt64
+    package let high: UInt64
     /// The last 8 bytes, big-endian.
-    public let low: UInt64
+    package let low: UInt64
 
     /// An id from its two halves.
-    public init(high: UInt64, low: UInt64) {
+    package init(high: UInt64, low: UInt64) {
         self.high = high
         self.low = low
     }
 
     /// A random, valid (not all-zero) id from the system's random source.
-    public static func random() -> TraceID {
+    package static func random() -> TraceID {
         var generator = SystemRandomNumberGenerator()
         while true {
             let id = TraceID(high: generator.next(), low: generator.next())
@@ -54,15 +54,15 @@ public struct TraceID: Sendable, Hashable, CustomStringConvertible {
 /// A 64-bit span id (a `traceparent`'s parent id), written as 16 lowercase hex digits.
 public struct SpanID: Sendable, Hashable, CustomStringConvertible {
     /// The id; its big-endian bytes are the 16 hex digits.
-    public let value: UInt64
+    package let value: UInt64
 
     /// An id from its value.
-    public init(value: UInt64) {
+    package init(value: UInt64) {
         self.value = value
     }
 
     /// A random, valid (non-zero) id from the system's random source.
-    public static func random() -> SpanID {
+    package static func random() -> SpanID {
         var generator = SystemRandomNumberGenerator()
         while true {
             let value: UInt64 = generator.next()
@@ -98,16 +98,16 @@ public struct SpanID: Sendable, Hashable, CustomStringConvertible {
 /// let parent = TraceParent(header: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 /// parent?.sampled  // true
 /// ```
-public struct TraceParent: Sendable, Hashable {
+package struct TraceParent: Sendable, Hashable {
     /// The trace the caller is part of.
-    public var traceID: TraceID
+    package var traceID: TraceID
     /// The caller's span: the parent of spans started here.
-    public var parentID: SpanID
+    package var parentID: SpanID
     /// The `sampled` flag (bit 0 of the flags): the caller may have recorded its span.
-    public var sampled: Bool
+    package var sampled: Bool
 
     /// A trace parent from its parts.
-    public init(traceID: TraceID, parentID: SpanID, sampled: Bool) {
+    package init(traceID: TraceID, parentID: SpanID, sampled: Bool) {
         self.traceID = traceID
         self.parentID = parentID
         self.sampled = sampled
@@ -120,7 +120,7 @@ public struct TraceParent: Sendable, Hashable {
     /// parse as version 00 would and, if it is longer, the 56th is `-` (what follows is
     /// ignored). Version `ff`, uppercase hex, wrong separators and all-zero trace or parent
     /// ids are invalid. Only the sampled flag is kept.
-    public init?(header: String) {
+    package init?(header: String) {
         let parsed: TraceParent? = withUTF8Bytes(header) { all in
             var start = 0, end = all.count
             while start < end && Self.isOWS(all[start]) { start += 1 }
@@ -149,7 +149,7 @@ public struct TraceParent: Sendable, Hashable {
     }
 
     /// The header value, always version `00`; flags `01` when sampled, else `00`.
-    public var header: String {
+    package var header: String {
         String(unsafeUninitializedCapacity: 55) { buffer in
             let dash = UInt8(ascii: "-"), zero = UInt8(ascii: "0")
             buffer[0] = zero

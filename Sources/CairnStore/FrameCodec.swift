@@ -1,23 +1,23 @@
-public import CCairnCore
+package import CCairnCore
 
 /// The metadata of one batch frame, read from its skippable zstd frame.
 ///
 /// See "Batch frame (version 1)" in `docs/FORMATS.md` for the layout.
-public struct FrameInfo: Sendable, Equatable {
+package struct FrameInfo: Sendable, Equatable {
     /// Metadata format version (1).
-    public var version: UInt16
+    package var version: UInt16
     /// Reserved flags; 0 in version 1.
-    public var flags: UInt16
+    package var flags: UInt16
     /// Number of records in the body.
-    public var recordCount: UInt32
+    package var recordCount: UInt32
     /// The identifier the encoder was given for this batch.
-    public var batchID: UInt64
+    package var batchID: UInt64
     /// The id of the zstd dictionary the body was compressed with, or 0 for none.
-    public var dictionaryID: UInt32
+    package var dictionaryID: UInt32
     /// Length of the decompressed body in bytes (records plus one `\n` each).
-    public var contentSize: UInt64
+    package var contentSize: UInt64
     /// Length of the whole batch in bytes: the metadata frame and the zstd frame.
-    public var frameSize: UInt64
+    package var frameSize: UInt64
 
     init(_ info: cairn_frame_info_t) {
         version = info.version
@@ -43,7 +43,7 @@ public struct FrameInfo: Sendable, Equatable {
 /// let batch = try encoder.encode(batchID: 7, records: [Array(#"{"event":"start"}"#.utf8)])
 /// // `zstd -d` turns `batch` into the line {"event":"start"}
 /// ```
-public final class FrameEncoder {
+package final class FrameEncoder {
     private let handle: OpaquePointer
     /// Where batches are compressed, grown to the largest needed and used again; not
     /// initialised, so only what zstd has written is in memory.
@@ -59,7 +59,7 @@ public final class FrameEncoder {
     ///     `ZDICT_trainFromBuffer`), or `nil`. Decoders need the same dictionary.
     /// - Throws: ``CairnError`` with code `CAIRN_EINVAL` for a level out of range or a
     ///   dictionary that is not in zstd's format, `CAIRN_ENOMEM`, or `CAIRN_EZSTD`.
-    public init(level: Int32 = CAIRN_FRAME_DEFAULT_LEVEL, dictionary: [UInt8]? = nil)
+    package init(level: Int32 = CAIRN_FRAME_DEFAULT_LEVEL, dictionary: [UInt8]? = nil)
         throws(CairnError)
     {
         var encoder: OpaquePointer?
@@ -79,7 +79,7 @@ public final class FrameEncoder {
 
     /// The largest batch that `recordCount` records totalling `payloadBytes` bytes can
     /// produce, or `Int.max` when such a batch is too large to encode.
-    public static func bound(payloadBytes: Int, recordCount: Int) -> Int {
+    package static func bound(payloadBytes: Int, recordCount: Int) -> Int {
         // size_t arrives as Int; the C core's SIZE_MAX ("too large") reads as -1.
         let bound = cairn_frame_bound(max(payloadBytes, 0), max(recordCount, 0))
         return bound < 0 ? Int.max : bound
@@ -93,7 +93,7 @@ public final class FrameEncoder {
     /// - Returns: The batch bytes.
     /// - Throws: ``CairnError`` with code `CAIRN_EINVAL` (no records, or a record
     ///   containing `\n`), `CAIRN_ENOMEM` or `CAIRN_EZSTD`.
-    public func encode(batchID: UInt64, records: [[UInt8]]) throws(CairnError) -> [UInt8] {
+    package func encode(batchID: UInt64, records: [[UInt8]]) throws(CairnError) -> [UInt8] {
         // The C encoder needs every record's address at once, which nested
         // withUnsafeBufferPointer calls cannot give for an array of arrays; so the
         // records are copied into one reused buffer first.
@@ -123,7 +123,7 @@ public final class FrameEncoder {
     ///     may be `nil` only when its `len` is 0. No record may contain `\n`.
     /// - Returns: The batch bytes.
     /// - Throws: ``CairnError``, as ``encode(batchID:records:)``.
-    public func encode(batchID: UInt64, slices: UnsafeBufferPointer<cairn_slice_t>)
+    package func encode(batchID: UInt64, slices: UnsafeBufferPointer<cairn_slice_t>)
         throws(CairnError) -> [UInt8]
     {
         try sized(slices, records: slices.count) { dst, count, written in
@@ -137,7 +137,7 @@ public final class FrameEncoder {
     ///
     /// - Throws: ``CairnError``, as ``encode(batchID:records:)``; `CAIRN_EINVAL` also when
     ///   `ends` does not match `pieces` or the last piece does not end a record.
-    public func encode(batchID: UInt64, pieces: UnsafeBufferPointer<cairn_slice_t>, ends: [Bool])
+    package func encode(batchID: UInt64, pieces: UnsafeBufferPointer<cairn_slice_t>, ends: [Bool])
         throws(CairnError) -> [UInt8]
     {
         guard ends.count == pieces.count else { throw CairnError(CAIRN_EINVAL, function: "cairn_frame_encode_parts") }
@@ -201,7 +201,7 @@ public final class FrameEncoder {
     ///
     /// - Throws: ``CairnError``, as ``encode(batchID:records:)`` (an empty run is
     ///   ``CairnError/invalid``).
-    public func encode(batchID: UInt64, run: Ring.Run) throws(CairnError) -> [UInt8] {
+    package func encode(batchID: UInt64, run: Ring.Run) throws(CairnError) -> [UInt8] {
         let slices = run.records.map { cairn_slice_t(data: $0.bytes.baseAddress, len: $0.bytes.count) }
         return try slices.withUnsafeBufferPointer { (buffer) throws(CairnError) -> [UInt8] in
             try encode(batchID: batchID, slices: buffer)
@@ -220,11 +220,11 @@ public final class FrameEncoder {
 /// let (info, body) = try decoder.decode(batch)
 /// let records = FrameDecoder.records(in: body)   // info.recordCount of them
 /// ```
-public final class FrameDecoder {
+package final class FrameDecoder {
     private let handle: OpaquePointer
 
     /// The largest decompressed body this decoder accepts, in bytes.
-    public let maxContentSize: Int
+    package let maxContentSize: Int
 
     /// Creates a decoder.
     ///
@@ -235,7 +235,7 @@ public final class FrameDecoder {
     ///     without a dictionary are read either way.
     /// - Throws: ``CairnError`` with code `CAIRN_EINVAL` (a limit below 1, or a
     ///   dictionary not in zstd's format), `CAIRN_ENOMEM` or `CAIRN_EZSTD`.
-    public init(maxContentSize: Int, dictionary: [UInt8]? = nil) throws(CairnError) {
+    package init(maxContentSize: Int, dictionary: [UInt8]? = nil) throws(CairnError) {
         guard maxContentSize > 0 else {
             throw CairnError(CAIRN_EINVAL, function: "cairn_frame_decoder_new")
         }
@@ -258,7 +258,7 @@ public final class FrameDecoder {
     ///
     /// - Throws: ``CairnError`` with code `CAIRN_ETRUNCATED`, `CAIRN_ECORRUPT` (not a
     ///   Cairn batch, or a damaged zstd frame header) or `CAIRN_EVERSION`.
-    public static func info(of bytes: [UInt8]) throws(CairnError) -> FrameInfo {
+    package static func info(of bytes: [UInt8]) throws(CairnError) -> FrameInfo {
         var info = cairn_frame_info_t()
         let rc = bytes.withUnsafeBytes { src in
             cairn_frame_read_info(src.baseAddress, src.count, &info)
@@ -274,7 +274,7 @@ public final class FrameDecoder {
     ///   metadata, checksum, trailing bytes or record count), `CAIRN_EVERSION`,
     ///   `CAIRN_ELIMIT` (body over ``maxContentSize``), `CAIRN_EDICT` (dictionary
     ///   missing or different) or `CAIRN_EZSTD`.
-    public func decode(_ bytes: [UInt8]) throws(CairnError) -> (info: FrameInfo, body: [UInt8]) {
+    package func decode(_ bytes: [UInt8]) throws(CairnError) -> (info: FrameInfo, body: [UInt8]) {
         // Sized from the metadata but never beyond the limit, so a lying header cannot
         // make this allocate more than maxContentSize; the C decoder re-checks both.
         let announced = try FrameDecoder.info(of: bytes).contentSize
@@ -297,7 +297,7 @@ public final class FrameDecoder {
     /// Decodes a batch that occupies all of `bytes` and splits its body into records.
     ///
     /// - Throws: ``CairnError``, as ``decode(_:)``.
-    public func decodeRecords(_ bytes: [UInt8]) throws(CairnError)
+    package func decodeRecords(_ bytes: [UInt8]) throws(CairnError)
         -> (info: FrameInfo, records: [[UInt8]])
     {
         let (info, body) = try decode(bytes)
@@ -306,7 +306,7 @@ public final class FrameDecoder {
 
     /// Splits a decoded body into its records (the `\n` terminators removed). A body
     /// not ending in `\n` has a last, unterminated record.
-    public static func records(in body: [UInt8]) -> [[UInt8]] {
+    package static func records(in body: [UInt8]) -> [[UInt8]] {
         var records: [[UInt8]] = []
         var start = body.startIndex
         for index in body.indices where body[index] == UInt8(ascii: "\n") {

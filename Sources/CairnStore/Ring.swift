@@ -1,4 +1,4 @@
-public import CCairnCore
+import CCairnCore
 import Synchronization
 
 /// A file-backed ring buffer of records: the hot path of Cairn's event pipeline.
@@ -19,22 +19,22 @@ import Synchronization
 /// `Ring` is `Sendable` because the C core synchronises producers with atomics on the
 /// shared mapping; ``peek(from:maxRecords:maxBytes:)`` and ``commit(upTo:)`` belong to a
 /// single consumer, which the caller guarantees (as with any single-consumer queue).
-public final class Ring: @unchecked Sendable {
+package final class Ring: @unchecked Sendable {
     /// Options for opening a ring.
-    public struct Options: Sendable, Equatable {
+    package struct Options: Sendable, Equatable {
         /// Data capacity in bytes, rounded up to a power of two between 64 KiB and
         /// 1 GiB. An existing ring keeps the capacity it was created with.
-        public var capacity: Int
+        package var capacity: Int
         /// Largest record accepted, in bytes; `nil` means a quarter of the capacity
         /// (also the upper limit).
-        public var maxRecord: Int?
+        package var maxRecord: Int?
         /// Consumed pages leave memory once this many bytes of them have been
         /// committed; 0 keeps every page resident.
-        public var reclaimBytes: Int
+        package var reclaimBytes: Int
 
         /// Creates options; the defaults suit a service tracking a few thousand
         /// events per second.
-        public init(capacity: Int = 1 << 20, maxRecord: Int? = nil, reclaimBytes: Int = 64 * 1024) {
+        package init(capacity: Int = 1 << 20, maxRecord: Int? = nil, reclaimBytes: Int = 64 * 1024) {
             self.capacity = capacity
             self.maxRecord = maxRecord
             self.reclaimBytes = reclaimBytes
@@ -42,7 +42,7 @@ public final class Ring: @unchecked Sendable {
     }
 
     /// How the ring file was found when it was opened.
-    public enum Origin: UInt32, Sendable {
+    package enum Origin: UInt32, Sendable {
         /// No ring existed; a fresh one was created.
         case created = 0
         /// An existing ring was reopened with its unconsumed records.
@@ -59,92 +59,92 @@ public final class Ring: @unchecked Sendable {
 
     /// What opening the ring repaired: one member per header field rewritten, plus how
     /// the window was found.
-    public struct Repairs: OptionSet, Sendable, Hashable {
-        public let rawValue: UInt32
+    package struct Repairs: OptionSet, Sendable, Hashable {
+        package let rawValue: UInt32
         /// Creates a set from the C core's `CAIRN_RING_REPAIR_*` bits.
-        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        package init(rawValue: UInt32) { self.rawValue = rawValue }
 
         /// The magic number.
-        public static let magic = Repairs(rawValue: CAIRN_RING_REPAIR_MAGIC)
+        package static let magic = Repairs(rawValue: CAIRN_RING_REPAIR_MAGIC)
         /// The format version.
-        public static let version = Repairs(rawValue: CAIRN_RING_REPAIR_VERSION)
+        package static let version = Repairs(rawValue: CAIRN_RING_REPAIR_VERSION)
         /// The header size.
-        public static let headerSize = Repairs(rawValue: CAIRN_RING_REPAIR_HEADER_SIZE)
+        package static let headerSize = Repairs(rawValue: CAIRN_RING_REPAIR_HEADER_SIZE)
         /// The capacity, taken from the file size.
-        public static let capacity = Repairs(rawValue: CAIRN_RING_REPAIR_CAPACITY)
+        package static let capacity = Repairs(rawValue: CAIRN_RING_REPAIR_CAPACITY)
         /// The salt, inferred from the records.
-        public static let salt = Repairs(rawValue: CAIRN_RING_REPAIR_SALT)
+        package static let salt = Repairs(rawValue: CAIRN_RING_REPAIR_SALT)
         /// The flags.
-        public static let flags = Repairs(rawValue: CAIRN_RING_REPAIR_FLAGS)
+        package static let flags = Repairs(rawValue: CAIRN_RING_REPAIR_FLAGS)
         /// The header checksum.
-        public static let headerChecksum = Repairs(rawValue: CAIRN_RING_REPAIR_HEADER_CRC)
+        package static let headerChecksum = Repairs(rawValue: CAIRN_RING_REPAIR_HEADER_CRC)
         /// The write position.
-        public static let writePosition = Repairs(rawValue: CAIRN_RING_REPAIR_WRITE_POS)
+        package static let writePosition = Repairs(rawValue: CAIRN_RING_REPAIR_WRITE_POS)
         /// The read position, or its check copy.
-        public static let readPosition = Repairs(rawValue: CAIRN_RING_REPAIR_READ_POS)
+        package static let readPosition = Repairs(rawValue: CAIRN_RING_REPAIR_READ_POS)
         /// The file's length: zeros restored to a truncated file, extra bytes cut.
-        public static let fileSize = Repairs(rawValue: CAIRN_RING_REPAIR_FILE_SIZE)
+        package static let fileSize = Repairs(rawValue: CAIRN_RING_REPAIR_FILE_SIZE)
         /// The read position was lost and inferred from the records: records already
         /// consumed may be delivered again (their event ids let a collector drop them).
-        public static let windowInferred = Repairs(rawValue: CAIRN_RING_REPAIR_WINDOW_INFERRED)
+        package static let windowInferred = Repairs(rawValue: CAIRN_RING_REPAIR_WINDOW_INFERRED)
     }
 
     /// Counters of an open ring, since it was opened. The persistent, cumulative drop
     /// counts are in the drop table (``drops()``).
-    public struct Stats: Sendable, Equatable {
+    package struct Stats: Sendable, Equatable {
         /// Data capacity in bytes.
-        public var capacity: UInt64
+        package var capacity: UInt64
         /// Bytes between the read and write cursors.
-        public var used: UInt64
+        package var used: UInt64
         /// Largest ``used`` seen.
-        public var highWater: UInt64
+        package var highWater: UInt64
         /// Records published.
-        public var appended: UInt64
+        package var appended: UInt64
         /// Appends refused because the ring was full, since open (the drop table counts
         /// them persistently as `ring_full`).
-        public var droppedFull: UInt64
+        package var droppedFull: UInt64
         /// Appends refused because the record was too large, since open (the drop table
         /// counts them persistently as `ring_too_big`).
-        public var droppedTooBig: UInt64
+        package var droppedTooBig: UInt64
         /// Unconsumed records found intact when the ring was opened.
-        public var recovered: UInt64
+        package var recovered: UInt64
         /// Torn or damaged regions skipped when the ring was opened.
-        public var skippedCorrupt: UInt64
+        package var skippedCorrupt: UInt64
         /// Bytes in those regions.
-        public var skippedBytes: UInt64
+        package var skippedBytes: UInt64
         /// How the file was found.
-        public var origin: Origin
+        package var origin: Origin
         /// Largest record accepted.
-        public var maxRecord: UInt32
+        package var maxRecord: UInt32
         /// What opening repaired; empty unless ``origin`` is ``Origin/repaired``.
-        public var repairs: Repairs
+        package var repairs: Repairs
         /// Header fields rewritten when the ring was opened.
-        public var repairedFields: UInt32
+        package var repairedFields: UInt32
         /// Bytes a truncated file lacked, restored as zeros when it was opened.
-        public var restoredBytes: UInt64
+        package var restoredBytes: UInt64
         /// Bytes past the end of the ring, cut from a longer file when it was opened.
-        public var cutBytes: UInt64
+        package var cutBytes: UInt64
         /// Drop table slots found damaged when the ring was opened, and fixed.
-        public var dropSlotsRepaired: UInt32
+        package var dropSlotsRepaired: UInt32
     }
 
     /// What waits in a ring file, as ``Ring/inspect(path:)`` found it.
-    public struct Inspection: Sendable, Equatable {
+    package struct Inspection: Sendable, Equatable {
         /// Data capacity in bytes (0 for an empty file).
-        public var capacity: UInt64
+        package var capacity: UInt64
         /// Bytes from the read cursor to the write cursor.
-        public var used: UInt64
+        package var used: UInt64
         /// Intact event records waiting (data and bare records).
-        public var events: UInt64
+        package var events: UInt64
         /// Intact context records waiting.
-        public var contexts: UInt64
+        package var contexts: UInt64
         /// Regions the next open skips as torn or damaged. In a ring a process has open,
         /// a record being written at that moment reads as torn.
-        public var tornRegions: UInt64
+        package var tornRegions: UInt64
         /// Bytes in those regions.
-        public var tornBytes: UInt64
+        package var tornBytes: UInt64
         /// What the next open would repair in the header.
-        public var repairs: Repairs
+        package var repairs: Repairs
     }
 
     /// Counts what waits in the ring file at `path` without opening it as a ring
@@ -155,7 +155,7 @@ public final class Ring: @unchecked Sendable {
     /// - Throws: ``CairnError`` with `ENOENT` when there is no file, ``CairnError/corrupt``
     ///   for a file that is not a ring (the next open sets it aside),
     ///   ``CairnError/version`` for a ring of a newer format, or another `errno` code.
-    public static func inspect(path: String) throws(CairnError) -> Inspection {
+    package static func inspect(path: String) throws(CairnError) -> Inspection {
         var i = cairn_ring_inspection_t()
         let rc = path.withCString { cairn_ring_inspect($0, &i) }
         guard rc == 0 else { throw CairnError(rc, function: "cairn_ring_inspect") }
@@ -166,24 +166,24 @@ public final class Ring: @unchecked Sendable {
 
     /// A drop reason's counters in the ring's drop table, which lives in the ring file
     /// and so outlives the process (a `kill -9` included).
-    public struct Drop: Sendable, Equatable {
+    package struct Drop: Sendable, Equatable {
         /// The slot, for ``Ring/countDrops(slot:_:)`` and ``Ring/markReported(slot:upTo:)``.
-        public var slot: Int32
+        package var slot: Int32
         /// The reason, `[a-z0-9_]`, at most ``Ring/maxDropReasonLength`` bytes.
-        public var reason: String
+        package var reason: String
         /// Drops counted since the ring file was created.
-        public var counted: UInt64
+        package var counted: UInt64
         /// Drops known to have been reported (at most ``counted``).
-        public var reported: UInt64
+        package var reported: UInt64
         /// ``counted`` when this ring handle opened the file (at most ``counted``): what
         /// earlier processes counted; the rest is this process's.
-        public var countedAtOpen: UInt64
+        package var countedAtOpen: UInt64
         /// Drops still to report.
-        public var unreported: UInt64 { counted > reported ? counted - reported : 0 }
+        package var unreported: UInt64 { counted > reported ? counted - reported : 0 }
 
         /// Creates a value, as ``Ring/drops()`` does (and as tests of code that reads
         /// the table may).
-        public init(slot: Int32, reason: String, counted: UInt64, reported: UInt64, countedAtOpen: UInt64 = 0) {
+        package init(slot: Int32, reason: String, counted: UInt64, reported: UInt64, countedAtOpen: UInt64 = 0) {
             self.slot = slot
             self.reason = reason
             self.counted = counted
@@ -193,16 +193,16 @@ public final class Ring: @unchecked Sendable {
     }
 
     /// Longest drop reason, in bytes.
-    public static let maxDropReasonLength = Int(CAIRN_RING_DROP_REASON_MAX)
+    package static let maxDropReasonLength = Int(CAIRN_RING_DROP_REASON_MAX)
 
     /// The catch-all drop slot, reason `other`: reasons that find the table full count
     /// here.
-    public static let otherDropSlot = Int32(CAIRN_RING_DROP_OTHER)
+    package static let otherDropSlot = Int32(CAIRN_RING_DROP_OTHER)
 
     /// What a record's payload is (docs/FORMATS.md, "Ring file", "Records"). The ring
     /// keeps and returns the kind; what a context means to the records after it is the
     /// consumer's business.
-    public enum Kind: UInt32, Sendable {
+    package enum Kind: UInt32, Sendable {
         /// A complete record, delivered as it is.
         case data = 0
         /// A context: it applies to every ``bare`` record after it, in ring order,
@@ -216,22 +216,22 @@ public final class Ring: @unchecked Sendable {
     ///
     /// ``bytes`` points into the ring's mapping: it stays valid until the record is
     /// committed or the ring is closed. Copy what must outlive that.
-    public struct Record: @unchecked Sendable {
+    package struct Record: @unchecked Sendable {
         /// The payload, inside the mapping.
-        public let bytes: UnsafeRawBufferPointer
+        package let bytes: UnsafeRawBufferPointer
         /// The record's absolute position in the ring.
-        public let position: UInt64
+        package let position: UInt64
         /// Its kind.
-        public let kind: Kind
+        package let kind: Kind
     }
 
     /// A run of records in order, and the position that releases them.
-    public struct Run: @unchecked Sendable {
+    package struct Run: @unchecked Sendable {
         /// The records, oldest first.
-        public fileprivate(set) var records: [Record]
+        package fileprivate(set) var records: [Record]
         /// Pass to ``Ring/commit(upTo:)`` to release the run, or to
         /// ``Ring/peek(from:maxRecords:maxBytes:)`` to continue after it.
-        public fileprivate(set) var next: UInt64
+        package fileprivate(set) var next: UInt64
 
         init(records: [Record], next: UInt64) {
             self.records = records
@@ -239,12 +239,12 @@ public final class Ring: @unchecked Sendable {
         }
 
         /// An empty run, to be filled by ``Ring/peek(from:maxRecords:maxBytes:into:)``.
-        public init() { self.init(records: [], next: 0) }
+        package init() { self.init(records: [], next: 0) }
 
         /// Keeps its first `count` records, in place (the array keeps its storage): the
         /// run then ends where the next record starts. Nothing changes when `count`
         /// covers the run.
-        public mutating func truncate(to count: Int) {
+        package mutating func truncate(to count: Int) {
             guard count >= 0, count < records.count else { return }
             next = records[count].position
             records.removeSubrange(count...)
@@ -268,10 +268,10 @@ public final class Ring: @unchecked Sendable {
     }
 
     /// The path of the ring file.
-    public let path: String
+    package let path: String
 
     /// Data capacity in bytes (a power of two; an existing file keeps its own).
-    public let capacity: UInt64
+    package let capacity: UInt64
 
     /// Opens the ring file at `path`, creating it (and nothing else: its directory
     /// must exist) if needed.
@@ -285,7 +285,7 @@ public final class Ring: @unchecked Sendable {
     /// - Throws: ``CairnError`` with ``CairnError/locked`` when another handle, in this
     ///   or another process, has the file open; `EINVAL`-style ``CairnError/invalid``
     ///   for options out of range; an `errno` code for a failing system call.
-    public init(path: String, options: Options = Options()) throws(CairnError) {
+    package init(path: String, options: Options = Options()) throws(CairnError) {
         var opts = cairn_ring_options_t()
         cairn_ring_options_init(&opts)
         guard options.capacity > 0, options.reclaimBytes >= 0, (options.maxRecord ?? 0) >= 0
@@ -310,7 +310,7 @@ public final class Ring: @unchecked Sendable {
     /// - Throws: ``CairnError/full`` when there is no room, ``CairnError/tooBig`` when
     ///   the record exceeds the maximum; both drops are counted in ``stats()``.
     @inlinable
-    public func append(_ bytes: UnsafeRawBufferPointer) throws(CairnError) {
+    package func append(_ bytes: UnsafeRawBufferPointer) throws(CairnError) {
         let rc = cairn_ring_append(rawHandle, bytes.baseAddress, bytes.count)
         if rc != 0 { throw CairnError(rc, function: "cairn_ring_append") }
         if fillAlarmArmed { checkFillAlarm(end: nil) }
@@ -320,7 +320,7 @@ public final class Ring: @unchecked Sendable {
     ///
     /// - Throws: as ``append(_:)-(UnsafeRawBufferPointer)``.
     @inlinable
-    public func append(_ bytes: [UInt8]) throws(CairnError) {
+    package func append(_ bytes: [UInt8]) throws(CairnError) {
         let rc = bytes.withUnsafeBytes { cairn_ring_append(rawHandle, $0.baseAddress, $0.count) }
         if rc != 0 { throw CairnError(rc, function: "cairn_ring_append") }
         if fillAlarmArmed { checkFillAlarm(end: nil) }
@@ -330,7 +330,7 @@ public final class Ring: @unchecked Sendable {
 
     /// What the fill alarm runs when it goes off (the consumer's wake-up), set once
     /// before the alarm is armed.
-    public func onFillAlarm(_ action: @escaping @Sendable () -> Void) {
+    package func onFillAlarm(_ action: @escaping @Sendable () -> Void) {
         let boxed = FillAction(action)
         fillAction.withLock { $0 = boxed }
     }
@@ -345,7 +345,7 @@ public final class Ring: @unchecked Sendable {
     /// - Returns: false, without arming, when the ring's records already reach
     ///   `position` (the consumer should not sleep).
     @discardableResult
-    public func armFillAlarm(at position: UInt64) -> Bool {
+    package func armFillAlarm(at position: UInt64) -> Bool {
         fillAlarm.store(position, ordering: .sequentiallyConsistent)
         atomicMemoryFence(ordering: .sequentiallyConsistent)
         // An append that ended before the store above did not see the alarm: look at
@@ -358,7 +358,7 @@ public final class Ring: @unchecked Sendable {
     }
 
     /// Disarms the fill alarm.
-    public func disarmFillAlarm() {
+    package func disarmFillAlarm() {
         fillAlarm.store(.max, ordering: .relaxed)
     }
 
@@ -390,7 +390,7 @@ public final class Ring: @unchecked Sendable {
     /// Appends one record of `kind` (copied). Never blocks.
     ///
     /// - Throws: as ``append(_:)-(UnsafeRawBufferPointer)``.
-    public func append(_ bytes: [UInt8], kind: Kind) throws(CairnError) {
+    package func append(_ bytes: [UInt8], kind: Kind) throws(CairnError) {
         let rc = bytes.withUnsafeBytes { cairn_ring_append_kind(handle, kind.rawValue, $0.baseAddress, $0.count) }
         if rc != 0 { throw CairnError(rc, function: "cairn_ring_append_kind") }
         if fillAlarmArmed { checkFillAlarm(end: nil) }
@@ -408,7 +408,7 @@ public final class Ring: @unchecked Sendable {
     ///   record is then abandoned).
     /// The record is published as `kind` (``Kind/data`` unless told).
     @discardableResult
-    public func withReservation(
+    package func withReservation(
         capacity: Int, kind: Kind = .data, _ body: (UnsafeMutableRawBufferPointer) -> Int?
     ) throws(CairnError) -> Bool {
         var res = cairn_ring_reservation_t()
@@ -426,12 +426,12 @@ public final class Ring: @unchecked Sendable {
     }
 
     /// The read cursor: the position of the oldest unconsumed record.
-    public var readPosition: UInt64 { cairn_ring_read_pos(handle) }
+    package var readPosition: UInt64 { cairn_ring_read_pos(handle) }
 
     /// The ring file's id, fixed when the file was created (`cairn_ring_id`): state
     /// kept elsewhere about positions in this ring names it, so that a later file is
     /// not mistaken for this one.
-    public var id: UInt64 { cairn_ring_id(handle) }
+    package var id: UInt64 { cairn_ring_id(handle) }
 
     /// Reads published records in order without consuming them.
     ///
@@ -447,7 +447,7 @@ public final class Ring: @unchecked Sendable {
     ///
     /// - Throws: ``CairnError/invalid`` when `from` is not the read cursor, the end of
     ///   an earlier run, or the position of a record.
-    public func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int) throws(CairnError) -> Run {
+    package func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int) throws(CairnError) -> Run {
         var run = Run()
         try peek(from: from, maxRecords: maxRecords, maxBytes: maxBytes, into: &run)
         return run
@@ -456,7 +456,7 @@ public final class Ring: @unchecked Sendable {
     /// ``peek(from:maxRecords:maxBytes:)`` into `run`, whose array is emptied and
     /// refilled, keeping its storage: a consumer that peeks batch after batch allocates
     /// its array once instead of at every batch. On a throw, `run` is left empty.
-    public func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int, into run: inout Run) throws(CairnError) {
+    package func peek(from: UInt64? = nil, maxRecords: Int, maxBytes: Int, into run: inout Run) throws(CairnError) {
         run.records.removeAll(keepingCapacity: true)
         let start = from ?? readPosition
         // A ring never holds more records than capacity / 16; asking for more would
@@ -504,7 +504,7 @@ public final class Ring: @unchecked Sendable {
     ///
     /// - Throws: ``CairnError/invalid`` when `position` is behind the read cursor,
     ///   beyond what has been peeked, or not a record boundary.
-    public func commit(upTo position: UInt64) throws(CairnError) {
+    package func commit(upTo position: UInt64) throws(CairnError) {
         try cairnCheck("cairn_ring_commit") { cairn_ring_commit(handle, position) }
     }
 
@@ -515,7 +515,7 @@ public final class Ring: @unchecked Sendable {
     ///
     /// - Throws: ``CairnError/invalid`` for a range outside the read cursor and the
     ///   furthest peeked position; an `errno` code when `madvise` fails.
-    public func releasePages(from: UInt64, to: UInt64) throws(CairnError) {
+    package func releasePages(from: UInt64, to: UInt64) throws(CairnError) {
         try cairnCheck("cairn_ring_release_pages") { cairn_ring_release_pages(handle, from, to) }
     }
 
@@ -526,17 +526,17 @@ public final class Ring: @unchecked Sendable {
     /// consumed; reading the records later faults their pages back in.
     ///
     /// - Throws: an `errno` code when `madvise` fails.
-    public func releaseBacklog(keeping keep: Int) throws(CairnError) {
+    package func releaseBacklog(keeping keep: Int) throws(CairnError) {
         try cairnCheck("cairn_ring_release_backlog") { cairn_ring_release_backlog(handle, UInt64(max(0, keep))) }
     }
 
     /// Flushes the mapping to disk, for durability across power loss.
-    public func sync() throws(CairnError) {
+    package func sync() throws(CairnError) {
         try cairnCheck("cairn_ring_sync") { cairn_ring_sync(handle) }
     }
 
     /// The ring's counters.
-    public func stats() -> Stats {
+    package func stats() -> Stats {
         var s = cairn_ring_stats_t()
         _ = cairn_ring_stats(handle, &s)
         return Stats(capacity: s.capacity, used: s.used, highWater: s.high_water,
@@ -573,7 +573,7 @@ public final class Ring: @unchecked Sendable {
     /// - Returns: The slot (``otherDropSlot`` once the table is full, and for the
     ///   reason `other`), or `nil` for a reason that is empty, too long or has a byte
     ///   outside `[a-z0-9_]`.
-    public func dropSlot(_ reason: String) -> Int32? {
+    package func dropSlot(_ reason: String) -> Int32? {
         var reason = reason
         let slot = reason.withUTF8 { utf8 in
             utf8.withMemoryRebound(to: CChar.self) { cairn_ring_drop_slot(handle, $0.baseAddress, $0.count) }
@@ -587,12 +587,12 @@ public final class Ring: @unchecked Sendable {
     /// - Returns: `false` when `slot` is not a slot returned by ``dropSlot(_:)``.
     @inlinable
     @discardableResult
-    public func countDrops(slot: Int32, _ count: UInt64 = 1) -> Bool {
+    package func countDrops(slot: Int32, _ count: UInt64 = 1) -> Bool {
         cairn_ring_count_drops(rawHandle, slot, count) == 0
     }
 
     /// The drop table's used slots, in slot order.
-    public func drops() -> [Drop] {
+    package func drops() -> [Drop] {
         let slots = Int(CAIRN_RING_DROP_SLOTS)
         var raw = [cairn_ring_drop_t](repeating: cairn_ring_drop_t(), count: slots)
         let used = raw.withUnsafeMutableBufferPointer { cairn_ring_read_drops(handle, $0.baseAddress, $0.count) }
@@ -610,7 +610,7 @@ public final class Ring: @unchecked Sendable {
     ///
     /// - Throws: ``CairnError/invalid`` when `slot` is not a used slot or `reported`
     ///   exceeds its ``Drop/counted``.
-    public func markReported(slot: Int32, upTo reported: UInt64) throws(CairnError) {
+    package func markReported(slot: Int32, upTo reported: UInt64) throws(CairnError) {
         try cairnCheck("cairn_ring_mark_reported") { cairn_ring_mark_reported(handle, slot, reported) }
     }
 

@@ -1,26 +1,26 @@
-public import CairnBase
+package import CairnBase
 import CLMDB
 import FoundationEssentials
 import Glibc
 
 /// An error from the LMDB store: the LMDB (or system) function, its code, the file
 /// or directory concerned, and `mdb_strerror`'s text.
-public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
+package struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The function that failed, such as `"mdb_put"`.
-    public let function: String
+    package let function: String
     /// LMDB's code (negative `MDB_*`), an `errno` value, or one of Cairn's codes below.
-    public let code: Int32
+    package let code: Int32
     /// The file or directory the call was about, when there is one.
-    public let path: String?
+    package let path: String?
     /// Creates an error for `code` returned by `function` about `path`.
-    public init(_ code: Int32, function: String, path: String? = nil) {
+    package init(_ code: Int32, function: String, path: String? = nil) {
         self.code = code
         self.function = function
         self.path = path
     }
     /// LMDB's description of ``code`` (it also describes `errno` values, as
     /// `strerror` does).
-    public var message: String {
+    package var message: String {
         switch code {
         case Self.overCap: "the snapshot does not fit under the store's size cap"
         case Self.inUse: "the store is damaged and another process has it open; it was left as it is"
@@ -29,52 +29,52 @@ public struct StoreError: Error, Equatable, Sendable, CustomStringConvertible {
         }
     }
     /// `"<function> <path>: <message> (<code>)"`, without the path when there is none.
-    public var description: String {
+    package var description: String {
         "\(function)\(path.map { " \($0)" } ?? ""): \(message) (\(code))"
     }
     /// The map is full (`MDB_MAP_FULL`).
-    public static let mapFull = MDB_MAP_FULL
+    package static let mapFull = MDB_MAP_FULL
     /// No space left on the device.
-    public static let noSpace = ENOSPC
+    package static let noSpace = ENOSPC
     /// The snapshot cannot fit under the size cap, even after evicting everything of
     /// its priority or lower (a code outside LMDB's range).
-    public static let overCap: Int32 = -30000
+    package static let overCap: Int32 = -30000
     /// The store is damaged, but another process has the environment open, so it is
     /// neither salvaged nor set aside from under it.
-    public static let inUse: Int32 = -30001
+    package static let inUse: Int32 = -30001
     /// The data file changed under every one of several reads (another process kept
     /// committing); nothing could be read consistently.
-    public static let unsettled: Int32 = -30002
+    package static let unsettled: Int32 = -30002
 }
 
 /// The identifier of a stored snapshot: 16 bytes, big-endian creation time in
 /// milliseconds then a per-process sequence, so byte order is time order.
-public struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertible {
+package struct SnapshotID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The 16 key bytes, as stored.
-    public let bytes: [UInt8]
+    package let bytes: [UInt8]
     /// Wraps stored key bytes.
-    public init(bytes: [UInt8]) { self.bytes = bytes }
+    package init(bytes: [UInt8]) { self.bytes = bytes }
     /// Orders by bytes: by creation time, then sequence.
-    public static func < (a: SnapshotID, b: SnapshotID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+    package static func < (a: SnapshotID, b: SnapshotID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
     /// Hexadecimal.
-    public var description: String { Hex.string(bytes) }
+    package var description: String { Hex.string(bytes) }
 }
 
 /// A stored record (for the uploader, a request) with its delivery state.
-public struct Snapshot: Sendable, Equatable {
+package struct Snapshot: Sendable, Equatable {
     /// Its key in the store.
-    public var id: SnapshotID
+    package var id: SnapshotID
     /// The record, exactly as stored: bytes the store does not interpret (the uploader
     /// keeps a request in it; docs/FORMATS.md, "Request record").
-    public var record: [UInt8]
+    package var record: [UInt8]
     /// Its priority.
-    public var priority: Tier
+    package var priority: Tier
     /// When it was built, in milliseconds since the Unix epoch.
-    public var createdAt: UInt64
+    package var createdAt: UInt64
     /// Attempts made so far (in any process).
-    public var attempts: UInt32
+    package var attempts: UInt32
     /// The earliest time of the next attempt, in milliseconds since the Unix epoch.
-    public var nextAttemptAt: UInt64
+    package var nextAttemptAt: UInt64
 }
 
 /// The durable store of what could not be delivered yet (records: for the uploader,
@@ -121,19 +121,19 @@ public struct Snapshot: Sendable, Equatable {
 /// Thread-safety: every method may be called from any thread. LMDB serialises write
 /// transactions itself and read transactions are not tied to threads (`MDB_NOTLS`);
 /// the Swift-side counters and the map size are guarded by a mutex.
-public final class SnapshotStore: @unchecked Sendable {
+package final class SnapshotStore: @unchecked Sendable {
     /// Limits of the store.
-    public struct Options: Sendable, Equatable {
+    package struct Options: Sendable, Equatable {
         /// Snapshots older than this are evicted (counted as `age`). Default 7 days.
-        public var maxAge: Duration
+        package var maxAge: Duration
         /// The total size of stored snapshots (keys and values) is kept under this;
         /// the lowest priority, oldest first, is evicted (counted as `size`).
         /// Default 32 MiB.
-        public var maxBytes: Int
+        package var maxBytes: Int
         /// How a salvage checks a record (nil: see ``RecordCheck``).
-        public var recordCheck: RecordCheck?
+        package var recordCheck: RecordCheck?
         /// Creates options.
-        public init(maxAge: Duration = .seconds(7 * 24 * 3600), maxBytes: Int = 32 << 20,
+        package init(maxAge: Duration = .seconds(7 * 24 * 3600), maxBytes: Int = 32 << 20,
                     recordCheck: RecordCheck? = nil) {
             self.maxAge = maxAge
             self.maxBytes = maxBytes
@@ -142,28 +142,28 @@ public final class SnapshotStore: @unchecked Sendable {
     }
 
     /// What the store has done since it was opened.
-    public struct Stats: Sendable, Equatable {
+    package struct Stats: Sendable, Equatable {
         /// Snapshots stored now.
-        public var count: Int
+        package var count: Int
         /// Their total size in bytes (keys and values).
-        public var bytes: Int
+        package var bytes: Int
         /// Snapshots evicted for age, since open.
-        public var evictedAge: Int
+        package var evictedAge: Int
         /// Snapshots evicted to stay under the size cap, since open, by priority.
-        public var evictedSize: [Tier: Int]
+        package var evictedSize: [Tier: Int]
         /// Puts refused because the store could not hold them (disk full, or a single
         /// snapshot larger than the cap), since open.
-        public var failedPuts: Int
+        package var failedPuts: Int
         /// Whether a damaged environment was set aside when the store was opened.
-        public var setAside: Bool
+        package var setAside: Bool
         /// What was found, salvaged and lost when the store was opened damaged; nil when
         /// it opened intact.
-        public var damage: StoreDamage?
+        package var damage: StoreDamage?
         /// The LMDB map size now.
-        public var mapSize: Int
+        package var mapSize: Int
         /// The largest total size puts may reach while the disk is full (see
         /// ``SnapshotStore`` "A full disk"); nil when the disk has room.
-        public var diskFullCap: Int?
+        package var diskFullCap: Int?
     }
 
     private struct State {
@@ -203,25 +203,25 @@ public final class SnapshotStore: @unchecked Sendable {
     private let damage: StoreDamage?
 
     /// The directory holding the environment.
-    public let directory: String
+    package let directory: String
     /// The store's limits.
-    public let options: Options
+    package let options: Options
 
     /// What evicting a snapshot loses: its record (for its owner to count what it
     /// held) and why (`store_age` or `store_size`).
-    public struct Eviction: Sendable {
+    package struct Eviction: Sendable {
         /// The evicted record; empty when it could not be read back.
-        public var record: [UInt8]
+        package var record: [UInt8]
         /// ``DropReason/storeAge`` or ``DropReason/storeSize``.
-        public var reason: DropReason
+        package var reason: DropReason
     }
 
     /// How a salvage decides that a record read from a damaged store is intact (the
     /// store cannot: records are its owner's bytes). Without one, a salvage keeps the
     /// records its trees still reach and none found only on loose pages.
-    public struct RecordCheck: Sendable, Equatable {
+    package struct RecordCheck: Sendable, Equatable {
         /// What the check says of one record.
-        public enum Verdict: Sendable {
+        package enum Verdict: Sendable {
             /// Whole and consistent: kept.
             case intact
             /// Not a record, or a damaged one: left out.
@@ -230,24 +230,24 @@ public final class SnapshotStore: @unchecked Sendable {
             case unverifiable
         }
         /// What the check is called: two checks with one name are the same check.
-        public let name: String
+        package let name: String
         let check: @Sendable ([UInt8]) -> Verdict
 
         /// A check named `name`.
-        public init(name: String, _ check: @escaping @Sendable ([UInt8]) -> Verdict) {
+        package init(name: String, _ check: @escaping @Sendable ([UInt8]) -> Verdict) {
             self.name = name
             self.check = check
         }
 
         /// The checks' names are equal.
-        public static func == (a: RecordCheck, b: RecordCheck) -> Bool { a.name == b.name }
+        package static func == (a: RecordCheck, b: RecordCheck) -> Bool { a.name == b.name }
     }
 
     /// Called with what is evicted, inside the transaction that evicts it, before it
     /// commits: a process killed right after the commit has already counted the loss
     /// (a commit that then fails counts it once too often, never too few). It runs on
     /// the thread that stores, under the store's lock: it must not call the store.
-    public var evictionObserver: (@Sendable ([Eviction]) -> Void)? {
+    package var evictionObserver: (@Sendable ([Eviction]) -> Void)? {
         get { observer.withLock { $0.call } }
         set { observer.withLock { $0.call = newValue } }
     }
@@ -264,7 +264,7 @@ public final class SnapshotStore: @unchecked Sendable {
     ///   read (`EACCES`, `ENOTDIR`, `EROFS`, `ENOSPC`…), `data.mdb` is not a file, a
     ///   damaged store cannot be salvaged (the damaged one is then left in place), or
     ///   ``StoreError/inUse`` when another process has a damaged store open.
-    public init(directory: String, options: Options = Options()) throws(StoreError) {
+    package init(directory: String, options: Options = Options()) throws(StoreError) {
         self.directory = directory
         self.options = options
         let mapSize = Self.initialMapSize(options)
@@ -303,7 +303,7 @@ public final class SnapshotStore: @unchecked Sendable {
     ///   (no directory, or no `data.mdb`), `EACCES` and other `errno` values when it
     ///   cannot be read, `ENOTDIR` or `EISDIR` for a file where a directory should be
     ///   or the reverse, ``StoreError/unsettled`` when commits kept overlapping.
-    public static func inspect(directory: String, recordCheck: RecordCheck? = nil) throws(StoreError) -> StoreInspection {
+    package static func inspect(directory: String, recordCheck: RecordCheck? = nil) throws(StoreError) -> StoreInspection {
         var st = stat()
         if stat(directory, &st) != 0 { throw StoreError(errno, function: "stat", path: directory) }
         if st.st_mode & S_IFMT != S_IFDIR { throw StoreError(ENOTDIR, function: "stat", path: directory) }
@@ -351,7 +351,7 @@ public final class SnapshotStore: @unchecked Sendable {
     /// - Throws: ``StoreError`` when the snapshot cannot be stored (full disk, or larger
     ///   than the size cap); the failure is counted and nothing else changes.
     @discardableResult
-    public func put(_ record: [UInt8], priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
+    package func put(_ record: [UInt8], priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
                     now: UInt64 = SnapshotStore.nowMillis(),
                     metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> SnapshotID {
         let id = nextID(now: now)
@@ -392,7 +392,7 @@ public final class SnapshotStore: @unchecked Sendable {
     }
 
     /// The snapshot with `id`, or `nil`.
-    public func get(_ id: SnapshotID) throws(StoreError) -> Snapshot? {
+    package func get(_ id: SnapshotID) throws(StoreError) -> Snapshot? {
         try read { txn throws(StoreError) in
             guard let value = try Self.get(txn, self.snapshots, key: id.bytes) else { return nil }
             return SnapshotCodec.decode(id: id, value)
@@ -401,7 +401,7 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Up to `limit` snapshots, oldest first; with `readyAt`, only those whose next
     /// attempt is due by then. Values that cannot be decoded are skipped.
-    public func oldest(limit: Int, readyAt: UInt64? = nil) throws(StoreError) -> [Snapshot] {
+    package func oldest(limit: Int, readyAt: UInt64? = nil) throws(StoreError) -> [Snapshot] {
         try read { txn throws(StoreError) in
             var out: [Snapshot] = []
             // Only the headers are read while looking: a record is copied (its pages
@@ -420,7 +420,7 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Removes the snapshot with `id` (delivered, or dropped by policy). Removing a
     /// snapshot that is not there is not an error.
-    public func delete(_ id: SnapshotID) throws(StoreError) {
+    package func delete(_ id: SnapshotID) throws(StoreError) {
         var removed = 0, tier = 0
         try write({ txn throws(StoreError) in
             if let value = try Self.get(txn, self.snapshots, key: id.bytes) {
@@ -435,7 +435,7 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Records a failed attempt: increments the attempt count and sets the time of the
     /// next one. The request bytes are untouched.
-    public func recordAttempt(_ id: SnapshotID, nextAttemptAt: UInt64) throws(StoreError) {
+    package func recordAttempt(_ id: SnapshotID, nextAttemptAt: UInt64) throws(StoreError) {
         try write { txn throws(StoreError) in
             guard let value = try Self.get(txn, self.snapshots, key: id.bytes),
                   var s = SnapshotCodec.decode(id: id, value) else { return }
@@ -447,7 +447,7 @@ public final class SnapshotStore: @unchecked Sendable {
 
     /// Evicts snapshots created before `now - maxAge`; returns how many.
     @discardableResult
-    public func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
+    package func evictExpired(now: UInt64 = SnapshotStore.nowMillis()) throws(StoreError) -> Int {
         let ageMillis = UInt64(max(0, options.maxAge.components.seconds)) * 1000
         let cutoff = now > ageMillis ? now - ageMillis : 0
         var evicted: [(key: [UInt8], size: Int, tier: Int, record: [UInt8])] = []
@@ -478,20 +478,20 @@ public final class SnapshotStore: @unchecked Sendable {
     }
 
     /// Flushes committed transactions to disk (`mdb_env_sync`).
-    public func sync() throws(StoreError) {
+    package func sync() throws(StoreError) {
         let rc = mdb_env_sync(env, 1)
         if rc != 0 { throw StoreError(rc, function: "mdb_env_sync") }
     }
 
     /// Snapshots stored now (``Stats/count`` without the rest of the counters).
-    public var count: Int { state.withLock { $0.count } }
+    package var count: Int { state.withLock { $0.count } }
 
     /// Write transactions committed since the store was opened: a caller that syncs
     /// (``sync()``) on a timer need not when it has not changed.
-    public var commits: UInt64 { state.withLock { $0.commits } }
+    package var commits: UInt64 { state.withLock { $0.commits } }
 
     /// The store's counters.
-    public var stats: Stats {
+    package var stats: Stats {
         state.withLock { s in
             Stats(count: s.count, bytes: s.bytes, evictedAge: s.evictedAge, evictedSize: s.evictedSize,
                   failedPuts: s.failedPuts, setAside: damage != nil, damage: damage, mapSize: s.mapSize,
@@ -502,19 +502,19 @@ public final class SnapshotStore: @unchecked Sendable {
     // MARK: Metadata
 
     /// The metadata value stored under `key`, or `nil`.
-    public func metadata(_ key: String) throws(StoreError) -> [UInt8]? {
+    package func metadata(_ key: String) throws(StoreError) -> [UInt8]? {
         try read { txn throws(StoreError) in try Self.get(txn, self.meta, key: Array(key.utf8)) }
     }
 
     /// Stores a metadata value (install time, last run state, config cache, counters).
     /// With `durable`, syncs before returning.
-    public func setMetadata(_ key: String, _ value: [UInt8], durable: Bool = false) throws(StoreError) {
+    package func setMetadata(_ key: String, _ value: [UInt8], durable: Bool = false) throws(StoreError) {
         try write { txn throws(StoreError) in try Self.put(txn, self.meta, key: Array(key.utf8), value: value) }
         if durable { try sync() }
     }
 
     /// Milliseconds since the Unix epoch, now.
-    public static func nowMillis() -> UInt64 {
+    package static func nowMillis() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return UInt64(max(0, ts.tv_sec)) * 1000 + UInt64(max(0, ts.tv_nsec)) / 1_000_000

@@ -3,30 +3,30 @@
 /// ``SnapshotStore/Stats/damage`` holds it when the store was damaged when opened (the
 /// SDK reports it as the drop reason `store_corrupt`); ``StoreInspection/damage`` when
 /// a read-only inspection found damage.
-public struct StoreDamage: Sendable, Equatable, CustomStringConvertible {
+package struct StoreDamage: Sendable, Equatable, CustomStringConvertible {
     /// What was found, in one line: the first problem and how many more there are,
     /// such as `"snapshots tree: page 17: lower 4, upper 9000 (and 2 more)"`.
-    public var found: String
+    package var found: String
     /// Requests the damaged store held, as its `snapshots` database counted them; nil
     /// when that count could not be read.
-    public var expected: Int?
+    package var expected: Int?
     /// Requests proven intact: kept by the fresh store (or, for an inspection,
     /// readable).
-    public var salvaged: Int
+    package var salvaged: Int
     /// Of those, requests found on pages no tree reached any more (under a damaged
     /// branch page, or with both meta pages damaged).
-    public var recoveredFromPages: Int
+    package var recoveredFromPages: Int
     /// Metadata entries kept.
-    public var metadataSalvaged: Int
+    package var metadataSalvaged: Int
     /// Where the damaged store was moved (it is never deleted); nil for an inspection.
-    public var setAsidePath: String?
+    package var setAsidePath: String?
 
     /// Requests lost: ``expected`` minus ``salvaged`` (never negative), or nil when the
     /// damaged store's count is unknown.
-    public var lost: Int? { expected.map { max(0, $0 - salvaged) } }
+    package var lost: Int? { expected.map { max(0, $0 - salvaged) } }
 
     /// One line: what was found, what was kept and lost, and where the store went.
-    public var description: String {
+    package var description: String {
         var s = "\(found); \(salvaged) requests salvaged"
         if let expected { s += " of \(expected) (\(lost ?? 0) lost)" } else { s += " (how many were lost is unknown)" }
         if recoveredFromPages > 0 { s += ", \(recoveredFromPages) of them from pages outside the trees" }
@@ -37,26 +37,26 @@ public struct StoreDamage: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A metadata entry of the store.
-public struct StoreMetadataEntry: Sendable, Equatable {
+package struct StoreMetadataEntry: Sendable, Equatable {
     /// Its key.
-    public var key: String
+    package var key: String
     /// Its value.
-    public var value: [UInt8]
+    package var value: [UInt8]
 }
 
 /// What a read-only look at a store found: see ``SnapshotStore/inspect(directory:)``.
-public struct StoreInspection: Sendable, Equatable {
+package struct StoreInspection: Sendable, Equatable {
     /// Intact snapshots, oldest first (key order).
-    public var snapshots: [Snapshot]
+    package var snapshots: [Snapshot]
     /// Their total size in bytes (keys and values).
-    public var bytes: Int
+    package var bytes: Int
     /// Entries of a value version this build does not read: kept by the store, not
     /// listed in ``snapshots``.
-    public var otherVersions: Int
+    package var otherVersions: Int
     /// Metadata entries, in key order.
-    public var metadata: [StoreMetadataEntry]
+    package var metadata: [StoreMetadataEntry]
     /// The damage found, or nil when the store is intact.
-    public var damage: StoreDamage?
+    package var damage: StoreDamage?
 }
 
 /// Receives the entries of a data file that can be proven intact, as

@@ -1,9 +1,9 @@
 import CairnStore
-public import CairnBase
-public import FoundationEssentials
+package import CairnBase
+package import FoundationEssentials
 
 /// What the uploader does with a batch after an attempt.
-public enum DeliveryAction: Sendable, Equatable {
+package enum DeliveryAction: Sendable, Equatable {
     /// Delivered: release the records.
     case delivered
     /// Try again later (backoff, then the snapshot store).
@@ -29,28 +29,28 @@ public enum DeliveryAction: Sendable, Equatable {
 /// payload itself is bad, dropped as `rejected_<status>` (counted); every other status
 /// (3xx, 401, 403, 404, 407, anything unknown) held: kept on disk until the URL or the
 /// credentials change. Redirects are never followed (the API key must not travel).
-public struct StatusPolicy: Sendable, Equatable {
+package struct StatusPolicy: Sendable, Equatable {
     /// One row: statuses in `range` map to `action`.
-    public struct Rule: Sendable, Equatable {
+    package struct Rule: Sendable, Equatable {
         /// The statuses the rule covers.
-        public var range: ClosedRange<Int>
+        package var range: ClosedRange<Int>
         /// What to do with them.
-        public var action: DeliveryAction
+        package var action: DeliveryAction
         /// Creates a rule.
-        public init(_ range: ClosedRange<Int>, _ action: DeliveryAction) {
+        package init(_ range: ClosedRange<Int>, _ action: DeliveryAction) {
             self.range = range
             self.action = action
         }
     }
 
     /// Rules, first match wins.
-    public var rules: [Rule]
+    package var rules: [Rule]
 
     /// Creates a policy from rules; unmatched statuses are held (``DeliveryAction/hold``).
-    public init(rules: [Rule]) { self.rules = rules }
+    package init(rules: [Rule]) { self.rules = rules }
 
     /// The default table.
-    public static let standard = StatusPolicy(rules: [
+    package static let standard = StatusPolicy(rules: [
         Rule(200...299, .delivered),
         Rule(429...429, .pauseAndRetry),
         Rule(503...503, .pauseAndRetry),
@@ -62,27 +62,27 @@ public struct StatusPolicy: Sendable, Equatable {
     ])
 
     /// The action for `status`.
-    public func action(for status: Int) -> DeliveryAction {
+    package func action(for status: Int) -> DeliveryAction {
         rules.first { $0.range.contains(status) }?.action ?? .hold
     }
 }
 
 /// Exponential backoff with full jitter: attempt *n* waits a uniformly random time in
 /// [0, min(cap, base × 2^n)].
-public struct Backoff: Sendable, Equatable {
+package struct Backoff: Sendable, Equatable {
     /// The first ceiling.
-    public var base: Duration
+    package var base: Duration
     /// The largest ceiling.
-    public var cap: Duration
+    package var cap: Duration
 
     /// Creates a backoff.
-    public init(base: Duration = .milliseconds(500), cap: Duration = .seconds(30)) {
+    package init(base: Duration = .milliseconds(500), cap: Duration = .seconds(30)) {
         self.base = base
         self.cap = cap
     }
 
     /// The wait before attempt `attempt + 1`, given a uniform random value in [0, 1).
-    public func delay(afterAttempt attempt: Int, random: Double) -> Duration {
+    package func delay(afterAttempt attempt: Int, random: Double) -> Duration {
         let ceiling = min(cap, base * Double(1 << min(max(attempt, 0), 30)))
         return ceiling * min(max(random, 0), 1)
     }
@@ -143,9 +143,9 @@ func httpDateSeconds(_ text: String) -> Int? {
 /// A circuit breaker: after `threshold` consecutive failures it opens, and sends
 /// nothing until `probeAfter` has passed; then one probe is let through (half-open):
 /// a success closes it, a failure opens it again.
-public struct CircuitBreaker: Sendable, Equatable {
+package struct CircuitBreaker: Sendable, Equatable {
     /// The breaker's state.
-    public enum State: Sendable, Equatable {
+    package enum State: Sendable, Equatable {
         /// Sending normally.
         case closed
         /// Not sending until the instant (a monotonic time).
@@ -155,25 +155,25 @@ public struct CircuitBreaker: Sendable, Equatable {
     }
 
     /// Consecutive failures that open the breaker.
-    public var threshold: Int
+    package var threshold: Int
     /// How long it stays open before a probe.
-    public var probeAfter: Duration
+    package var probeAfter: Duration
     /// The current state.
-    public private(set) var state: State = .closed
+    package private(set) var state: State = .closed
     /// Consecutive failures so far.
-    public private(set) var failures = 0
+    package private(set) var failures = 0
     /// How many times it has opened.
-    public private(set) var openings = 0
+    package private(set) var openings = 0
 
     /// Creates a closed breaker.
-    public init(threshold: Int = 5, probeAfter: Duration = .seconds(30)) {
+    package init(threshold: Int = 5, probeAfter: Duration = .seconds(30)) {
         self.threshold = max(1, threshold)
         self.probeAfter = probeAfter
     }
 
     /// Whether ``allows(at:)`` would let an attempt through at `now`, without moving
     /// the breaker: for looking before the work of preparing one.
-    public func wouldAllow(at now: ContinuousClock.Instant) -> Bool {
+    package func wouldAllow(at now: ContinuousClock.Instant) -> Bool {
         switch state {
         case .closed: return true
         case .halfOpen: return false
@@ -183,7 +183,7 @@ public struct CircuitBreaker: Sendable, Equatable {
 
     /// Whether an attempt may be made at `now`; moves an open breaker whose time is up
     /// to half-open (the attempt is the probe).
-    public mutating func allows(at now: ContinuousClock.Instant) -> Bool {
+    package mutating func allows(at now: ContinuousClock.Instant) -> Bool {
         switch state {
         case .closed: return true
         case .halfOpen: return false
@@ -195,21 +195,21 @@ public struct CircuitBreaker: Sendable, Equatable {
     }
 
     /// Records a delivered attempt: closes the breaker.
-    public mutating func succeeded() {
+    package mutating func succeeded() {
         failures = 0
         state = .closed
     }
 
     /// Opens the breaker until `until`, whatever the count: the collector refused the
     /// configuration, and only a probe after that tells whether it still does.
-    public mutating func hold(until: ContinuousClock.Instant) {
+    package mutating func hold(until: ContinuousClock.Instant) {
         if case .open = state {} else { openings += 1 }
         failures = max(failures, threshold)
         state = .open(until: until)
     }
 
     /// Records a failed attempt at `now`.
-    public mutating func failed(at now: ContinuousClock.Instant) {
+    package mutating func failed(at now: ContinuousClock.Instant) {
         failures += 1
         if state == .halfOpen || failures >= threshold {
             openings += 1
@@ -221,7 +221,7 @@ public struct CircuitBreaker: Sendable, Equatable {
 extension StatusPolicy {
     /// Parses a `Retry-After` value: delay-seconds or an HTTP date, relative to `now`.
     /// Returns `nil` when the value is neither.
-    public static func parseRetryAfter(_ value: String, now: Date = Date()) -> Duration? {
+    package static func parseRetryAfter(_ value: String, now: Date = Date()) -> Duration? {
         let trimmed = value.trimmingWhiteSpace
         if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
         guard let epoch = httpDateSeconds(trimmed) else { return nil }

@@ -40,48 +40,29 @@ import Glibc
 /// let transport = HTTPTransport(connectTimeout: .seconds(5))
 /// let result = transport.send(request, attempt: 0, timeout: .seconds(30))
 /// ```
-public final class HTTPTransport: Transport {
+package final class HTTPTransport: Transport {
     /// The connect timeout used when none is given: 10 seconds.
-    public static let defaultConnectTimeout: Duration = .seconds(10)
+    package static let defaultConnectTimeout: Duration = .seconds(10)
     /// The response body limit used when none is given: 64 KiB.
-    public static let defaultMaxResponseBodyBytes = 64 * 1024
+    package static let defaultMaxResponseBodyBytes = 64 * 1024
 
     /// The most an attempt may spend connecting (TCP, proxy tunnel and TLS
     /// handshake); the whole attempt is further bounded by the `timeout` of each call.
-    public let connectTimeout: Duration
+    package let connectTimeout: Duration
     /// Response bodies longer than this are cut to this many bytes (up to 1 MiB more
     /// is read and discarded, so the connection stays usable; beyond that the
     /// connection is closed instead) and marked ``TransportResponse/bodyTruncated``.
-    public let maxResponseBodyBytes: Int
+    package let maxResponseBodyBytes: Int
     /// How many idle connections are kept open for reuse.
-    public let maxIdleConnections: Int
+    package let maxIdleConnections: Int
     /// A PEM file of the CA certificates trusted for `https`, instead of the system
     /// store; `nil` for the system store.
-    public let caFile: String?
+    package let caFile: String?
     /// Which TLS library `https` requests use.
-    public let tlsLibrary: TLSLibrary
+    package let tlsLibrary: TLSLibrary
 
-    /// The TLS library behind `https`, loaded on the first `https` request (never for
-    /// `http`). Whichever is used, the certificate chain and the host name are verified
-    /// and TLS 1.2 is the least accepted.
-    public enum TLSLibrary: Sendable, Hashable {
-        /// mbedTLS 2.28 (`libmbedtls14`), for collectors named by host name or by IP
-        /// address: a fraction of OpenSSL's memory in the process. OpenSSL 3 (`libssl3`)
-        /// whenever mbedTLS is not installed.
-        case automatic
-        /// OpenSSL 3 only: TLS 1.3, or a FIPS-validated setup.
-        case openSSL
-        /// mbedTLS 2.28 only (TLS 1.2).
-        case mbedTLS
-
-        var code: Int32 {
-            switch self {
-            case .automatic: CAIRN_HTTP_TLS_AUTO
-            case .openSSL: CAIRN_HTTP_TLS_OPENSSL
-            case .mbedTLS: CAIRN_HTTP_TLS_MBEDTLS
-            }
-        }
-    }
+    /// The TLS library behind `https` (``CairnUploader/TLSLibrary``).
+    package typealias TLSLibrary = CairnUploader.TLSLibrary
 
     private let client: Client
     private let idle = Locked<[Connection]>([])
@@ -105,7 +86,7 @@ public final class HTTPTransport: Transport {
     ///     Both TLS libraries present it.
     ///   - clientKey: Its unencrypted PEM private key; `nil` when it is in the
     ///     certificate's file.
-    public init(connectTimeout: Duration = HTTPTransport.defaultConnectTimeout,
+    package init(connectTimeout: Duration = HTTPTransport.defaultConnectTimeout,
                 maxResponseBodyBytes: Int = HTTPTransport.defaultMaxResponseBodyBytes,
                 maxIdleConnections: Int = 8, caFile: String? = nil,
                 environment: [String: String]? = nil, tlsLibrary: TLSLibrary = .automatic,
@@ -122,7 +103,7 @@ public final class HTTPTransport: Transport {
     /// The TLS libraries `https` requests have loaded into this process so far (each is
     /// loaded on its first use, never before, and stays): empty while only `http` was
     /// used.
-    public static var loadedTLSLibraries: Set<TLSLibrary> {
+    package static var loadedTLSLibraries: Set<TLSLibrary> {
         let bits = cairn_http_tls_loaded()
         var loaded: Set<TLSLibrary> = []
         if bits & CAIRN_HTTP_TLS_OPENSSL != 0 { loaded.insert(.openSSL) }
@@ -180,7 +161,7 @@ public final class HTTPTransport: Transport {
     ///     millisecond count as one millisecond. Resolving the host name is not
     ///     bounded by it.
     /// - Returns: The final response, whatever its status, or the reason none came.
-    public func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult {
+    package func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult {
         guard let connection = checkOut() else {
             return .failure(TransportFailure(.network, "the HTTP client or connection could not be made (out of memory)"))
         }
@@ -192,7 +173,7 @@ public final class HTTPTransport: Transport {
 
     /// Loads the TLS library and makes the TLS context for an `https` request
     /// (`cairn_http_client_prepare`), once; nothing for `http`.
-    public func prepare(for request: UploadRequest) {
+    package func prepare(for request: UploadRequest) {
         guard let pointer = client.pointer else { return }
         _ = cairn_http_client_prepare(pointer, request.url)
     }
@@ -201,7 +182,7 @@ public final class HTTPTransport: Transport {
     /// or client certificate file cannot be read), or nil when they can or `url` is not
     /// `https`: the TLS library is loaded and the context made now, as the first send
     /// would. For a start that tells the operator at once, not at the first send.
-    public func tlsProblem(for url: String) -> String? {
+    package func tlsProblem(for url: String) -> String? {
         guard let pointer = client.pointer else { return nil }
         var message = [CChar](repeating: 0, count: 512)
         guard cairn_http_client_check_tls(pointer, url, &message, message.count) != 0 else { return nil }
@@ -214,12 +195,12 @@ public final class HTTPTransport: Transport {
     /// credentials, visible ASCII only), made ahead, for checking options.
     /// The variables the transport reads for proxies, as curl reads them (see
     /// ``proxy(for:)``).
-    public static let proxyVariableNames = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
+    package static let proxyVariableNames = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
                                             "no_proxy", "NO_PROXY"]
 
     /// The proxy variables of this process's environment, read now (with getenv: call it
     /// on the thread that owns the environment, before other threads may `setenv`).
-    public static func proxyEnvironment() -> [String: String] {
+    package static func proxyEnvironment() -> [String: String] {
         var out: [String: String] = [:]
         for name in proxyVariableNames {
             if let value = getenv(name) { out[name] = String(cString: value) }
@@ -236,7 +217,7 @@ public final class HTTPTransport: Transport {
     ///
     /// - Returns: the route, or the failure every request to `url` gets: the URL is not
     ///   usable, or the variable that applies holds a proxy Cairn cannot use (named).
-    public func proxy(for url: String) -> Result<String, TransportFailure> {
+    package func proxy(for url: String) -> Result<String, TransportFailure> {
         guard let pointer = client.pointer else { return .failure(TransportFailure(.invalidRequest, "out of memory")) }
         var url = url
         var text = [CChar](repeating: 0, count: 512)
@@ -247,7 +228,7 @@ public final class HTTPTransport: Transport {
         return rc == CAIRN_HTTP_OK ? .success(message) : .failure(TransportFailure(.invalidRequest, message))
     }
 
-    public static func problem(withURL url: String) -> String? {
+    package static func problem(withURL url: String) -> String? {
         var url = url
         return url.withUTF8 { u -> String? in
             var why: UnsafePointer<CChar>?
@@ -439,5 +420,27 @@ private final class Connection: @unchecked Sendable {
     private static func body(of response: cairn_http_response_t) -> [UInt8] {
         guard let start = response.body, response.body_len > 0 else { return [] }
         return Array(UnsafeBufferPointer(start: start, count: response.body_len))
+    }
+}
+
+/// The TLS library behind `https`, loaded on the first `https` request (never for
+/// `http`). Whichever is used, the certificate chain and the host name are verified
+/// and TLS 1.2 is the least accepted.
+public enum TLSLibrary: Sendable, Hashable {
+    /// mbedTLS 2.28 (`libmbedtls14`), for collectors named by host name or by IP
+    /// address: a fraction of OpenSSL's memory in the process. OpenSSL 3 (`libssl3`)
+    /// whenever mbedTLS is not installed.
+    case automatic
+    /// OpenSSL 3 only: TLS 1.3, or a FIPS-validated setup.
+    case openSSL
+    /// mbedTLS 2.28 only (TLS 1.2).
+    case mbedTLS
+
+    package var code: Int32 {
+        switch self {
+        case .automatic: CAIRN_HTTP_TLS_AUTO
+        case .openSSL: CAIRN_HTTP_TLS_OPENSSL
+        case .mbedTLS: CAIRN_HTTP_TLS_MBEDTLS
+        }
     }
 }

@@ -13,7 +13,7 @@ import CairnStore
 /// case .failure(let failure): print(failure.kind, failure.message)
 /// }
 /// ```
-public protocol Transport: Sendable {
+package protocol Transport: Sendable {
     /// Sends `request` once, exactly as built, and waits for the answer.
     ///
     /// - Parameters:
@@ -34,29 +34,29 @@ public protocol Transport: Sendable {
 
 extension Transport {
     /// Nothing to set up.
-    public func prepare(for request: UploadRequest) {}
+    package func prepare(for request: UploadRequest) {}
 }
 
 extension UploadRequest {
     /// The name of the header that carries the attempt number (0 for the first try).
-    public static let retryCountHeaderName = "Cairn-Retry-Count"
+    package static let retryCountHeaderName = "Cairn-Retry-Count"
 }
 
 /// An HTTP response, whatever its status.
-public struct TransportResponse: Sendable, Equatable {
+package struct TransportResponse: Sendable, Equatable {
     /// The HTTP status code of the final response, such as 200, 429 or 503.
-    public var status: Int
+    package var status: Int
     /// The final response's headers, in the order received. Interim (1xx) responses'
     /// headers are not included.
-    public var headers: [HTTPHeader]
+    package var headers: [HTTPHeader]
     /// The response body, up to the transport's limit (``HTTPTransport`` keeps 64 KiB
     /// by default).
-    public var body: [UInt8]
+    package var body: [UInt8]
     /// Whether the body was longer than the limit and ``body`` holds only its start.
-    public var bodyTruncated: Bool
+    package var bodyTruncated: Bool
 
     /// Creates a response.
-    public init(status: Int, headers: [HTTPHeader] = [], body: [UInt8] = [],
+    package init(status: Int, headers: [HTTPHeader] = [], body: [UInt8] = [],
                 bodyTruncated: Bool = false) {
         self.status = status
         self.headers = headers
@@ -65,13 +65,13 @@ public struct TransportResponse: Sendable, Equatable {
     }
 
     /// The value of the first header named `name` (compared case-insensitively).
-    public func header(_ name: String) -> String? { headers.value(of: name) }
+    package func header(_ name: String) -> String? { headers.value(of: name) }
 }
 
 /// Why an attempt got no HTTP response.
-public struct TransportFailure: Error, Sendable, Equatable {
+package struct TransportFailure: Error, Sendable, Equatable {
     /// The broad reason, which decides what the uploader does next.
-    public enum Kind: String, Sendable, Equatable {
+    package enum Kind: String, Sendable, Equatable {
         /// No connection could be made: refused, unreachable, or the host (or proxy)
         /// name did not resolve. Retryable.
         case connect
@@ -89,20 +89,20 @@ public struct TransportFailure: Error, Sendable, Equatable {
     }
 
     /// The broad reason.
-    public var kind: Kind
+    package var kind: Kind
     /// A readable description for logs: what failed, with the system's, OpenSSL's or
     /// the certificate check's own text.
-    public var message: String
+    package var message: String
 
     /// Creates a failure.
-    public init(_ kind: Kind, _ message: String) {
+    package init(_ kind: Kind, _ message: String) {
         self.kind = kind
         self.message = message
     }
 }
 
 /// The outcome of one attempt: a response (any status) or a failure to get one.
-public enum TransportResult: Sendable, Equatable {
+package enum TransportResult: Sendable, Equatable {
     /// The collector answered; the status may still be an error such as 500.
     case response(TransportResponse)
     /// No response came.

@@ -28,21 +28,21 @@ public struct UploadStartLog: Sendable {
     /// The attempt number (0 for the first).
     public let attempt: Int
     /// The method.
-    public let method: String
+    package let method: String
     /// The URL.
     public let url: String
     /// The headers, with secrets redacted.
-    public let headers: [HTTPHeader]
+    package let headers: [HTTPHeader]
     /// The request's idempotency key.
     public let idempotencyKey: String
     /// The events' names, in order (the `name` field of each record), or the
     /// user-property mode for user-property requests (the `type` field).
     public let eventNames: [String]
     /// The body's records as a readable JSON array (the decoded batch), cut at 64 KiB.
-    public let params: String
+    package let params: String
 
     /// Builds the log of `request`'s attempt `attempt`.
-    public init(request: UploadRequest, attempt: Int, time: Date = Date()) {
+    package init(request: UploadRequest, attempt: Int, time: Date = Date()) {
         self.time = time
         self.attempt = attempt
         method = request.method
@@ -92,14 +92,14 @@ public struct UploadResultLog: Sendable {
     /// The HTTP status, or nil when no response came.
     public let status: Int?
     /// The response body as text, cut at 4 KiB (or the failure's message).
-    public let response: String
+    package let response: String
     /// Whether the batch counts as delivered.
     public let success: Bool
     /// How long the attempt took.
     public let duration: Duration
 
     /// Builds the log of an attempt's result.
-    public init(start: UploadStartLog, result: TransportResult, duration: Duration, success: Bool) {
+    package init(start: UploadStartLog, result: TransportResult, duration: Duration, success: Bool) {
         self.start = start
         self.duration = duration
         self.success = success

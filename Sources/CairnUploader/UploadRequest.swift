@@ -1,15 +1,15 @@
 import CairnBase
-public import CairnStore
+package import CairnStore
 
 /// One HTTP header, kept in the order it was added.
-public struct HTTPHeader: Sendable, Equatable, Hashable {
+package struct HTTPHeader: Sendable, Equatable, Hashable {
     /// The header name, as sent.
-    public var name: String
+    package var name: String
     /// The header value, as sent.
-    public var value: String
+    package var value: String
 
     /// Creates a header.
-    public init(_ name: String, _ value: String) {
+    package init(_ name: String, _ value: String) {
         self.name = name
         self.value = value
     }
@@ -20,21 +20,21 @@ public struct HTTPHeader: Sendable, Equatable, Hashable {
 /// Every attempt, in this process or after a restart, sends exactly these bytes with
 /// the same ``idempotencyKey``; only the attempt number, sent in the
 /// `Cairn-Retry-Count` header, changes between attempts.
-public struct UploadRequest: Sendable, Equatable {
+package struct UploadRequest: Sendable, Equatable {
     /// HTTP method, normally `POST`.
-    public var method: String
+    package var method: String
     /// Absolute URL (`http` or `https`).
-    public var url: String
+    package var url: String
     /// Headers, in order; they include `Content-Encoding`, `Idempotency-Key` and
     /// `User-Agent`.
-    public var headers: [HTTPHeader]
+    package var headers: [HTTPHeader]
     /// The body, exactly as sent: a batch frame for events.
-    public var body: [UInt8]
+    package var body: [UInt8]
     /// The key a collector uses to drop duplicates; the same on every attempt.
-    public var idempotencyKey: String
+    package var idempotencyKey: String
 
     /// Creates a request.
-    public init(method: String = "POST", url: String, headers: [HTTPHeader], body: [UInt8],
+    package init(method: String = "POST", url: String, headers: [HTTPHeader], body: [UInt8],
                 idempotencyKey: String) {
         self.method = method
         self.url = url
@@ -44,12 +44,12 @@ public struct UploadRequest: Sendable, Equatable {
     }
 
     /// The value of the first header named `name` (compared case-insensitively).
-    public func header(_ name: String) -> String? { headers.value(of: name) }
+    package func header(_ name: String) -> String? { headers.value(of: name) }
 
     /// The request for a batch frame as the uploader builds it (docs/FORMATS.md, "Upload
     /// request"): `Content-Type`, `Content-Encoding: zstd`, `Idempotency-Key`,
     /// `User-Agent: cairn-swift/<sdkVersion>` and, with a key, `Authorization: Bearer`.
-    public static func batch(url: String, apiKey: String?, sdkVersion: String, body: [UInt8],
+    package static func batch(url: String, apiKey: String?, sdkVersion: String, body: [UInt8],
                              key: String) -> UploadRequest {
         var headers = [
             HTTPHeader("Content-Type", "application/x-ndjson"),
@@ -63,7 +63,7 @@ public struct UploadRequest: Sendable, Equatable {
 
     /// The drop counts its `Cairn-Dropped` header reports, by reason (docs/FORMATS.md,
     /// "Upload request"); pairs that do not parse are left out.
-    public var reportedDrops: [String: Int] {
+    package var reportedDrops: [String: Int] {
         var out: [String: Int] = [:]
         for pair in (header("Cairn-Dropped") ?? "").split(separator: ",") {
             let parts = pair.split(separator: "=")
@@ -77,7 +77,7 @@ public struct UploadRequest: Sendable, Equatable {
 extension Array where Element == HTTPHeader {
     /// The value of the first header named `name`, compared case-insensitively (as
     /// HTTP header names are).
-    public func value(of name: String) -> String? {
+    package func value(of name: String) -> String? {
         let lower = name.lowercased()
         return first { $0.name.lowercased() == lower }?.value
     }
@@ -89,7 +89,7 @@ extension UploadRequest {
     /// idempotency key (each a u32 length, then UTF-8), the header count (u32) and each
     /// header's name and value (the same way), then the body (a u64 length, then the
     /// bytes exactly as sent).
-    public var record: [UInt8] {
+    package var record: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(40 + url.utf8.count + idempotencyKey.utf8.count + headers.count * 32 + body.count)
         LittleEndian.append(&out, string: method)
@@ -107,7 +107,7 @@ extension UploadRequest {
 
     /// The request a stored record holds; nil when the record does not decode (it must
     /// end exactly after the body).
-    public init?(record: [UInt8]) {
+    package init?(record: [UInt8]) {
         var r = LittleEndian.Reader(bytes: record)
         guard let method = r.string(), let url = r.string(), let key = r.string(),
               let headerCount = r.u32() else { return nil }
@@ -122,7 +122,7 @@ extension UploadRequest {
 
     /// The events its body holds: its batch frame's record count, or 1 for a body that
     /// is not a batch (it was still one request's worth of data).
-    public var events: Int {
+    package var events: Int {
         (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
     }
 
@@ -131,7 +131,7 @@ extension UploadRequest {
     /// it has one) is its key, and its body is a batch frame whose checksum holds.
     /// `.unverifiable` for a batch that needs a dictionary or is larger than 64 MiB
     /// (kept when its store's tree still reached it).
-    public static let recordCheck = SnapshotStore.RecordCheck(name: "cairn-upload-request") { record in
+    package static let recordCheck = SnapshotStore.RecordCheck(name: "cairn-upload-request") { record in
         guard let request = UploadRequest(record: record),
               request.header("Idempotency-Key").map({ $0 == request.idempotencyKey }) ?? true else { return .damaged }
         let body = request.body

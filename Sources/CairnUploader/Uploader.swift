@@ -1,5 +1,5 @@
-public import CairnBase
-public import CairnStore
+package import CairnBase
+package import CairnStore
 import CCairnCore
 import FoundationEssentials
 import Glibc
@@ -22,7 +22,7 @@ import Glibc
 /// …
 /// uploader.shutdown(timeout: .seconds(5))
 /// ```
-public final class Uploader: @unchecked Sendable {
+package final class Uploader: @unchecked Sendable {
     // @unchecked: the mutable state lives in `state` (a lock) or is touched only by
     // the worker thread (`flights`, `encoder`, `breaker`); `ring`, `store` and
     // `transport` are Sendable.
@@ -54,7 +54,7 @@ public final class Uploader: @unchecked Sendable {
     let store: SnapshotStore?
     let transport: any Transport
     /// The uploader's options.
-    public let options: UploaderOptions
+    package let options: UploaderOptions
     let state = Locked(Shared())
     let wake = Condition()
     /// Guarded by `wake`.
@@ -119,7 +119,7 @@ public final class Uploader: @unchecked Sendable {
     /// How far batches grow under load: 16 times ``UploaderOptions/maxBatchEvents`` and
     /// ``UploaderOptions/maxBatchBytes`` (never more than ``maxGrownBatchBytes``, nor an
     /// eighth of the ring's bytes).
-    public static let maxBatchScale = 16
+    package static let maxBatchScale = 16
     /// Bytes of a backlog kept mapped past the next batch's start and before the write
     /// position, 256 KiB: the rest waits in the ring file (``Ring/releaseBacklog(keeping:)``).
     static let backlogKeptMapped = 256 * 1024
@@ -129,14 +129,14 @@ public final class Uploader: @unchecked Sendable {
     /// about 170k events a second of 10-property events over a 50 ms round trip; at
     /// 100k events a second, 768 KiB instead of 1 MiB took 0.4-0.5 MiB off the RSS
     /// added (the mean of 30 samples over 8 s, in each of several runs).
-    public static let maxGrownBatchBytes = 768 << 10
+    package static let maxGrownBatchBytes = 768 << 10
 
     /// Creates an uploader; nothing runs until ``start()``.
     ///
     /// - Parameter store: Where undeliverable requests wait; nil when none could be
     ///   opened, in which case batches stay in the ring (which survives a restart) and
     ///   are retried from there, and prebuilt requests are refused.
-    public init(ring: Ring, store: SnapshotStore?, transport: any Transport, options: UploaderOptions) {
+    package init(ring: Ring, store: SnapshotStore?, transport: any Transport, options: UploaderOptions) {
         self.ring = ring
         self.store = store
         self.transport = transport
@@ -162,7 +162,7 @@ public final class Uploader: @unchecked Sendable {
     }
 
     /// Starts the background worker (once).
-    public func start() {
+    package func start() {
         let first = state.withLock { s -> Bool in
             defer { s.started = true }
             return !s.started
@@ -182,7 +182,7 @@ public final class Uploader: @unchecked Sendable {
     /// flush ends as soon as everything is safe. What could not be made safe in time
     /// stays in the ring (which survives a crash) and the call returns false.
     @discardableResult
-    public func flush(timeout: Duration) -> Bool {
+    package func flush(timeout: Duration) -> Bool {
         let deadline = clock.now + timeout
         let generation = state.withLock { s -> Int in
             s.flushGeneration += 1
@@ -222,7 +222,7 @@ public final class Uploader: @unchecked Sendable {
     /// batch stays in the ring). Nothing is lost: what was not sent stays in the ring
     /// file or the snapshot store for the next start.
     @discardableResult
-    public func shutdown(timeout: Duration) -> Bool {
+    package func shutdown(timeout: Duration) -> Bool {
         let deadline = clock.now + timeout
         let drained = flush(timeout: timeout)
         state.withLock { $0.stopping = true }
@@ -236,7 +236,7 @@ public final class Uploader: @unchecked Sendable {
     }
 
     /// The uploader's counters.
-    public var stats: UploaderStats {
+    package var stats: UploaderStats {
         var stats = state.withLock { $0.stats }
         senders.lock()
         stats.senderThreads = senderCount
@@ -250,7 +250,7 @@ public final class Uploader: @unchecked Sendable {
     /// Builds the exact request the uploader would send for `records` (each one JSON
     /// object, without newlines), without sending it: for integrators who send it
     /// themselves.
-    public func buildRequest(records: [[UInt8]]) throws(CairnError) -> UploadRequest {
+    package func buildRequest(records: [[UInt8]]) throws(CairnError) -> UploadRequest {
         let encoder = try FrameEncoder(level: options.compressionLevel)
         return makeRequest(body: try encoder.encode(batchID: UInt64.random(in: 1...UInt64.max), records: records),
                            reportingDrops: false).request
@@ -263,7 +263,7 @@ public final class Uploader: @unchecked Sendable {
     /// - Throws: ``StoreError`` when it cannot be stored (no store could be opened, a
     ///   full disk, larger than the size cap).
     @discardableResult
-    public func sendPrebuilt(body: [UInt8], contentEncoding: String = "zstd",
+    package func sendPrebuilt(body: [UInt8], contentEncoding: String = "zstd",
                              priority: Tier = .important) throws(StoreError) -> UploadRequest {
         guard let store else { throw StoreError(ENODEV, function: "Uploader.sendPrebuilt (no snapshot store)") }
         var request = makeRequest(body: body, reportingDrops: false).request
@@ -277,7 +277,7 @@ public final class Uploader: @unchecked Sendable {
 
     /// Whether a snapshot store was given (``sendPrebuilt(body:contentEncoding:priority:)``
     /// needs one).
-    public var hasStore: Bool { store != nil }
+    package var hasStore: Bool { store != nil }
 
     /// Builds a request. With `reportingDrops` (the worker's batches only, so that one
     /// thread decides what is reported), a `Cairn-Dropped` header carries every drop the

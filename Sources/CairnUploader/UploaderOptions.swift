@@ -1,66 +1,66 @@
-public import CairnBase
+package import CairnBase
 
 /// Options of the ``Uploader``.
-public struct UploaderOptions: Sendable {
+package struct UploaderOptions: Sendable {
     /// The collector's batch endpoint.
-    public var url: String
+    package var url: String
     /// Sent as `Authorization: Bearer <key>` (redacted in logs).
-    public var apiKey: String?
+    package var apiKey: String?
     /// A batch closes at this many events...
-    public var maxBatchEvents: Int
+    package var maxBatchEvents: Int
     /// ...or this many bytes of JSON...
-    public var maxBatchBytes: Int
+    package var maxBatchBytes: Int
     /// ...or when its first event has waited this long.
-    public var maxBatchAge: Duration
+    package var maxBatchAge: Duration
     /// Attempts in this process before a batch goes to the snapshot store.
-    public var attempts: Int
+    package var attempts: Int
     /// Waits between attempts (and between replays of a stored snapshot).
-    public var backoff: Backoff
+    package var backoff: Backoff
     /// The longest pause a `Retry-After` can impose.
-    public var maxPause: Duration
+    package var maxPause: Duration
     /// Waits while the collector refuses the configuration (``DeliveryAction/hold``):
     /// after the n-th refusal in a row, a random time between half and all of
     /// min(cap, base × 2^n) passes before one stored request probes again; 30 s to 10 min
     /// by default.
-    public var holdBackoff = Backoff(base: .seconds(30), cap: .seconds(600))
+    package var holdBackoff = Backoff(base: .seconds(30), cap: .seconds(600))
     /// Receives one line (without a newline) whenever delivery changes state: failing
     /// (since when, why, how many requests wait on disk), refused (a configuration fault:
     /// nothing is dropped), recovered. Never one per attempt. nil: nothing is said.
-    public var notice: (@Sendable (String) -> Void)?
+    package var notice: (@Sendable (String) -> Void)?
     /// Opens after repeated failures; probes before closing.
-    public var breaker: CircuitBreaker
+    package var breaker: CircuitBreaker
     /// Status code → action.
-    public var policy: StatusPolicy
+    package var policy: StatusPolicy
     /// Total time allowed for one request.
-    public var requestTimeout: Duration
+    package var requestTimeout: Duration
     /// Uncritical snapshots are synced to disk at least this often.
-    public var syncInterval: Duration
+    package var syncInterval: Duration
     /// Tier of event batches in the snapshot store.
-    public var priority: Tier
+    package var priority: Tier
     /// zstd level of batch frames.
-    public var compressionLevel: Int32
+    package var compressionLevel: Int32
     /// Print start and result logs to stderr.
-    public var debugLogging: Bool
+    package var debugLogging: Bool
     /// Receives every start and result log, unchanged.
-    public var observer: (any UploadObserver)?
+    package var observer: (any UploadObserver)?
     /// The SDK version in `User-Agent: cairn-swift/<version>`.
-    public var sdkVersion: String
+    package var sdkVersion: String
     /// Keep batches in the snapshot store instead of sending them (an SDK without an
     /// upload URL): they wait there, within the store's caps, to be read or sent later.
-    public var storeOnly: Bool
+    package var storeOnly: Bool
     /// Receives the records of every batch formed from the ring, on the uploader's
     /// thread, before it is sent or stored (other destinations of the same events).
     /// Records recovered after a crash may be seen again: at least once.
-    public var tap: (@Sendable ([[UInt8]]) -> Void)?
+    package var tap: (@Sendable ([[UInt8]]) -> Void)?
     /// Whether a stored request is sent to the current ``url`` with the current
     /// ``apiKey`` (true, the default), or to the URL and key it was built with. Its body
     /// and `Idempotency-Key` never change either way.
-    public var followDestination: Bool = true
+    package var followDestination: Bool = true
     /// How many requests may be out at once while the collector answers (one at a time
     /// while it fails): a distant collector's round trip then bounds throughput less.
     /// Batches are still released from the ring in order. 1 to 16; 8 by default (at
     /// 100k events a second and a 50 ms round trip, 4 left no room for a slow answer).
-    public var maxInFlight: Int = 8
+    package var maxInFlight: Int = 8
     /// How long a sender thread waits with nothing to send before it ends (all but the
     /// last): the senders a backlog needed are not kept for the quiet that follows.
     var senderIdleExit: Duration = .seconds(30)
@@ -68,22 +68,22 @@ public struct UploaderOptions: Sendable {
     /// whose own context was lost (no snapshot store, or its `ring_context` missing or
     /// damaged): they are sent with it, marked `"context_recovered":false` in `sdk`.
     /// nil: an empty context, marked the same way.
-    public var currentContext: (@Sendable () -> [UInt8])?
+    package var currentContext: (@Sendable () -> [UInt8])?
     /// This process's session id: named by `Cairn-Dropped-Sessions` in the requests that
     /// report its drops, and noted in the store so that a later process reports the drops
     /// this one leaves unreported under this session (``DropSessions``). nil: drops are
     /// reported without a session.
-    public var sessionID: String?
+    package var sessionID: String?
     /// How long a batch waits for its mark to be kept in the snapshot store before it is
     /// sent without one (docs/FORMATS.md, `ring_batch`): while the store refuses writes
     /// (full, failing), batches wait this long, then delivery goes on at least once.
     /// 10 s by default.
-    public var markPatience: Duration = .seconds(10)
+    package var markPatience: Duration = .seconds(10)
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with
     /// full-jitter backoff from 0.5 s; a breaker that opens after 5 failures for 30 s.
-    public init(url: String, apiKey: String? = nil, maxBatchEvents: Int = 500,
+    package init(url: String, apiKey: String? = nil, maxBatchEvents: Int = 500,
                 maxBatchBytes: Int = 512 * 1024, maxBatchAge: Duration = .seconds(1), attempts: Int = 3,
                 backoff: Backoff = Backoff(), maxPause: Duration = .seconds(600),
                 breaker: CircuitBreaker = CircuitBreaker(), policy: StatusPolicy = .standard,
@@ -114,46 +114,46 @@ public struct UploaderOptions: Sendable {
 }
 
 /// Counters of an uploader since it started.
-public struct UploaderStats: Sendable, Equatable {
+package struct UploaderStats: Sendable, Equatable {
     /// Batches the collector acknowledged, including replayed ones.
-    public var deliveredBatches = 0
+    package var deliveredBatches = 0
     /// Events in them (for replayed requests, as counted by their batch frame).
-    public var deliveredEvents = 0
+    package var deliveredEvents = 0
     /// Attempts that failed and will be retried.
-    public var failedAttempts = 0
+    package var failedAttempts = 0
     /// Batches put in the snapshot store after their in-process attempts.
-    public var storedBatches = 0
+    package var storedBatches = 0
     /// Stored snapshots delivered by replay (also counted in ``deliveredBatches``).
-    public var replayedBatches = 0
+    package var replayedBatches = 0
     /// Events (or stored requests) dropped, by reason (`.rejected(status: 400)`,
     /// `.storeSize`, ...).
-    public var dropped: [DropReason: Int] = [:]
+    package var dropped: [DropReason: Int] = [:]
     /// Times the circuit breaker opened.
-    public var breakerOpenings = 0
+    package var breakerOpenings = 0
     /// Attempts whose answer refused the configuration (``DeliveryAction/hold``): their
     /// requests were kept.
-    public var holds = 0
+    package var holds = 0
     /// Batches the collector found too large (413), stored as two halves instead.
-    public var splitBatches = 0
+    package var splitBatches = 0
     /// Times a `Retry-After` or 429/503 paused the uploader.
-    public var pauses = 0
+    package var pauses = 0
     /// Times a batch could not be put in the snapshot store (full disk, over the cap);
     /// its records stayed in the ring and it was tried again later.
-    public var storeFailures = 0
+    package var storeFailures = 0
     /// Times a batch's mark (or the contexts its records need) could not be kept in the
     /// snapshot store: the batch waited, and was tried again at the next pass.
-    public var markFailures = 0
+    package var markFailures = 0
     /// Batches sent although their mark could not be kept for
     /// ``UploaderOptions/markPatience``: a process killed before they are safe sends their
     /// events again under another `Idempotency-Key` (with the same event ids).
-    public var unmarkedSends = 0
+    package var unmarkedSends = 0
     /// Sender threads running now (a gauge, not a count since start). They start as the
     /// collector's pace needs them, up to ``UploaderOptions/maxInFlight``, and end after
     /// 30 s with nothing to send (all but one).
-    public var senderThreads = 0
+    package var senderThreads = 0
     /// The most sender threads that ran at once.
-    public var mostSenderThreads = 0
+    package var mostSenderThreads = 0
 
     /// All counts zero.
-    public init() {}
+    package init() {}
 }

@@ -1,6 +1,7 @@
 import Cairn
 import CairnProcessor
 import CairnStore
+import CairnUploader
 import CairnTestSupport
 import Foundation
 import Testing

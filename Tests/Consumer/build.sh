@@ -33,6 +33,56 @@ if grep -E 'warning:' "$work/build.log" >&2; then
     echo "consumer: the build printed warnings (above)" >&2
     exit 1
 fi
+# Nothing but `Cairn` and `CairnTestKit` is a product, and the modules Cairn is built
+# from show nothing to a package that imports them anyway: a target that names their
+# types does not build, and a dependency on one of them as a product is refused.
+manifest="$work/app/Package.swift"
+cp "$manifest" "$work/Package.swift.kept"
+mkdir -p "$work/app/Sources/Leak"
+cat > "$work/app/Sources/Leak/main.swift" <<'SWIFT'
+import Cairn
+import CairnBase
+import CairnStore
+import CairnUploader
+import CairnCrash
+import CairnProcessor
+_ = Ring.self
+_ = Uploader.self
+_ = CrashCapture.self
+_ = Processor.self
+_ = Locked<Int>.self
+_ = HTTPTransport.self
+SWIFT
+python3 - "$manifest" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+dep = re.search(r'\.product\(name: "Cairn", package: "([^"]+)"\)', text).group(0)
+text = text.replace("    ]\n)", '        .executableTarget(name: "Leak", dependencies: [%s], path: "Sources/Leak"),\n    ]\n)' % dep)
+open(path, "w").write(text)
+PY
+if build --target Leak > "$work/leak.log" 2>&1; then
+    echo "consumer: a package reached the modules Cairn is built from" >&2
+    exit 1
+fi
+for pair in Ring:CairnStore Uploader:CairnUploader CrashCapture:CairnCrash Processor:CairnProcessor \
+            Locked:CairnBase HTTPTransport:CairnUploader; do
+    symbol=${pair%%:*} module=${pair#*:}
+    grep -Eq "error: .*('$symbol'|no such module '$module')" "$work/leak.log" || {
+        grep -v '^\[' "$work/leak.log" >&2
+        echo "consumer: $symbol did not fail as it should" >&2
+        exit 1
+    }
+done
+sed 's/\.product(name: "Cairn", package/.product(name: "CairnStore", package/' "$work/Package.swift.kept" > "$manifest"
+if build > "$work/product.log" 2>&1 || ! grep -q "CairnStore" "$work/product.log"; then
+    grep -v '^\[' "$work/product.log" >&2
+    echo "consumer: CairnStore was accepted as a product" >&2
+    exit 1
+fi
+cp "$work/Package.swift.kept" "$manifest"
+rm -rf "$work/app/Sources/Leak"
+
 bin=$(build --show-bin-path)/ReadmeService
 CAIRN_APP_ID=readme-consumer CAIRN_DATA_DIR="$work/data" "$bin"
-echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs"
+echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs; nothing but Cairn and CairnTestKit is a product, and the modules below Cairn show a package nothing"

@@ -43,7 +43,7 @@ if manifests:
         sys.exit(f"consumer: the tagged clone must be named {readme_identity}, as the README's URL")
     identity, requirement = product.group(1), dep.group(2)
 
-products = ["Cairn", "CairnStore", "CairnUploader", "CairnCrash", "CairnProcessor", "CairnTestKit"]
+products = ["Cairn", "CairnTestKit"]
 targets = []
 for index, block in enumerate(blocks):
     name = "ReadmeService" if index == 0 else f"ReadmeSnippet{index + 1}"

@@ -219,7 +219,7 @@ case "burst":
     }
     for _ in 0..<n { cairn.track(Tiered(name: "debug_detail", tier: .debug)) }
     for _ in 0..<n { cairn.track(Tiered(name: "important_fact", tier: .important)) }
-    let drops = cairn.dropCounts.map { ($0.key.name, $0.value) }.sorted { $0.0 < $1.0 }.map { "\"\($0.0)\":\($0.1)" }
+    let drops = cairn.dropCounts.map { ($0.key, $0.value) }.sorted { $0.0 < $1.0 }.map { "\"\($0.0)\":\($0.1)" }
     print("{" + drops.joined(separator: ",") + "}")
     exit(0)
 case "serve":

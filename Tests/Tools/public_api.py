@@ -58,6 +58,11 @@ def main(argv):
             continue
         visible = declarations(main_file)
         for extension in glob.glob(os.path.join(directory, module + "@*.symbols.json")):
+            # The compiler writes a module's graphs together, and an extension graph only
+            # while the module has public extensions there: an older one is left from an
+            # earlier build.
+            if os.path.getmtime(extension) < os.path.getmtime(main_file) - 5:
+                continue
             visible |= declarations(extension)
         declared = [p for p in visible if declared_in(module, p)]
         print(f"public declarations: {module:<16} {len(declared):>5} declared, "
