@@ -36,6 +36,7 @@ CORE_SOURCES := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.c))
 CORE_HEADERS := $(foreach d,$(CORE_DIRS),$(wildcard $(d)/*.h $(d)/include/*.h))
 CORE_INCLUDES := $(foreach d,$(CORE_DIRS),-I$(d)/include -I$(d))
 HTTP_SOURCES := $(wildcard CSources/CCairnHTTP/*.c)
+GUARD_SOURCES := $(wildcard CSources/CCairnStoreGuard/*.c)
 HTTP_HEADERS := $(wildcard CSources/CCairnHTTP/*.h CSources/CCairnHTTP/include/*.h)
 FUZZERS := $(patsubst CSources/Fuzz/fuzz_%.c,%,$(wildcard CSources/Fuzz/fuzz_*.c)) dwarf
 SWIFTC ?= swiftc
@@ -80,11 +81,11 @@ consumer: deps
 
 # The C sources build warning-free, with and without optimisation (the package manifest
 # carries no compiler flags, so that Cairn can be a versioned dependency).
-C_INCLUDES := $(CORE_INCLUDES) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP
+C_INCLUDES := $(CORE_INCLUDES) -ICSources/CCairnHTTP/include -ICSources/CCairnHTTP -ICSources/CCairnStoreGuard/include
 cwarn: deps
-	@for opt in -O0 -O2; do for f in $(CORE_SOURCES) $(HTTP_SOURCES); do \
+	@for opt in -O0 -O2; do for f in $(CORE_SOURCES) $(HTTP_SOURCES) $(GUARD_SOURCES); do \
 	  $(CLANG) -std=gnu11 $$opt -Wall -Wextra -Werror -fsyntax-only $(C_INCLUDES) $$f || exit 1; \
-	done; done; echo "C sources: no warnings at -O0 and -O2 ($(words $(CORE_SOURCES) $(HTTP_SOURCES)) files)"
+	done; done; echo "C sources: no warnings at -O0 and -O2 ($(words $(CORE_SOURCES) $(HTTP_SOURCES) $(GUARD_SOURCES)) files)"
 
 test-swift:
 	$(SWIFT) test --skip-build --disable-xctest

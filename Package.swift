@@ -55,8 +55,12 @@ let package = Package(
         // What every Swift layer needs: locks, threads, small files, the SDK version. No C.
         .target(name: "CairnBase", path: "Sources/CairnBase", swiftSettings: strictSwift),
 
+        // The snapshot store's guard for LMDB versions whose file layout it does not know:
+        // LMDB reads the store in a forked child (cairn_store_guard.h; not in libcairn).
+        .target(name: "CCairnStoreGuard", dependencies: ["CLMDB"], path: "CSources/CCairnStoreGuard"),
+
         // Swift wrappers of the storage core, and the LMDB snapshot store.
-        .target(name: "CairnStore", dependencies: ["CairnBase", "CCairnCore", "CLMDB"], path: "Sources/CairnStore",
+        .target(name: "CairnStore", dependencies: ["CairnBase", "CCairnCore", "CLMDB", "CCairnStoreGuard"], path: "Sources/CairnStore",
                 swiftSettings: strictSwift),
 
         // A child process for the crash tests: installs the handler and crashes.

@@ -132,6 +132,10 @@ package final class SnapshotStore: @unchecked Sendable {
         package var maxBytes: Int
         /// How a salvage checks a record (nil: see ``RecordCheck``).
         package var recordCheck: RecordCheck?
+        /// How long LMDB's own read of an existing store may take, with an LMDB whose file
+        /// layout the damage guard does not know (``LMDBVersion``); a store that takes
+        /// longer is set aside.
+        package var probeTimeout: Duration = .seconds(30)
         /// Creates options.
         package init(maxAge: Duration = .seconds(7 * 24 * 3600), maxBytes: Int = 32 << 20,
                     recordCheck: RecordCheck? = nil) {
@@ -269,8 +273,12 @@ package final class SnapshotStore: @unchecked Sendable {
         self.options = options
         let mapSize = Self.initialMapSize(options)
         var damage: StoreDamage?
-        if let analysis = try Self.check(directory, options: options), !analysis.intact {
-            damage = try Self.salvage(directory, found: nil, options: options)
+        if LMDBVersion.known {
+            if let analysis = try Self.check(directory, options: options), !analysis.intact {
+                damage = try Self.salvage(directory, found: nil, options: options)
+            }
+        } else {
+            damage = try Self.guardUnknownLayout(directory, options: options)
         }
         var opened = try Self.open(directory, mapSize: mapSize, damage: &damage, options: options)
         var tally: (count: Int, bytes: Int, tierBytes: [Int])
@@ -307,9 +315,28 @@ package final class SnapshotStore: @unchecked Sendable {
         var st = stat()
         if stat(directory, &st) != 0 { throw StoreError(errno, function: "stat", path: directory) }
         if st.st_mode & S_IFMT != S_IFDIR { throw StoreError(ENOTDIR, function: "stat", path: directory) }
-        let (analysis, contents) = try examine(directory + "/data.mdb", maxSize: LMDBFile.largestStore, contents: true,
-                                               recordCheck: recordCheck)
         var out = StoreInspection(snapshots: [], bytes: 0, otherVersions: 0, metadata: [], damage: nil)
+        let analysis: LMDBFile.Analysis?, contents: StoreContents
+        if LMDBVersion.known {
+            (analysis, contents) = try examine(directory + "/data.mdb", maxSize: LMDBFile.largestStore, contents: true,
+                                               recordCheck: recordCheck)
+        } else {
+            // LMDB reads it, once a child has read it whole without harm.
+            if access(directory + "/data.mdb", F_OK) != 0 {
+                throw StoreError(ENOENT, function: "open", path: directory + "/data.mdb")
+            }
+            let outcome = LMDBVersion.probe(directory, writes: false)
+            switch outcome {
+            case .read: break
+            case .noChild(let code): throw StoreError(code, function: "fork", path: directory)
+            default:
+                out.damage = StoreDamage(found: outcome.description, expected: nil, salvaged: 0, recoveredFromPages: 0,
+                                         metadataSalvaged: 0, setAsidePath: nil)
+                return out
+            }
+            analysis = nil
+            contents = try readWithLMDB(directory)
+        }
         var undecodable = 0
         for (key, value) in contents.snapshots {
             if let s = SnapshotCodec.decode(id: SnapshotID(bytes: key), value) {
@@ -322,7 +349,7 @@ package final class SnapshotStore: @unchecked Sendable {
             }
         }
         out.metadata = contents.metadata.map { StoreMetadataEntry(key: String(decoding: $0.key, as: UTF8.self), value: $0.value) }
-        if !analysis.intact {
+        if let analysis, !analysis.intact {
             var d = contents.damage(analysis, setAside: nil)
             d.salvaged = out.snapshots.count + out.otherVersions
             out.damage = d
@@ -858,7 +885,8 @@ package final class SnapshotStore: @unchecked Sendable {
     /// - Parameter found: What LMDB reported, when it is LMDB that refused the store.
     private static func salvage(_ directory: String, found: String?, options: Options) throws(StoreError) -> StoreDamage {
         if environmentInUse(directory) { throw StoreError(StoreError.inUse, function: "SnapshotStore.init", path: directory) }
-        let suffix = "\(Int(Date().timeIntervalSince1970))-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
+        let suffix = asideSuffix()
+        guard LMDBVersion.known else { return try setAside(directory, found: found ?? "damaged", suffix: suffix) }
         let fresh = "\(directory).salvage-\(suffix)", aside = "\(directory).corrupt-\(suffix)"
         var damage: StoreDamage
         do {
@@ -881,6 +909,40 @@ package final class SnapshotStore: @unchecked Sendable {
         damage.setAsidePath = aside
         if let found { damage.found = found }
         return damage
+    }
+
+    private static func asideSuffix() -> String {
+        "\(Int(Date().timeIntervalSince1970))-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
+    }
+
+    /// With an LMDB whose file layout ``LMDBFile`` does not know: LMDB reads an existing
+    /// store whole in a child process first (``LMDBVersion/probe(_:writes:timeout:)``); one it
+    /// cannot read is set aside whole (a salvage needs the layout), and a fresh store
+    /// takes its place. Without a child process nothing is known, and the store is not
+    /// opened (the events wait in the ring; the next start tries again).
+    private static func guardUnknownLayout(_ directory: String, options: Options) throws(StoreError) -> StoreDamage? {
+        let path = directory + "/data.mdb"
+        guard access(path, F_OK) == 0 else { return nil }
+        // The write pass needs the store to itself: a store another process has open
+        // was checked by that process when it opened it.
+        if environmentInUse(directory) { return nil }
+        let outcome = LMDBVersion.probe(directory, writes: true, timeout: options.probeTimeout)
+        switch outcome {
+        case .read: return nil
+        case .noChild(let code): throw StoreError(code, function: "fork", path: directory)
+        default:
+            if environmentInUse(directory) { throw StoreError(StoreError.inUse, function: "SnapshotStore.init", path: directory) }
+            return try setAside(directory, found: outcome.description, suffix: asideSuffix())
+        }
+    }
+
+    /// Moves the store in `directory` aside whole (renamed `<directory>.corrupt-<suffix>`,
+    /// never deleted): what it held is lost to this SDK, and how much is unknown.
+    private static func setAside(_ directory: String, found: String, suffix: String) throws(StoreError) -> StoreDamage {
+        let aside = "\(directory).corrupt-\(suffix)"
+        if rename(directory, aside) != 0 { throw StoreError(errno, function: "rename", path: directory) }
+        return StoreDamage(found: found, expected: nil, salvaged: 0, recoveredFromPages: 0, metadataSalvaged: 0,
+                           setAsidePath: aside)
     }
 
     /// Builds a store in `fresh` (which must not exist) holding what can be proven
@@ -1113,6 +1175,40 @@ package final class SnapshotStore: @unchecked Sendable {
     /// (``releaseMappedPages()``: the map is of the file and read-only, so the pages of
     /// entries already visited, and of those to come, are read again from the page cache
     /// if touched again).
+    /// The snapshots and metadata of the store in `directory`, read by LMDB, read-only
+    /// and without the lock file (nothing is written): for an inspection with an LMDB
+    /// whose layout ``LMDBFile`` does not know, after a child read it whole.
+    private static func readWithLMDB(_ directory: String) throws(StoreError) -> StoreContents {
+        var envOut: OpaquePointer?
+        var rc = mdb_env_create(&envOut)
+        guard rc == 0, let env = envOut else { throw StoreError(rc, function: "mdb_env_create") }
+        defer { mdb_env_close(env) }
+        mdb_env_set_maxdbs(env, 4)
+        rc = mdb_env_open(env, directory, UInt32(MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS | MDB_NORDAHEAD), 0o600)
+        if rc != 0 { throw StoreError(rc, function: "mdb_env_open", path: directory) }
+        var txnOut: OpaquePointer?
+        rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txnOut)
+        guard rc == 0, let txn = txnOut else { throw StoreError(rc, function: "mdb_txn_begin", path: directory) }
+        defer { mdb_txn_abort(txn) }
+        var contents = StoreContents()
+        for (name, isMeta) in [("snapshots", false), ("meta", true)] {
+            var dbi = MDB_dbi()
+            rc = mdb_dbi_open(txn, name, 0, &dbi)
+            if rc == MDB_NOTFOUND { continue }
+            if rc != 0 { throw StoreError(rc, function: "mdb_dbi_open", path: directory) }
+            try forEach(txn, dbi) { key, value in
+                if isMeta {
+                    contents.metadata(key: Array(key), value: Array(value))
+                } else {
+                    contents.treeSnapshot(key: Array(key), value: Array(value))
+                }
+                return true
+            }
+        }
+        contents.finish()
+        return contents
+    }
+
     private static func forEach(_ txn: OpaquePointer, _ dbi: MDB_dbi, release: (() -> Void)? = nil,
                                 _ visit: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Bool) throws(StoreError) {
         var cursor: OpaquePointer?
