@@ -306,18 +306,12 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         }
     }
 
-    /// An mbedTLS whose structures have other sizes than the headers Cairn was built
-    /// against (another build of 2.28) is never driven: its load fails, naming the
-    /// structure, and the automatic choice serves the request through OpenSSL. The
-    /// fake library (a fault no real library here produces) has every function Cairn
-    /// resolves, reports 2.28 and every feature, and its mbedtls_ssl_init clears 64
-    /// bytes more than the real structure; it comes first through LD_LIBRARY_PATH.
-    @Test func anMbedTLSWithOtherStructureSizesIsNotUsed() throws {
-        let certificates = try Certificates()
-        let pem = try certificates.server("server", subjectAltName: "DNS:localhost")
-        let collector = try CollectorProcess(tlsCertificate: pem)
-        defer { collector.stop() }
-        let dir = certificates.directory.path
+    /// Builds, in `dir`, a fake `libmbedtls.so.14` (a fault no real library here
+    /// produces) that has every function Cairn resolves and reports every feature; its
+    /// structures are the real ones plus `sslExtra` bytes of `mbedtls_ssl_context`, and
+    /// its version `version` (nil: the headers' own). It comes first through
+    /// LD_LIBRARY_PATH.
+    static func fakeMbedTLS(in dir: String, sslExtra: Int, version: String?) throws {
         let clang = try toolchainDirectory() + "/clang"
         // The real sizes and version, from the headers.
         try Data("""
@@ -338,7 +332,8 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
             """.utf8).write(to: URL(fileURLWithPath: dir + "/sizes.c"))
         let built = try runToEnd(clang, ["-o", dir + "/sizes", dir + "/sizes.c"])
         try #require(built.status == 0, "\(built.err)")
-        let sizes = try runToEnd(dir + "/sizes", []).out.split(separator: " ").map(String.init)
+        var sizes = try runToEnd(dir + "/sizes", []).out.split(separator: " ").map(String.init)
+        if let version { sizes = sizes.filter { !$0.hasPrefix("-DVERSION=") } + ["-DVERSION=\(version)"] }
         let stubs = ["ssl_free", "ssl_setup", "ssl_set_hostname", "ssl_set_bio", "ssl_handshake", "ssl_read", "ssl_write",
                      "ssl_get_verify_result", "ssl_config_defaults", "ssl_config_free", "ssl_conf_authmode",
                      "ssl_conf_rng", "ssl_conf_min_version", "x509_crt_free", "x509_crt_parse", "x509_crt_parse_der",
@@ -348,7 +343,7 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         let fake = """
             #include <string.h>
             #define CLEAR(name, size) void mbedtls_##name(void *p) { memset(p, 0, size); }
-            CLEAR(ssl_init, SSL + 64)
+            CLEAR(ssl_init, SSL + \(sslExtra))
             CLEAR(ssl_config_init, CONFIG)
             CLEAR(x509_crt_init, CRT)
             CLEAR(pk_init, PK)
@@ -361,10 +356,25 @@ private let libraries: [HTTPTransport.TLSLibrary] = [.openSSL, .mbedTLS]
         try Data(fake.utf8).write(to: URL(fileURLWithPath: dir + "/fake.c"))
         let shared = try runToEnd(clang, ["-shared", "-fPIC"] + sizes + ["-o", dir + "/libmbedtls.so.14", dir + "/fake.c"])
         try #require(shared.status == 0, "\(shared.err)")
+    }
+
+    /// An mbedTLS whose structures have other sizes than the headers Cairn was built
+    /// against (another build of 2.28), or of another version (whose layouts Cairn does
+    /// not know: 3.6 here), is never driven: its load fails, naming the structure or the
+    /// version, and the automatic choice serves the request through OpenSSL.
+    @Test(arguments: [(64, nil, "another size of mbedtls_ssl_context"),
+                      (0, "0x03060000u", "is version 3.6, built against 2.28")])
+    func anMbedTLSOfAnotherLayoutIsNotUsed(sslExtra: Int, version: String?, said: String) throws {
+        let certificates = try Certificates()
+        let pem = try certificates.server("server", subjectAltName: "DNS:localhost")
+        let collector = try CollectorProcess(tlsCertificate: pem)
+        defer { collector.stop() }
+        let dir = certificates.directory.path
+        try Self.fakeMbedTLS(in: dir, sslExtra: sslExtra, version: version)
         let url = "https://localhost:\(collector.port)/v1/batch"
         let refused = try runChild("cairn-http-child", [url, certificates.caFile],
                                    environment: ["LD_LIBRARY_PATH": dir, "CAIRN_TLS_LIBRARY": "mbedtls"])
-        #expect(refused.contains("FAILURE tls") && refused.contains("another size of mbedtls_ssl_context"), "\(refused)")
+        #expect(refused.contains("FAILURE tls") && refused.contains(said), "\(refused)")
         let served = try runChild("cairn-http-child", [url, certificates.caFile], environment: ["LD_LIBRARY_PATH": dir])
         #expect(served.contains("STATUS 200") && served.contains("LIBSSL yes"), "\(served)")
     }
