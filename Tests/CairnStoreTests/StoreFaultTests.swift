@@ -37,6 +37,17 @@ import Testing
             self.lock = lock
         }
 
+        /// Writes the template's store, so damaged, into `dir.store`; returns the
+        /// damaged `data.mdb`.
+        func write(_ t: Template, into dir: Scratch) throws -> [UInt8] {
+            var bytes = t.data
+            apply(&bytes, t)
+            try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+            try Data(bytes).write(to: URL(fileURLWithPath: dir.store + "/data.mdb"))
+            if let lock { try Data(lock).write(to: URL(fileURLWithPath: dir.store + "/lock.mdb")) }
+            return bytes
+        }
+
         static func zero(_ b: inout [UInt8], page: Int, size: Int) {
             for i in (page * size)..<min(b.count, (page + 1) * size) { b[i] = 0 }
         }
@@ -108,11 +119,7 @@ import Testing
     func damagedStore(_ damage: Damage) throws {
         let t = try Template.shared.get()
         let dir = Scratch()
-        var bytes = t.data
-        damage.apply(&bytes, t)
-        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
-        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(bytes)))
-        if let lock = damage.lock { #expect(FileManager.default.createFile(atPath: dir.store + "/lock.mdb", contents: Data(lock))) }
+        let bytes = try damage.write(t, into: dir)
         let reported = damage.reported(t)
 
         // Read-only commands: they tell, and change nothing.

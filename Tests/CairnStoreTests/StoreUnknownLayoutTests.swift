@@ -52,11 +52,7 @@ import Testing
     func damagedStore(_ damage: StoreFaultTests.Damage) throws {
         let t = try Template.shared.get()
         let dir = Scratch()
-        var bytes = t.data
-        damage.apply(&bytes, t)
-        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
-        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(bytes)))
-        if let lock = damage.lock { #expect(FileManager.default.createFile(atPath: dir.store + "/lock.mdb", contents: Data(lock))) }
+        let bytes = try damage.write(t, into: dir)
 
         // Read-only: no signal, no hang, nothing written.
         let before = try StoreFaultTests.tree(dir.path)
