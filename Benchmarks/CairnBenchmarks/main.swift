@@ -413,6 +413,55 @@ record("frame_encode_vs_raw", "frame / raw zstd throughput", frame.mbPerS / rawZ
 record("wire_ratio", "JSON bytes / frame bytes", Double(inputBytes) / Double(frame.wire), "x", goal: ">= 8")
 record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Double(rawZstd.wire), "x")
 
+// MARK: - The context on the wire: with every event, or once per batch
+
+/// Frame bytes per event of the batches above with a service's context: completed into
+/// every event, as Cairn sends them (`EventEnvelope`), or once per batch as a first
+/// line of its own (as OTLP sends its Resource).
+@MainActor func wirePerEvent(contextOnce: Bool) -> Double {
+    var common = CommonProperties()
+    common.appID = "orders"
+    common.release = "orders@1.4.2"
+    common.environment = "production"
+    common.hostName = "orders-7f9c6d5b8-x2k4q"
+    common.osName = "Debian GNU/Linux"
+    common.osVersion = "12"
+    common.kernel = "6.1.0-28-cloud-amd64"
+    common.arch = "x86_64"
+    common.cpuCount = 2
+    common.memoryLimit = 536_870_912
+    common.containerID = "3f1e9c0a7b2d4e6f8a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f3a5b7c9d1e3f"
+    common.processName = "orders-service"
+    common.pid = 1
+    common.timeZone = "Etc/UTC"
+    let fragment = common.encodedFragment(sdkVersion: cairnVersion)
+    let completion = EventEnvelope.completion(fragment)
+    var enc: OpaquePointer?
+    guard cairn_frame_encoder_new(CAIRN_FRAME_DEFAULT_LEVEL, nil, 0, &enc) == 0, let enc else { exit(2) }
+    defer { cairn_frame_encoder_free(enc) }
+    var out = [UInt8](repeating: 0, count: cairn_frame_bound(1 << 20, 8192))
+    var wire = 0, count = 0
+    for (i, batch) in batches.enumerated() {
+        var records: [[UInt8]] = contextOnce ? [[UInt8(ascii: "{")] + fragment + [UInt8(ascii: "}")]] : []
+        for e in batch {
+            records.append(contextOnce ? e : Array(e.dropLast()) + completion)
+        }
+        count += batch.count
+        let slices = records.map { $0.withUnsafeBytes { cairn_slice_t(data: $0.baseAddress, len: $0.count) } }
+        var len = 0
+        let rc = out.withUnsafeMutableBytes {
+            cairn_frame_encode(enc, UInt64(i), slices, slices.count, $0.baseAddress, $0.count, &len)
+        }
+        if rc != 0 { exit(2) }
+        wire += len
+    }
+    return Double(wire) / Double(count)
+}
+let wireEach = wirePerEvent(contextOnce: false), wireOnce = wirePerEvent(contextOnce: true)
+record("wire_bytes_per_event_context_each", "frame bytes per event, the context in every event (as sent)", wireEach, "B")
+record("wire_bytes_per_event_context_once", "frame bytes per event, the context once per batch (for comparison)",
+       wireOnce, "B")
+
 // MARK: - Snapshot store put vs raw mdb_put
 
 /// A 64 KiB batch request, as the uploader stores it.

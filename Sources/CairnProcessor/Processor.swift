@@ -48,8 +48,9 @@ package struct CommonProperties: Sendable, Equatable {
         }
     }
 
-    /// The `"sdk":{"name":"cairn-swift","version":...}` member.
-    static func writeSDK(version: String, into w: inout JSONWriter) {
+    /// The `"sdk":{"name":"cairn-swift","version":...}` member; `extra`, members already
+    /// encoded (from their `,`), goes before its `}`.
+    static func writeSDK(version: String, into w: inout JSONWriter, extra: [UInt8] = []) {
         w.key("sdk")
         w.byte(0x7B)
         w.key("name")
@@ -57,6 +58,7 @@ package struct CommonProperties: Sendable, Equatable {
         w.byte(0x2C)
         w.key("version")
         w.string(version)
+        if !extra.isEmpty { w.raw(extra) }
         w.byte(0x7D)
     }
 

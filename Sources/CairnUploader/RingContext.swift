@@ -1,4 +1,5 @@
 import CairnBase
+import CairnProcessor
 import CairnStore
 import CCairnCore
 import FoundationEssentials
@@ -6,13 +7,13 @@ import FoundationEssentials
 /// The contexts of the ring's bare events, on the uploader's side (docs/FORMATS.md,
 /// "Ring file", "Records", and "Snapshot store", `ring_context`).
 ///
-/// The SDK writes its `"context":{...},"sdk":{...}` fragment once per run as a context
-/// record, and each event after it bare: the event object without those two fields,
-/// its last ones. A bare record takes the context of the last context record before it
-/// in ring order. The uploader completes each one as it forms a batch (the record
-/// without its final `}`, then `,`, the fragment and `}`), so what is sent, stored and
-/// tapped is the event exactly as the processor encodes it whole. Context records are
-/// never sent; complete (data) records go as they are.
+/// The SDK writes its context fragment once per run as a context record, and each event
+/// after it bare (``EventEnvelope``, which owns those bytes: the uploader knows records
+/// as bytes only). A bare record takes the context of the last context record before it
+/// in ring order. The uploader completes each one through ``EventEnvelope`` as it forms
+/// a batch, so what is sent, stored and tapped is the event exactly as the processor
+/// encodes it whole. Context records are never sent; complete (data) records go as
+/// they are.
 ///
 /// Once the read cursor has passed a context record it is no longer in the ring, yet
 /// the bare events after the cursor still need it. So before a batch's records can be
@@ -20,8 +21,8 @@ import FoundationEssentials
 /// snapshot store's metadata under `ring_context` (``RingContextMark``), and a new
 /// process restores the one in force at its read cursor. Without a store, or when that
 /// value is missing, damaged or from another ring, bare records before the first
-/// context record in the ring get this process's context, with `"context_recovered":
-/// false` added to their `sdk` object, and are counted.
+/// context record in the ring get this process's context, marked as recovered
+/// (``EventEnvelope/recoveredFragment(current:sdkVersion:)``), and are counted.
 ///
 /// Worker-only: used from the uploader's thread.
 final class RingContexts {
@@ -116,7 +117,6 @@ final class RingContexts {
     }
 
     /// The largest fragment accepted from the ring or the store.
-    static let maxFragment = 64 << 10
 
     /// Context records known, in ring order: the one in force at the read cursor (when
     /// known), then those read since.
@@ -194,7 +194,7 @@ final class RingContexts {
     }
 
     private func learn(_ r: Ring.Record) {
-        let fragment = Self.isFragment(r.bytes) ? Array(r.bytes) : []
+        let fragment = EventEnvelope.isFragment(r.bytes) ? Array(r.bytes) : []
         if let i = entries.firstIndex(where: { $0.position == r.position }) {
             entries[i].fragment = fragment
         } else if entries.last.map({ $0.position < r.position }) ?? true {
@@ -221,9 +221,9 @@ final class RingContexts {
         records: for (i, r) in run.records.enumerated() {
             switch r.kind {
             case .context:
-                context = Self.isFragment(r.bytes) ? Array(r.bytes) : nil
+                context = EventEnvelope.isFragment(r.bytes) ? Array(r.bytes) : nil
             case .data, .bare:
-                let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? Self.fallbackBound) : 0)
+                let size = r.bytes.count + (r.kind == .bare ? 1 + (context?.count ?? EventEnvelope.recoveredBound) : 0)
                 if events > 0 && total + size > maxBytes {
                     cut = i
                     break records
@@ -254,24 +254,20 @@ final class RingContexts {
                 batch.events += 1
             case .bare:
                 batch.events += 1
-                guard r.bytes.count >= 2, r.bytes[r.bytes.count - 1] == UInt8(ascii: "}") else {
+                guard let (head, comma) = EventEnvelope.bareHead(r.bytes) else {
                     // Cannot be completed: it goes as it is.
                     batch.pieces.append((.ring(r.bytes), true))
                     continue
                 }
                 let key = context?.position ?? .max
                 if batch.fragments[key] == nil {
-                    let fragment = context?.fragment ?? fallbackFragment()
-                    batch.fragments[key] = (batch.pool.count, fragment.count + 2)
-                    batch.pool.append(UInt8(ascii: ","))
-                    batch.pool.append(contentsOf: fragment)
-                    batch.pool.append(UInt8(ascii: "}"))
+                    let completion = EventEnvelope.completion(context?.fragment ?? recoveredFragment())
+                    batch.fragments[key] = (batch.pool.count, completion.count)
+                    batch.pool.append(contentsOf: completion)
                 }
                 if context == nil { batch.fallbacks += 1 }
                 let f = batch.fragments[key] ?? (0, 0)
-                // No comma after an empty object.
-                let comma = r.bytes[r.bytes.count - 2] != UInt8(ascii: "{")
-                batch.pieces.append((.ring(UnsafeRawBufferPointer(rebasing: r.bytes[0..<r.bytes.count - 1])), false))
+                batch.pieces.append((.ring(UnsafeRawBufferPointer(rebasing: r.bytes[0..<head])), false))
                 batch.pieces.append((.pool(offset: comma ? f.offset : f.offset + 1, count: comma ? f.count : f.count - 1),
                                      true))
             }
@@ -279,33 +275,10 @@ final class RingContexts {
         fallbacks += batch.fallbacks
     }
 
-    /// Whether `bytes` can be a context fragment: `"context":` first, `}` last, no
-    /// newline (it goes into NDJSON), and not over ``maxFragment``.
-    static func isFragment<C: BidirectionalCollection>(_ bytes: C) -> Bool where C.Element == UInt8 {
-        let head = Array(#""context":"#.utf8)
-        return bytes.count > head.count && bytes.count <= maxFragment && bytes.starts(with: head)
-            && bytes.last == UInt8(ascii: "}") && !bytes.contains(UInt8(ascii: "\n"))
-    }
-
-    /// The marker added to the `sdk` object of an event completed with this process's
-    /// context because its own was lost.
-    static let marker = Array(#","context_recovered":false"#.utf8)
-
-    /// A bound on the fallback fragment's size, for ``fit(_:maxBytes:)``.
-    private static let fallbackBound = 4096
-
-    /// This process's fragment with the marker inside its `sdk` object (the fragment's
-    /// last member); an empty context with the marker when there is none.
-    private func fallbackFragment() -> [UInt8] {
-        if let f = current?(), Self.isFragment(f), f.count < Self.fallbackBound - Self.marker.count {
-            return Array(f.dropLast()) + Self.marker + [UInt8(ascii: "}")]
-        }
-        return JSONWriter.bytes { w in
-            w.ascii(#""context":{},"sdk":{"name":"cairn-swift","version":"#)
-            w.string(String(sdkVersion.prefix(64)))
-            w.raw(Self.marker)
-            w.byte(0x7D)
-        }
+    /// This process's fragment, marked as recovered: for bare records whose own context
+    /// is lost.
+    private func recoveredFragment() -> [UInt8] {
+        EventEnvelope.recoveredFragment(current: current?(), sdkVersion: sdkVersion)
     }
 }
 
@@ -351,8 +324,8 @@ struct RingContextMark: Equatable, Sendable {
               count >= 1, count <= Self.maxEntries, let ringID = r.u64(), let upto = r.u64() else { return nil }
         var entries: [RingContexts.Entry] = []
         for _ in 0..<count {
-            guard let position = r.u64(), let length = r.u32(), length <= RingContexts.maxFragment,
-                  let fragment = r.bytes(UInt64(length)), fragment.isEmpty || RingContexts.isFragment(fragment),
+            guard let position = r.u64(), let length = r.u32(), length <= EventEnvelope.maxFragment,
+                  let fragment = r.bytes(UInt64(length)), fragment.isEmpty || EventEnvelope.isFragment(fragment),
                   position < upto, entries.last.map({ $0.position < position }) ?? true else { return nil }
             entries.append(RingContexts.Entry(position: position, fragment: fragment))
         }

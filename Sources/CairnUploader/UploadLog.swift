@@ -1,3 +1,4 @@
+import CairnProcessor
 import CairnStore
 public import FoundationEssentials
 
@@ -50,15 +51,7 @@ public struct UploadStartLog: Sendable {
         headers = redacted(request.headers)
         idempotencyKey = request.idempotencyKey
         let records = Self.records(of: request)
-        struct Named: Decodable {
-            var name: String?
-            var type: String?
-        }
-        let decoder = JSONDecoder()
-        eventNames = records.compactMap { record in
-            guard let named = try? decoder.decode(Named.self, from: Data(record)) else { return nil }
-            return named.name ?? named.type
-        }
+        eventNames = records.compactMap(EventEnvelope.label(ofRecord:))
         var json = "[" + records.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",") + "]"
         if json.utf8.count > 64 * 1024 { json = String(decoding: json.utf8.prefix(64 * 1024), as: UTF8.self) + "…" }
         params = json
