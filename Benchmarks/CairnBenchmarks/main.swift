@@ -357,27 +357,41 @@ do {
 let inputBytes = batches.reduce(0) { $0 + $1.reduce(0) { $0 + $1.count + 1 } }
 let repeats = quick ? 2 : 5
 
-@MainActor func benchFrames() -> (mbPerS: Double, wire: Int) {
+/// Encodes each of `batches` as one frame (batch ids 0, 1, ...) with `enc` into `out`;
+/// returns the frame bytes in all.
+func encodeFrames(_ batches: [[[UInt8]]], with enc: OpaquePointer, into out: inout [UInt8]) -> Int {
+    var wire = 0
+    for (i, batch) in batches.enumerated() {
+        let slices = batch.map { $0.withUnsafeBytes { cairn_slice_t(data: $0.baseAddress, len: $0.count) } }
+        var len = 0
+        let rc = out.withUnsafeMutableBytes {
+            cairn_frame_encode(enc, UInt64(i), slices, slices.count, $0.baseAddress, $0.count, &len)
+        }
+        if rc != 0 { exit(2) }
+        wire += len
+    }
+    return wire
+}
+
+/// A frame encoder at the default level, for `body`.
+func withFrameEncoder<T>(_ body: (OpaquePointer) -> T) -> T {
     var enc: OpaquePointer?
     guard cairn_frame_encoder_new(CAIRN_FRAME_DEFAULT_LEVEL, nil, 0, &enc) == 0, let enc else { exit(2) }
     defer { cairn_frame_encoder_free(enc) }
-    var out = [UInt8](repeating: 0, count: cairn_frame_bound(256 * 1024, 4096))
-    var best = Double.infinity, wire = 0
-    for _ in 0..<repeats {
-        wire = 0
-        let start = now()
-        for (i, batch) in batches.enumerated() {
-            let slices = batch.map { $0.withUnsafeBytes { cairn_slice_t(data: $0.baseAddress, len: $0.count) } }
-            var len = 0
-            let rc = out.withUnsafeMutableBytes {
-                cairn_frame_encode(enc, UInt64(i), slices, slices.count, $0.baseAddress, $0.count, &len)
-            }
-            if rc != 0 { exit(2) }
-            wire += len
+    return body(enc)
+}
+
+@MainActor func benchFrames() -> (mbPerS: Double, wire: Int) {
+    withFrameEncoder { enc in
+        var out = [UInt8](repeating: 0, count: cairn_frame_bound(256 * 1024, 4096))
+        var best = Double.infinity, wire = 0
+        for _ in 0..<repeats {
+            let start = now()
+            wire = encodeFrames(batches, with: enc, into: &out)
+            best = min(best, Double(now() - start))
         }
-        best = min(best, Double(now() - start))
+        return (Double(inputBytes) / best * 1e3, wire)
     }
-    return (Double(inputBytes) / best * 1e3, wire)
 }
 
 @MainActor func benchRawZstd() -> (mbPerS: Double, wire: Int) {
@@ -436,26 +450,13 @@ record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Dou
     common.timeZone = "Etc/UTC"
     let fragment = common.encodedFragment(sdkVersion: cairnVersion)
     let completion = EventEnvelope.completion(fragment)
-    var enc: OpaquePointer?
-    guard cairn_frame_encoder_new(CAIRN_FRAME_DEFAULT_LEVEL, nil, 0, &enc) == 0, let enc else { exit(2) }
-    defer { cairn_frame_encoder_free(enc) }
-    var out = [UInt8](repeating: 0, count: cairn_frame_bound(1 << 20, 8192))
-    var wire = 0, count = 0
-    for (i, batch) in batches.enumerated() {
-        var records: [[UInt8]] = contextOnce ? [[UInt8(ascii: "{")] + fragment + [UInt8(ascii: "}")]] : []
-        for e in batch {
-            records.append(contextOnce ? e : Array(e.dropLast()) + completion)
-        }
-        count += batch.count
-        let slices = records.map { $0.withUnsafeBytes { cairn_slice_t(data: $0.baseAddress, len: $0.count) } }
-        var len = 0
-        let rc = out.withUnsafeMutableBytes {
-            cairn_frame_encode(enc, UInt64(i), slices, slices.count, $0.baseAddress, $0.count, &len)
-        }
-        if rc != 0 { exit(2) }
-        wire += len
+    let framed = batches.map { batch in
+        (contextOnce ? [[UInt8(ascii: "{")] + fragment + [UInt8(ascii: "}")]] : [])
+            + batch.map { contextOnce ? $0 : Array($0.dropLast()) + completion }
     }
-    return Double(wire) / Double(count)
+    var out = [UInt8](repeating: 0, count: cairn_frame_bound(1 << 20, 8192))
+    let wire = withFrameEncoder { encodeFrames(framed, with: $0, into: &out) }
+    return Double(wire) / Double(batches.reduce(0) { $0 + $1.count })
 }
 let wireEach = wirePerEvent(contextOnce: false), wireOnce = wirePerEvent(contextOnce: true)
 record("wire_bytes_per_event_context_each", "frame bytes per event, the context in every event (as sent)", wireEach, "B")
