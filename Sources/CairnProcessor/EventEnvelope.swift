@@ -68,14 +68,17 @@ package enum EventEnvelope {
         }
     }
 
-    /// What a log calls a record: its event's `name`, or for a user-property request its
-    /// `type`; nil for bytes that are not such an object.
-    package static func label(ofRecord record: [UInt8]) -> String? {
+    /// What a log calls each record: its event's `name`, or for a user-property request
+    /// its `type`; records that are not such an object are left out.
+    package static func labels(ofRecords records: [[UInt8]]) -> [String] {
         struct Named: Decodable {
             var name: String?
             var type: String?
         }
-        guard let named = try? JSONDecoder().decode(Named.self, from: Data(record)) else { return nil }
-        return named.name ?? named.type
+        let decoder = JSONDecoder()
+        return records.compactMap { record in
+            guard let named = try? decoder.decode(Named.self, from: Data(record)) else { return nil }
+            return named.name ?? named.type
+        }
     }
 }

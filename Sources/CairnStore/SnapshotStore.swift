@@ -325,13 +325,8 @@ package final class SnapshotStore: @unchecked Sendable {
             if access(directory + "/data.mdb", F_OK) != 0 {
                 throw StoreError(ENOENT, function: "open", path: directory + "/data.mdb")
             }
-            let outcome = LMDBVersion.probe(directory, writes: false)
-            switch outcome {
-            case .read: break
-            case .noChild(let code): throw StoreError(code, function: "fork", path: directory)
-            default:
-                out.damage = StoreDamage(found: outcome.description, expected: nil, salvaged: 0, recoveredFromPages: 0,
-                                         metadataSalvaged: 0, setAsidePath: nil)
+            if let found = try unreadableByLMDB(directory, writes: false, timeout: Options().probeTimeout) {
+                out.damage = .unsalvaged(found: found, setAside: nil)
                 return out
             }
             analysis = nil
@@ -926,13 +921,20 @@ package final class SnapshotStore: @unchecked Sendable {
         // The write pass needs the store to itself: a store another process has open
         // was checked by that process when it opened it.
         if environmentInUse(directory) { return nil }
-        let outcome = LMDBVersion.probe(directory, writes: true, timeout: options.probeTimeout)
-        switch outcome {
+        guard let found = try unreadableByLMDB(directory, writes: true, timeout: options.probeTimeout) else { return nil }
+        if environmentInUse(directory) { throw StoreError(StoreError.inUse, function: "SnapshotStore.init", path: directory) }
+        return try setAside(directory, found: found, suffix: asideSuffix())
+    }
+
+    /// What LMDB's own pass over the store found (``LMDBVersion/probe(_:writes:timeout:)``):
+    /// nil when it read (and wrote) it whole.
+    ///
+    /// - Throws: ``StoreError`` when no child process could be made (nothing is known).
+    private static func unreadableByLMDB(_ directory: String, writes: Bool, timeout: Duration) throws(StoreError) -> String? {
+        switch LMDBVersion.probe(directory, writes: writes, timeout: timeout) {
         case .read: return nil
         case .noChild(let code): throw StoreError(code, function: "fork", path: directory)
-        default:
-            if environmentInUse(directory) { throw StoreError(StoreError.inUse, function: "SnapshotStore.init", path: directory) }
-            return try setAside(directory, found: outcome.description, suffix: asideSuffix())
+        case let outcome: return outcome.description
         }
     }
 
@@ -941,8 +943,7 @@ package final class SnapshotStore: @unchecked Sendable {
     private static func setAside(_ directory: String, found: String, suffix: String) throws(StoreError) -> StoreDamage {
         let aside = "\(directory).corrupt-\(suffix)"
         if rename(directory, aside) != 0 { throw StoreError(errno, function: "rename", path: directory) }
-        return StoreDamage(found: found, expected: nil, salvaged: 0, recoveredFromPages: 0, metadataSalvaged: 0,
-                           setAsidePath: aside)
+        return .unsalvaged(found: found, setAside: aside)
     }
 
     /// Builds a store in `fresh` (which must not exist) holding what can be proven

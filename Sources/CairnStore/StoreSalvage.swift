@@ -21,6 +21,13 @@ package struct StoreDamage: Sendable, Equatable, CustomStringConvertible {
     /// Where the damaged store was moved (it is never deleted); nil for an inspection.
     package var setAsidePath: String?
 
+    /// A store nothing could be salvaged from, nor counted (with an LMDB whose layout the
+    /// guard does not know): `found`, and where it was moved.
+    static func unsalvaged(found: String, setAside: String?) -> StoreDamage {
+        StoreDamage(found: found, expected: nil, salvaged: 0, recoveredFromPages: 0, metadataSalvaged: 0,
+                    setAsidePath: setAside)
+    }
+
     /// Requests lost: ``expected`` minus ``salvaged`` (never negative), or nil when the
     /// damaged store's count is unknown.
     package var lost: Int? { expected.map { max(0, $0 - salvaged) } }

@@ -51,7 +51,7 @@ public struct UploadStartLog: Sendable {
         headers = redacted(request.headers)
         idempotencyKey = request.idempotencyKey
         let records = Self.records(of: request)
-        eventNames = records.compactMap(EventEnvelope.label(ofRecord:))
+        eventNames = EventEnvelope.labels(ofRecords: records)
         var json = "[" + records.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",") + "]"
         if json.utf8.count > 64 * 1024 { json = String(decoding: json.utf8.prefix(64 * 1024), as: UTF8.self) + "…" }
         params = json

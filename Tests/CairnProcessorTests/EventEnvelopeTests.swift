@@ -61,8 +61,8 @@ import Testing
         #expect(!EventEnvelope.isFragment(Array("\"context\":{\n}".utf8)), "no newline in NDJSON")
         #expect(!EventEnvelope.isFragment(Array(#""sdk":{}"#.utf8)))
         #expect(!EventEnvelope.isFragment(Array(#""context":"#.utf8) + [UInt8](repeating: 0x20, count: EventEnvelope.maxFragment) + [0x7D]))
-        #expect(EventEnvelope.label(ofRecord: Array(#"{"type":"user_set","name":"checkout"}"#.utf8)) == "checkout")
-        #expect(EventEnvelope.label(ofRecord: Array(#"{"type":"user_set"}"#.utf8)) == "user_set")
-        #expect(EventEnvelope.label(ofRecord: Array("not json".utf8)) == nil)
+        #expect(EventEnvelope.labels(ofRecords: [Array(#"{"type":"user_set","name":"checkout"}"#.utf8),
+                                                 Array(#"{"type":"user_set"}"#.utf8), Array("not json".utf8)])
+                == ["checkout", "user_set"])
     }
 }

@@ -528,10 +528,10 @@ import Testing
         var err: String
     }
 
-    /// Runs `argv` (the first element a path); a process still running after 60 s is
-    /// killed and reported as timed out.
-    static func run(_ argv: [String]) throws -> Ran {
-        let f = try runToEnd(argv[0], Array(argv.dropFirst()), timeout: 60)
+    /// Runs `argv` (the first element a path) with `environment` (nil: this process's); a
+    /// process still running after `timeout` seconds is killed and reported as timed out.
+    static func run(_ argv: [String], environment: [String: String]? = nil, timeout: Double = 60) throws -> Ran {
+        let f = try runToEnd(argv[0], Array(argv.dropFirst()), environment: environment, timeout: timeout)
         return Ran(status: f.status, signaled: f.signaled, timedOut: f.timedOut, out: f.out, err: f.err)
     }
 }

@@ -15,8 +15,7 @@ import Testing
         .filter { !$0.key.hasPrefix("CAIRN_") }.merging(["CAIRN_TEST_LMDB_LAYOUT": "unknown"]) { $1 }
 
     static func run(_ argv: [String]) throws -> StoreFaultTests.Ran {
-        let f = try runToEnd(argv[0], Array(argv.dropFirst()), environment: unknown, timeout: 90)
-        return StoreFaultTests.Ran(status: f.status, signaled: f.signaled, timedOut: f.timedOut, out: f.out, err: f.err)
+        try StoreFaultTests.run(argv, environment: unknown, timeout: 90)
     }
 
     /// The child's first line (the open), and the snapshots it lists.
