@@ -42,8 +42,7 @@ import Testing
         func write(_ t: Template, into dir: Scratch) throws -> [UInt8] {
             var bytes = t.data
             apply(&bytes, t)
-            try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
-            try Data(bytes).write(to: URL(fileURLWithPath: dir.store + "/data.mdb"))
+            try t.write(bytes, into: dir)
             if let lock { try Data(lock).write(to: URL(fileURLWithPath: dir.store + "/lock.mdb")) }
             return bytes
         }
@@ -280,8 +279,7 @@ import Testing
     @Test func intactStoreReadsAsLMDBReadsIt() throws {
         let t = try Template.shared.get()
         let dir = Scratch()
-        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
-        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(t.data)))
+        try t.write(t.data, into: dir)
         let file = try LMDBFile(path: dir.store + "/data.mdb")
         let a = try file.analyze()
         #expect(a.intact, "\(a.faults)")
@@ -425,8 +423,7 @@ import Testing
     @Test func inspectionBesideAWriterSeesNoDamage() throws {
         let t = try Template.shared.get()
         let dir = Scratch()
-        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
-        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(t.data)))
+        try t.write(t.data, into: dir)
         let status = try Self.run([productsDirectory + "/cairn", "status", dir.path])
         #expect(status.status == 0, "\(status.err)")
         #expect(!FileManager.default.fileExists(atPath: dir.store + "/lock.mdb"), "no lock file from a read")
@@ -555,6 +552,13 @@ struct Template: Sendable {
     let pagesOf: [SnapshotID: [Int]]
 
     static let shared = Result { try Template() }
+
+    /// Writes `bytes` (the template's `data.mdb`, or a damaged copy) as `dir.store`'s
+    /// data file.
+    func write(_ bytes: [UInt8], into dir: Scratch) throws {
+        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
+        try Data(bytes).write(to: URL(fileURLWithPath: dir.store + "/data.mdb"))
+    }
 
     /// A JSON record with 304 hex digits of noise, so batches do not shrink to nothing.
     static func record(_ n: Int, _ i: Int, _ rng: inout SplitMix) -> [UInt8] {

@@ -30,8 +30,7 @@ import Testing
     @Test func anIntactStoreOpensWhole() throws {
         let t = try Template.shared.get()
         let dir = Scratch()
-        try FileManager.default.createDirectory(atPath: dir.store, withIntermediateDirectories: true)
-        #expect(FileManager.default.createFile(atPath: dir.store + "/data.mdb", contents: Data(t.data)))
+        try t.write(t.data, into: dir)
         let r = try Self.run([productsDirectory + "/cairn-store-child", "open", dir.store])
         #expect(!r.signaled && !r.timedOut && r.status == 0, "cairn-store-child exited \(r.status): \(r.err)")
         let (open, listed) = try Self.opened(r.out)
