@@ -11,8 +11,9 @@ package enum Hex {
         nibble < 10 ? nibble &+ 0x30 : nibble &+ 0x57
     }
 
-    /// Two lowercase hex digits per byte.
-    package static func string(_ bytes: some Sequence<UInt8>) -> String {
+    /// Two lowercase hex digits per byte. (Inlinable, as ``FNV1a/hash(_:seed:)``: a
+    /// generic called from another module would otherwise run unspecialized.)
+    @inlinable package static func string(_ bytes: some Sequence<UInt8>) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.underestimatedCount * 2)
         for b in bytes {
@@ -71,7 +72,7 @@ package struct FNV1a {
     @inlinable package mutating func feed(_ byte: UInt8) { value = (value ^ UInt64(byte)) &* Self.prime }
 
     /// The hash of `bytes`, from `seed`.
-    package static func hash(_ bytes: some Sequence<UInt8>, seed: UInt64 = offsetBasis) -> UInt64 {
+    @inlinable package static func hash(_ bytes: some Sequence<UInt8>, seed: UInt64 = offsetBasis) -> UInt64 {
         var h = FNV1a(seed: seed)
         for b in bytes { h.feed(b) }
         return h.value

@@ -27,11 +27,18 @@ package enum EventEnvelope {
     static let recoveredMarker = Array(#","context_recovered":false"#.utf8)
 
     /// Whether `bytes` can be a context fragment: `"context":` first, `}` last, no newline
-    /// (it goes into NDJSON), and not over ``maxFragment``.
-    package static func isFragment<C: BidirectionalCollection>(_ bytes: C) -> Bool where C.Element == UInt8 {
-        let head = Array(#""context":"#.utf8)
+    /// (it goes into NDJSON), and not over ``maxFragment``. (Not generic: called from the
+    /// uploader's module, a generic would run unspecialized, through the standard
+    /// library's shared code, whose pages would then stay resident in an idle service.)
+    package static func isFragment(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let head = #""context":"#.utf8
         return bytes.count > head.count && bytes.count <= maxFragment && bytes.starts(with: head)
-            && bytes.last == UInt8(ascii: "}") && !bytes.contains(UInt8(ascii: "\n"))
+            && bytes[bytes.count - 1] == UInt8(ascii: "}") && bytes.firstIndex(of: UInt8(ascii: "\n")) == nil
+    }
+
+    /// The same check of an array's bytes.
+    package static func isFragment(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { isFragment($0) }
     }
 
     /// How a bare event is completed: the count of its bytes that come first (all but its

@@ -57,7 +57,7 @@ import Testing
     }
 
     @Test func fragmentsAreRecognised() {
-        #expect(!EventEnvelope.isFragment(Array(#""context":{}"#.utf8).dropLast()))
+        #expect(!EventEnvelope.isFragment(Array(Array(#""context":{}"#.utf8).dropLast())))
         #expect(!EventEnvelope.isFragment(Array("\"context\":{\n}".utf8)), "no newline in NDJSON")
         #expect(!EventEnvelope.isFragment(Array(#""sdk":{}"#.utf8)))
         #expect(!EventEnvelope.isFragment(Array(#""context":"#.utf8) + [UInt8](repeating: 0x20, count: EventEnvelope.maxFragment) + [0x7D]))
