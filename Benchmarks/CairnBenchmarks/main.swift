@@ -714,10 +714,15 @@ record("crash_symbolicate_ms", "next start: symbolicate a crash report, inlines 
 
 // MARK: - Idle cost
 
-/// CPU time the process uses per second while a started SDK has nothing to do (its
-/// background threads must sleep, not poll).
-func benchIdleCPU(seconds: Double) -> Double {
-    guard let cairn = benchSDK else { return .nan }
+/// CPU time the process uses per second while a started SDK has nothing to do, in two
+/// windows. The start phase runs from just after the first event is flushed until 4 s
+/// after start: it holds the one-time work of a new SDK (the first drain, the page
+/// releases at 2.5 s and 3.5 s). Steady idle is the window after it, where the
+/// background threads must sleep, not poll. Times are from the SDK's start (the first
+/// use of `benchSDK`).
+func benchIdleCPU(steadySeconds: Double) -> (startPhase: Double, steady: Double) {
+    let started = now()
+    guard let cairn = benchSDK else { return (.nan, .nan) }
     cairn.track("warm_up")
     _ = cairn.flush(timeout: .seconds(5))
     func cpuMillis() -> Double {
@@ -726,9 +731,17 @@ func benchIdleCPU(seconds: Double) -> Double {
         return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000
             + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000
     }
-    let before = cpuMillis()
-    usleep(UInt32(seconds * 1_000_000))
-    return (cpuMillis() - before) / seconds
+    func sleep(until secondsAfterStart: Double) {
+        let elapsed = Double(now() - started) / 1e9
+        if elapsed < secondsAfterStart { usleep(UInt32((secondsAfterStart - elapsed) * 1_000_000)) }
+    }
+    let phaseStart = (cpu: cpuMillis(), at: now())
+    sleep(until: 4)
+    let steadyStart = (cpu: cpuMillis(), at: now())
+    usleep(UInt32(steadySeconds * 1_000_000))
+    let end = (cpu: cpuMillis(), at: now())
+    return ((steadyStart.cpu - phaseStart.cpu) / (Double(steadyStart.at - phaseStart.at) / 1e9),
+            (end.cpu - steadyStart.cpu) / (Double(end.at - steadyStart.at) / 1e9))
 }
 /// The SDK of the idle and track() figures (one per process: it owns the crash handler).
 let benchSDK: Cairn? = {
@@ -736,8 +749,11 @@ let benchSDK: Cairn? = {
     o.ringCapacity = 256 << 20
     return try? Cairn.start(o)
 }()
-record("idle_cpu_ms_per_s", "CPU used by an idle started SDK, per second", benchIdleCPU(seconds: quick ? 1 : 3),
-       "ms/s", goal: "<= 1", budget: 20)
+let idleCPU = benchIdleCPU(steadySeconds: quick ? 1 : 3)
+record("idle_start_phase_cpu_ms_per_s", "CPU per second, first 4 s after start (one-time)",
+       idleCPU.startPhase, "ms/s", goal: "<= 5", budget: 40)
+record("idle_cpu_ms_per_s", "CPU per second, idle after the first 4 s",
+       idleCPU.steady, "ms/s", goal: "<= 1", budget: 20)
 
 // MARK: - track() and start()
 
