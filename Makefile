@@ -28,7 +28,9 @@ LLD := -Xswiftc -use-ld=lld
 BUILD_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libmbedtls-dev libssl-dev
 TEST_PACKAGES := openssl ca-certificates lmdb-utils zstd
 APT_PACKAGES := $(BUILD_PACKAGES) $(TEST_PACKAGES)
-PIP_MODULES := zstandard lmdb
+PIP_MODULES := zstandard lmdb opentelemetry-proto
+# What each is imported as (the check that they are there).
+PIP_IMPORTS := zstandard,lmdb,opentelemetry.proto.collector.logs.v1.logs_service_pb2
 
 # The two C cores: storage (ring, frames) and crash (handler, stacks, termination).
 CORE_DIRS := CSources/CCairnCore CSources/CCairnCrash
@@ -58,7 +60,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@$(PYTHON) -c "import $(shell echo $(PIP_MODULES) | tr ' ' ',')" 2>/dev/null || \
+	@$(PYTHON) -c "import $(PIP_IMPORTS)" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore $(PIP_MODULES)
 
 # A target that imports another target of the package must declare it a dependency.

@@ -474,6 +474,13 @@ package final class Processor: Sendable {
         w.byte(0x2C)
         w.key("name")
         guard write(name, checked: checked, into: &w) else { return false }
+        if event.isError {
+            w.byte(0x2C)
+            w.key("level")
+            w.byte(0x22)
+            w.ascii("error")
+            w.byte(0x22)
+        }
         w.byte(0x2C)
         w.key("time")
         let offset = clock.write(event.timeMillis, into: &w)

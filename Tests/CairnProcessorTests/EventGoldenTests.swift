@@ -78,6 +78,17 @@ import Testing
                                #"{"status":"ok"}"#))
     }
 
+    /// An error event says so (`"level":"error"` after its name); other events have no level.
+    @Test func errorEventHasItsLevel() {
+        let e = Event(name: "payment_failed", properties: ["code": 402], timeMillis: Self.millis,
+                      identity: Identity(distinctID: "host-7"), sessionID: "s-1", isError: true)
+        let text = String(decoding: Self.processor.record(e, id: Self.id), as: UTF8.self)
+        let expected = Self.golden("track", "payment_failed", Self.ids, #"{"code":402}"#)
+            .replacingOccurrences(of: #""name":"payment_failed","#, with: #""name":"payment_failed","level":"error","#)
+        #expect(text == expected)
+        #expect(!Self.record(.track, "ok", [:]).contains("\"level\""))
+    }
+
     @Test func health() {
         #expect(Self.record(.health, "sdk_health", ["ring_fill": 0.25])
                 == Self.golden("health", "sdk_health", Self.ids, #"{"ring_fill":0.25}"#))

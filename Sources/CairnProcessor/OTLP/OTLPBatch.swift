@@ -1,0 +1,733 @@
+import CairnBase
+import Glibc
+
+/// The OTLP encoding of one batch, in one wire encoding (``OTLPEncoder`` picks it).
+/// Records are written as they are added, into the buffers of their group (one per
+/// distinct context and session); ``finish()`` puts each group's `Resource` and scope
+/// around them.
+struct OTLPBatch<Out: OTLPOutput> {
+    let settings: OTLPEncoder.Settings
+
+    /// The records of one context and session, encoded.
+    struct Group {
+        var context: [UInt8]
+        var session: [UInt8]
+        var logs = Out()
+        /// Where each log record ends in `logs`.
+        var logEnds: [Int] = []
+        var spans = Out()
+        var spanEnds: [Int] = []
+    }
+
+    private var groups: [Group] = []
+    private var last = -1
+    /// Buffers kept between records.
+    private var keyScratch: [UInt8] = []
+
+    init(settings: OTLPEncoder.Settings) { self.settings = settings }
+
+    /// The top-level members of the record being read (their JSON text: a string's
+    /// escaped text without quotes, a number's digits, an object whole).
+    struct Fields {
+        var eventID: UnsafeRawBufferPointer?
+        var type: UnsafeRawBufferPointer?
+        var name: UnsafeRawBufferPointer?
+        var level: UnsafeRawBufferPointer?
+        var time: UnsafeRawBufferPointer?
+        var zoneOffset: UnsafeRawBufferPointer?
+        var distinctID: UnsafeRawBufferPointer?
+        var accountID: UnsafeRawBufferPointer?
+        var sessionID: UnsafeRawBufferPointer?
+        var traceID: UnsafeRawBufferPointer?
+        var spanID: UnsafeRawBufferPointer?
+        var parentSpanID: UnsafeRawBufferPointer?
+        var traceFlags: UnsafeRawBufferPointer?
+        var traceState: UnsafeRawBufferPointer?
+        var spanKind: UnsafeRawBufferPointer?
+        var properties: UnsafeRawBufferPointer?
+        var context: UnsafeRawBufferPointer?
+        var sdk: UnsafeRawBufferPointer?
+        var nanos: UInt64 = 0
+    }
+
+    // MARK: Reading a record
+
+    mutating func add(_ record: UnsafeRawBufferPointer, observedNanos: UInt64) -> Bool {
+        guard let f = Self.read(record) else { return false }
+        let g = group(context: f.context ?? UnsafeRawBufferPointer(start: nil, count: 0),
+                      session: f.sessionID ?? UnsafeRawBufferPointer(start: nil, count: 0))
+        if f.type.map({ eq($0, "span") }) == true, let trace = f.traceID, let span = f.spanID,
+           Self.validID(trace, 32), Self.validID(span, 16) {
+            var out = Out()
+            swap(&out, &groups[g].spans)
+            writeSpan(f, into: &out)
+            groups[g].spanEnds.append(out.bytes.count)
+            swap(&out, &groups[g].spans)
+        } else {
+            var out = Out()
+            swap(&out, &groups[g].logs)
+            writeLog(f, observedNanos: observedNanos, into: &out)
+            groups[g].logEnds.append(out.bytes.count)
+            swap(&out, &groups[g].logs)
+        }
+        return true
+    }
+
+    /// The record's members, its JSON checked whole; nil when it is not an event.
+    static func read(_ record: UnsafeRawBufferPointer) -> Fields? {
+        var s = JSONScan(record)
+        guard s.enterObject() else { return nil }
+        var f = Fields()
+        while let key = s.member() {
+            var ok = true
+            switch key.count {
+            case 4 where eq(key, "type"): if let v = s.string() { f.type = v } else { ok = false }
+            case 4 where eq(key, "name"): if let v = s.string() { f.name = v } else { ok = false }
+            case 4 where eq(key, "time"): if let v = s.string() { f.time = v } else { ok = false }
+            case 5 where eq(key, "level"): if let v = s.string() { f.level = v } else { ok = false }
+            case 8 where eq(key, "event_id"): if let v = s.string() { f.eventID = v } else { ok = false }
+            case 8 where eq(key, "trace_id"): if let v = s.string() { f.traceID = v } else { ok = false }
+            case 7 where eq(key, "span_id"): if let v = s.string() { f.spanID = v } else { ok = false }
+            case 11 where eq(key, "zone_offset"):
+                if let v = s.number(), v.integer { f.zoneOffset = v.text } else { ok = false }
+            case 11 where eq(key, "distinct_id"): if let v = s.string() { f.distinctID = v } else { ok = false }
+            case 10 where eq(key, "account_id"): if let v = s.string() { f.accountID = v } else { ok = false }
+            case 10 where eq(key, "session_id"): if let v = s.string() { f.sessionID = v } else { ok = false }
+            case 14 where eq(key, "parent_span_id"): if let v = s.string() { f.parentSpanID = v } else { ok = false }
+            case 11 where eq(key, "trace_flags"): if let v = s.string() { f.traceFlags = v } else { ok = false }
+            case 11 where eq(key, "trace_state"): if let v = s.string() { f.traceState = v } else { ok = false }
+            case 9 where eq(key, "span_kind"): if let v = s.string() { f.spanKind = v } else { ok = false }
+            case 10 where eq(key, "properties"):
+                if s.peek() == .object, let v = s.rawValue() { f.properties = v } else { ok = false }
+            case 7 where eq(key, "context"):
+                if s.peek() == .object, let v = s.rawValue() { f.context = v } else { ok = false }
+            case 3 where eq(key, "sdk"):
+                if s.peek() == .object, let v = s.rawValue() { f.sdk = v } else { ok = false }
+            default: ok = s.skipValue()
+            }
+            guard ok else { return nil }
+        }
+        s.skipSpace()
+        guard !s.failed, s.atEnd, f.type != nil, let name = f.name, !name.isEmpty,
+              let time = f.time, let nanos = rfc3339Nanos(time) else { return nil }
+        f.nanos = nanos
+        return f
+    }
+
+    /// Whether `hex` is an id of `digits` lowercase hex digits, not all zero.
+    static func validID(_ hex: UnsafeRawBufferPointer, _ digits: Int) -> Bool {
+        guard hex.count == digits else { return false }
+        var nonZero = false
+        for b in hex {
+            guard (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x66) else { return false }
+            if b != 0x30 { nonZero = true }
+        }
+        return nonZero
+    }
+
+    /// The group of `context` and `session`, made when new.
+    private mutating func group(context: UnsafeRawBufferPointer, session: UnsafeRawBufferPointer) -> Int {
+        func same(_ g: Group) -> Bool { bytesEqual(g.context, context) && bytesEqual(g.session, session) }
+        if last >= 0, same(groups[last]) { return last }
+        if let found = groups.firstIndex(where: same) {
+            last = found
+            return found
+        }
+        groups.append(Group(context: Array(context), session: Array(session)))
+        last = groups.count - 1
+        return last
+    }
+
+    // MARK: Log records
+
+    private mutating func writeLog(_ f: Fields, observedNanos: UInt64, into out: inout Out) {
+        let type = f.type!
+        let crash = eq(type, "crash")
+        let previousRun = crash || eq(type, "session")
+        let t = out.openElement(2)
+        out.fixed64(1, "timeUnixNano", f.nanos)
+        var crashProperties: CairnValue?
+        if crash, let p = f.properties { crashProperties = CairnValue(json: Array(p)) }
+        let severity: (Int32, String)
+        if crash {
+            severity = (21, "FATAL")
+        } else if f.level.map({ eq($0, "error") }) == true {
+            severity = (17, "ERROR")
+        } else if f.name.map({ eq($0, "session_end") }) == true,
+                  let reason = f.properties.flatMap({ Self.member($0, "reason") }), !eq(reason, "clean") {
+            severity = (13, "WARN")
+        } else {
+            severity = (9, "INFO")
+        }
+        out.enumValue(2, "severityNumber", severity.0)
+        out.string(3, "severityText", severity.1)
+        if let headline = crashProperties?["headline"]?.text {
+            let b = out.openMessage(5, "body")
+            out.string(1, "stringValue", headline, always: true)
+            out.close(b)
+        }
+        out.openList(6, "attributes")
+        if let p = f.properties { writeAttributes(p, field: 6, reserved: otlpLogReserved, into: &out) }
+        if let crashProperties { Self.writeException(crashProperties, into: &out) }
+        envelopeAttributes(f, field: 6, uid: "log.record.uid", into: &out)
+        out.closeList()
+        if let hex = f.traceFlags, let flags = Self.flags(hex) { out.fixed32(8, "flags", flags) }
+        if let trace = f.traceID, Self.validID(trace, 32) {
+            out.id(9, "traceId", hex: trace)
+            if let span = f.spanID, Self.validID(span, 16) { out.id(10, "spanId", hex: span) }
+        }
+        out.fixed64(11, "observedTimeUnixNano", previousRun ? max(observedNanos, f.nanos) : f.nanos)
+        out.string(12, "eventName", json: f.name!)
+        out.close(t)
+    }
+
+    /// `exception.type`, `exception.message` and `exception.stacktrace` of a crash.
+    static func writeException(_ p: CairnValue, into out: inout Out) {
+        let type = p["message"] != nil ? "Swift runtime failure" : p["signal"]?.text ?? "crash"
+        stringAttribute(6, "exception.type", type, into: &out)
+        if let reason = p["reason"]?.text { stringAttribute(6, "exception.message", reason, into: &out) }
+        guard case .array(let frames)? = p["frames"] else { return }
+        var lines: [String] = []
+        for frame in frames {
+            let index = frame["index"].flatMap { if case .int(let i) = $0 { i } else { nil } } ?? Int64(lines.count)
+            var line = "#\(index) " + (frame["function"]?.text ?? frame["symbol"]?.text ?? "???")
+            if let module = frame["module"]?.text {
+                let base = module.split(separator: "/").last.map(String.init) ?? module
+                line += " (\(base)+\(frame["offset"]?.text ?? "?"))"
+            } else if let address = frame["address"]?.text {
+                line += " (\(address))"
+            }
+            if let file = frame["file"]?.text {
+                line += " at \(file)"
+                if case .int(let l)? = frame["line"] { line += ":\(l)" }
+                if case .int(let c)? = frame["column"] { line += ":\(c)" }
+            }
+            lines.append(line)
+        }
+        stringAttribute(6, "exception.stacktrace", lines.joined(separator: "\n"), into: &out)
+    }
+
+    // MARK: Spans
+
+    private mutating func writeSpan(_ f: Fields, into out: inout Out) {
+        // What the span's properties say of it, read first.
+        var durationMs = 0.0
+        var statusCode: Int64?
+        var failed = f.level.map { eq($0, "error") } == true
+        var error: UnsafeRawBufferPointer?
+        if let p = f.properties {
+            var s = JSONScan(p)
+            _ = s.enterObject()
+            while let key = s.member() {
+                if eq(key, "duration_ms"), let n = s.number() {
+                    durationMs = Self.double(n.text)
+                } else if eq(key, "status"), s.peek() == .number, let n = s.number() {
+                    statusCode = n.integer ? Self.int64(n.text) : nil
+                } else if eq(key, "status"), let v = s.string() {
+                    if eq(v, "error") { failed = true }
+                } else if eq(key, "outcome"), let v = s.string() {
+                    if eq(v, "error") { failed = true }
+                } else if eq(key, "error"), let v = s.string() {
+                    error = v
+                    failed = true
+                } else {
+                    _ = s.skipValue()
+                }
+            }
+        }
+        let client = f.spanKind.map { eq($0, "client") } ?? eq(f.name!, "http.client")
+        let server = f.spanKind.map { eq($0, "server") } ?? false
+        let t = out.openElement(2)
+        out.id(1, "traceId", hex: f.traceID!)
+        out.id(2, "spanId", hex: f.spanID!)
+        if let state = f.traceState, !state.isEmpty { out.string(3, "traceState", json: state) }
+        if let parent = f.parentSpanID, Self.validID(parent, 16) { out.id(4, "parentSpanId", hex: parent) }
+        out.string(5, "name", json: f.name!)
+        out.enumValue(6, "kind", server ? 2 : client ? 3 : 1)
+        let duration = durationMs.isFinite && durationMs > 0 ? UInt64(min(durationMs * 1e6, Double(f.nanos))) : 0
+        out.fixed64(7, "startTimeUnixNano", f.nanos - duration)
+        out.fixed64(8, "endTimeUnixNano", f.nanos)
+        out.openList(9, "attributes")
+        if let p = f.properties {
+            writeAttributes(p, field: 9, reserved: otlpSpanReserved,
+                            skip: client ? otlpClientSpanSkipped : otlpSpanSkipped,
+                            renames: client ? otlpClientSpanRenames : [], into: &out)
+        }
+        if let statusCode {
+            let kv = out.openElement(9)
+            out.string(1, "key", "http.response.status_code")
+            let v = out.openMessage(2, "value")
+            out.int64(3, "intValue", statusCode)
+            out.close(v)
+            out.close(kv)
+        }
+        envelopeAttributes(f, field: 9, uid: "cairn.event_id", into: &out)
+        out.closeList()
+        if let error {
+            out.openList(11, "events")
+            let e = out.openElement(11)
+            out.fixed64(1, "timeUnixNano", f.nanos)
+            out.string(2, "name", "exception")
+            out.openList(3, "attributes")
+            let kv = out.openElement(3)
+            out.string(1, "key", "exception.message")
+            let v = out.openMessage(2, "value")
+            out.string(1, "stringValue", json: error, always: true)
+            out.close(v)
+            out.close(kv)
+            out.closeList()
+            out.close(e)
+            out.closeList()
+        }
+        if failed {
+            let st = out.openMessage(15, "status")
+            if let error {
+                out.string(2, "message", json: error)
+            } else if let statusCode {
+                out.string(2, "message", "HTTP \(statusCode)")
+            }
+            out.enumValue(3, "code", 2)
+            out.close(st)
+        }
+        if let hex = f.traceFlags, let flags = Self.flags(hex) {
+            out.fixed32(16, "flags", flags | 0x100 | (server ? 0x200 : 0))
+        }
+        out.close(t)
+    }
+
+    // MARK: Attributes
+
+    /// The envelope's attributes of a log record or span (after its properties).
+    private mutating func envelopeAttributes(_ f: Fields, field: UInt32, uid: StaticString, into out: inout Out) {
+        if let id = f.eventID { Self.jsonAttribute(field, uid, id, into: &out) }
+        if let session = f.sessionID { Self.jsonAttribute(field, "session.id", session, into: &out) }
+        if let user = f.distinctID { Self.jsonAttribute(field, "user.id", user, into: &out) }
+        if let account = f.accountID { Self.jsonAttribute(field, "cairn.account_id", account, into: &out) }
+        if field == 6 {
+            Self.jsonAttribute(field, "cairn.event.type", f.type!, into: &out)
+            if let offset = f.zoneOffset, let minutes = Self.int64(offset) {
+                let kv = out.openElement(field)
+                out.string(1, "key", "cairn.zone_offset")
+                let v = out.openMessage(2, "value")
+                out.int64(3, "intValue", minutes)
+                out.close(v)
+                out.close(kv)
+            }
+        }
+        if let sdk = f.sdk, let recovered = Self.member(sdk, "context_recovered", literal: true), eq(recovered, "false") {
+            let kv = out.openElement(field)
+            out.string(1, "key", "cairn.context_recovered")
+            let v = out.openMessage(2, "value")
+            out.bool(2, "boolValue", false)
+            out.close(v)
+            out.close(kv)
+        }
+    }
+
+    static func jsonAttribute(_ field: UInt32, _ key: StaticString, _ text: UnsafeRawBufferPointer,
+                              into out: inout Out) {
+        let kv = out.openElement(field)
+        out.string(1, "key", key.description)
+        let v = out.openMessage(2, "value")
+        out.string(1, "stringValue", json: text, always: true)
+        out.close(v)
+        out.close(kv)
+    }
+
+    static func stringAttribute(_ field: UInt32, _ key: String, _ text: String, into out: inout Out) {
+        let kv = out.openElement(field)
+        out.string(1, "key", key)
+        let v = out.openMessage(2, "value")
+        out.string(1, "stringValue", text, always: true)
+        out.close(v)
+        out.close(kv)
+    }
+
+    /// The members of the object `properties` as `KeyValue`s of the repeated field
+    /// `field`: `null` members left out, `skip` members left out, `renames` applied, and
+    /// a key in `reserved` kept as `cairn.property.<key>`.
+    private mutating func writeAttributes(_ properties: UnsafeRawBufferPointer, field: UInt32,
+                                          reserved: [StaticString], skip: [StaticString] = [],
+                                          renames: [(StaticString, StaticString)] = [], into out: inout Out) {
+        var s = JSONScan(properties)
+        guard s.enterObject() else { return }
+        while let key = s.member() {
+            if s.peek() == .literal, s.i < s.bytes.count, s.bytes[s.i] == 0x6E {
+                _ = s.literal()
+                continue
+            }
+            if skip.contains(where: { eq(key, $0) }) {
+                _ = s.skipValue()
+                continue
+            }
+            let kv = out.openElement(field)
+            if let renamed = renames.first(where: { eq(key, $0.0) }) {
+                out.string(1, "key", renamed.1.description)
+            } else if reserved.contains(where: { eq(key, $0) }) {
+                keyScratch.removeAll(keepingCapacity: true)
+                keyScratch.append(contentsOf: "cairn.property.".utf8)
+                keyScratch.append(contentsOf: key)
+                keyScratch.withUnsafeBytes { out.string(1, "key", json: $0) }
+            } else {
+                out.string(1, "key", json: key)
+            }
+            let v = out.openMessage(2, "value")
+            Self.anyValue(&s, depth: CairnValue.jsonDepthLimit, into: &out)
+            out.close(v)
+            out.close(kv)
+        }
+    }
+
+    /// The JSON value at the cursor as the fields of an `AnyValue` (checked JSON: the
+    /// record was read whole before).
+    static func anyValue(_ s: inout JSONScan, depth: Int, into out: inout Out) {
+        switch s.peek() {
+        case .string:
+            if let text = s.string() { out.string(1, "stringValue", json: text, always: true) }
+        case .number:
+            guard let n = s.number() else { return }
+            if n.integer, let v = int64(n.text) {
+                out.int64(3, "intValue", v)
+            } else {
+                out.double(4, "doubleValue", double(n.text), text: n.text)
+            }
+        case .literal:
+            if case .some(.some(let b)) = s.literal() { out.bool(2, "boolValue", b) }
+        case .object:
+            guard depth > 0, s.enterObject() else { _ = s.skipValue(); return }
+            let m = out.openMessage(6, "kvlistValue")
+            out.openList(1, "values")
+            while let key = s.member() {
+                if s.peek() == .literal, s.i < s.bytes.count, s.bytes[s.i] == 0x6E {
+                    _ = s.literal()
+                    continue
+                }
+                let kv = out.openElement(1)
+                out.string(1, "key", json: key)
+                let v = out.openMessage(2, "value")
+                anyValue(&s, depth: depth - 1, into: &out)
+                out.close(v)
+                out.close(kv)
+            }
+            out.closeList()
+            out.close(m)
+        case .array:
+            guard depth > 0, s.enterArray() else { _ = s.skipValue(); return }
+            let m = out.openMessage(5, "arrayValue")
+            out.openList(1, "values")
+            while s.element() {
+                let e = out.openElement(1)
+                anyValue(&s, depth: depth - 1, into: &out)
+                out.close(e)
+            }
+            out.closeList()
+            out.close(m)
+        case .invalid:
+            return
+        }
+    }
+
+    // MARK: Finishing
+
+    mutating func finish() -> (logs: [OTLPEncoder.Request], traces: [OTLPEncoder.Request]) {
+        defer {
+            for k in groups.indices {
+                groups[k].logs.reset()
+                groups[k].spans.reset()
+            }
+            groups.removeAll(keepingCapacity: true)
+            last = -1
+        }
+        let resources = groups.map { resourceAttributes(context: $0.context, session: $0.session) }
+        return (requests(logs: true, resources: resources), requests(logs: false, resources: resources))
+    }
+
+    /// The requests of one signal: the groups' records, cut where a request would pass
+    /// the size limit.
+    private func requests(logs: Bool, resources: [[(String, ResourceValue)]]) -> [OTLPEncoder.Request] {
+        var result: [OTLPEncoder.Request] = []
+        // The pieces of the request being formed: group, and its records from..<to.
+        var pieces: [(group: Int, from: Int, to: Int)] = []
+        var size = 0
+        func flush() {
+            guard !pieces.isEmpty else { return }
+            result.append(request(logs: logs, pieces: pieces, resources: resources))
+            pieces.removeAll()
+            size = 0
+        }
+        for (g, group) in groups.enumerated() {
+            let ends = logs ? group.logEnds : group.spanEnds
+            guard !ends.isEmpty else { continue }
+            // Its resource and scope, once in each request it is in.
+            let resourceBytes = Self.resourceSize(resources[g]) + 128
+            var from = 0
+            size += resourceBytes
+            for k in ends.indices {
+                let recordBytes = ends[k] - (k == 0 ? 0 : ends[k - 1]) + 8
+                if size + recordBytes > settings.maxRequestBytes {
+                    if k > from {
+                        pieces.append((g, from, k))
+                        from = k
+                    }
+                    if !pieces.isEmpty {
+                        flush()
+                        size = resourceBytes
+                    }
+                }
+                size += recordBytes
+            }
+            pieces.append((g, from, ends.count))
+        }
+        flush()
+        return result
+    }
+
+    private func request(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+                         resources: [[(String, ResourceValue)]]) -> OTLPEncoder.Request {
+        var out = Out()
+        var records = 0
+        out.openList(1, logs ? "resourceLogs" : "resourceSpans")
+        for piece in pieces {
+            let group = groups[piece.group]
+            let ends = logs ? group.logEnds : group.spanEnds
+            let e = out.openElement(1)
+            Self.writeResource(resources[piece.group], into: &out)
+            out.openList(2, logs ? "scopeLogs" : "scopeSpans")
+            let sc = out.openElement(2)
+            let scope = out.openMessage(1, "scope")
+            out.string(1, "name", "cairn")
+            out.string(2, "version", cairnVersion)
+            out.close(scope)
+            out.openList(2, logs ? "logRecords" : "spans")
+            let start = piece.from == 0 ? 0 : ends[piece.from - 1]
+            let end = ends[piece.to - 1]
+            (logs ? group.logs : group.spans).bytes.withUnsafeBytes {
+                out.appendElements(UnsafeRawBufferPointer(rebasing: $0[start..<end]))
+            }
+            records += piece.to - piece.from
+            out.closeList()
+            out.close(sc)
+            out.closeList()
+            out.close(e)
+        }
+        out.closeList()
+        return OTLPEncoder.Request(body: Self.wrap(out.bytes), records: records)
+    }
+
+    static func writeResource(_ attributes: [(String, ResourceValue)], into out: inout Out) {
+        let r = out.openMessage(1, "resource")
+        out.openList(1, "attributes")
+        for (key, value) in attributes {
+            let kv = out.openElement(1)
+            out.string(1, "key", key)
+            let v = out.openMessage(2, "value")
+            switch value {
+            case .string(let s): out.string(1, "stringValue", s, always: true)
+            case .int(let i): out.int64(3, "intValue", i)
+            case .double(let d): out.double(4, "doubleValue", d, text: nil)
+            case .bool(let b): out.bool(2, "boolValue", b)
+            }
+            out.close(v)
+            out.close(kv)
+        }
+        out.closeList()
+        out.close(r)
+    }
+
+    /// The bytes ``writeResource(_:into:)`` writes for `attributes`.
+    static func resourceSize(_ attributes: [(String, ResourceValue)]) -> Int {
+        var out = Out()
+        writeResource(attributes, into: &out)
+        return out.bytes.count
+    }
+
+    /// The message as a whole document: JSON needs its outer braces.
+    static func wrap(_ bytes: [UInt8]) -> [UInt8] {
+        guard Out.self == OTLPJSONOutput.self else { return bytes }
+        return [0x7B] + bytes + [0x7D]
+    }
+
+    // MARK: Resource
+
+    enum ResourceValue {
+        case string(String), int(Int64), double(Double), bool(Bool)
+    }
+
+    /// The `Resource` of a group (docs/FORMATS.md, "Resource and scope").
+    func resourceAttributes(context: [UInt8], session: [UInt8]) -> [(String, ResourceValue)] {
+        let ctx = context.isEmpty ? CairnValue.object([:]) : CairnValue(json: context) ?? .object([:])
+        var attributes: [(String, ResourceValue)] = []
+        var keys = Set<String>()
+        func add(_ key: String, _ value: ResourceValue?) {
+            guard let value, !keys.contains(key) else { return }
+            keys.insert(key)
+            attributes.append((key, value))
+        }
+        func text(_ v: CairnValue?) -> ResourceValue? { v?.text.map(ResourceValue.string) }
+        let configured = settings.resourceAttributes
+        func configuredValue(_ key: String) -> String? { configured.last(where: { $0.key == key })?.value }
+        let processName = ctx["process"]?["name"]?.text
+        add("service.name", .string(settings.serviceName ?? configuredValue("service.name") ?? ctx["app"]?["id"]?.text
+                ?? "unknown_service:\(processName ?? "swift")"))
+        add("service.namespace", configuredValue("service.namespace").map(ResourceValue.string))
+        add("service.version", text(ctx["app"]?["release"]))
+        var sessionText: [UInt8] = []
+        session.withUnsafeBytes { JSONText.unescape($0, into: &sessionText) }
+        let sessionID = String(decoding: sessionText, as: UTF8.self)
+        if !sessionID.isEmpty { add("service.instance.id", .string(sessionID)) }
+        add("deployment.environment.name", text(ctx["app"]?["environment"]))
+        add("host.name", text(ctx["host"]?["name"]))
+        add("host.id", settings.hostID.map(ResourceValue.string))
+        if let arch = ctx["arch"]?.text { add("host.arch", .string(Self.semconvArch(arch))) }
+        add("os.type", .string("linux"))
+        let osName = ctx["os"]?["name"]?.text
+        let osVersion = ctx["os"]?["version"]?.text
+        if osName != nil || osVersion != nil {
+            add("os.description", .string([osName, osVersion].compactMap { $0 }.joined(separator: " ")))
+        }
+        add("os.version", text(ctx["os"]?["kernel"]))
+        if case .int(let pid)? = ctx["process"]?["pid"] { add("process.pid", .int(pid)) }
+        if let millis = Self.uuid7Millis(sessionID) { add("process.creation.time", .string(rfc3339UTC(millis: millis))) }
+        add("process.executable.name", processName.map(ResourceValue.string))
+        add("process.runtime.name", .string("swift"))
+        add("process.runtime.version", settings.runtimeVersion.map(ResourceValue.string))
+        add("container.id", text(ctx["container_id"]))
+        add("telemetry.sdk.name", .string("cairn"))
+        add("telemetry.sdk.language", .string("swift"))
+        add("telemetry.sdk.version", .string(cairnVersion))
+        // The rest of the context, under `cairn.`, by its path.
+        let known: Set<String> = ["app.id", "app.release", "app.environment", "host.name", "arch", "os.name",
+                                  "os.version", "os.kernel", "process.pid", "process.name", "container_id"]
+        func flatten(_ v: CairnValue, _ path: String) {
+            switch v {
+            case .object(let members):
+                for key in members.keys.sorted() { flatten(members[key]!, path.isEmpty ? key : path + "." + key) }
+            case .string(let s): if !known.contains(path) { add("cairn." + path, .string(s)) }
+            case .int(let i): if !known.contains(path) { add("cairn." + path, .int(i)) }
+            case .double(let d): if !known.contains(path) { add("cairn." + path, .double(d)) }
+            case .bool(let b): if !known.contains(path) { add("cairn." + path, .bool(b)) }
+            case .null, .array: break
+            }
+        }
+        flatten(ctx, "")
+        for (key, value) in configured { add(key, .string(value)) }
+        return attributes
+    }
+
+    /// `arch` (`uname -m`) in the semantic conventions' values.
+    static func semconvArch(_ arch: String) -> String {
+        switch arch {
+        case "x86_64", "amd64": return "amd64"
+        case "aarch64", "arm64": return "arm64"
+        case "i386", "i486", "i586", "i686": return "x86"
+        case "armv7l", "armv6l", "arm": return "arm32"
+        case "ppc64le", "ppc64": return "ppc64"
+        case "ppc": return "ppc32"
+        case "s390x": return "s390x"
+        default: return arch
+        }
+    }
+
+    /// The milliseconds of a UUIDv7 (its first 48 bits); nil for other text.
+    static func uuid7Millis(_ id: String) -> UInt64? {
+        let u = Array(id.utf8)
+        guard u.count == 36, u[8] == 0x2D, u[14] == 0x37 else { return nil }
+        var v: UInt64 = 0
+        for k in [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12] {
+            guard let d = JSONText.hexDigit(u[k]) else { return nil }
+            v = v << 4 | UInt64(d)
+        }
+        return v
+    }
+
+    // MARK: Numbers and members
+
+    /// The W3C flags from their two hex digits.
+    static func flags(_ hex: UnsafeRawBufferPointer) -> UInt32? {
+        guard hex.count == 2, let hi = JSONText.hexDigit(hex[0]), let lo = JSONText.hexDigit(hex[1]) else { return nil }
+        return UInt32(hi << 4 | lo)
+    }
+
+    static func int64(_ text: UnsafeRawBufferPointer) -> Int64? {
+        var i = 0
+        let negative = text.first == 0x2D
+        if negative { i = 1 }
+        guard i < text.count else { return nil }
+        var v: UInt64 = 0
+        while i < text.count {
+            let d = text[i] &- 0x30
+            guard d < 10 else { return nil }
+            let (m, o1) = v.multipliedReportingOverflow(by: 10)
+            let (a, o2) = m.addingReportingOverflow(UInt64(d))
+            guard !o1, !o2 else { return nil }
+            v = a
+            i += 1
+        }
+        if negative { return v <= UInt64(Int64.max) + 1 ? Int64(truncatingIfNeeded: 0 &- v) : nil }
+        return v <= UInt64(Int64.max) ? Int64(v) : nil
+    }
+
+    static func double(_ text: UnsafeRawBufferPointer) -> Double {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: text.count + 1) { buf in
+            for k in 0..<text.count { buf[k] = CChar(bitPattern: text[k]) }
+            buf[text.count] = 0
+            return strtod(buf.baseAddress!, nil)
+        }
+    }
+
+    /// The escaped text of the string member `key` of the object `json` (or, with
+    /// `literal`, the text of a `true`/`false`/`null` member); nil when absent.
+    static func member(_ json: UnsafeRawBufferPointer, _ key: StaticString, literal: Bool = false)
+        -> UnsafeRawBufferPointer?
+    {
+        var s = JSONScan(json)
+        guard s.enterObject() else { return nil }
+        while let k = s.member() {
+            if eq(k, key) {
+                if literal {
+                    s.skipSpace()
+                    let start = s.i
+                    guard s.literal() != nil else { return nil }
+                    return UnsafeRawBufferPointer(rebasing: s.bytes[start..<s.i])
+                }
+                return s.string()
+            }
+            guard s.skipValue() else { return nil }
+        }
+        return nil
+    }
+}
+
+/// Keys of the attributes the envelope adds to a log record: a property with one of
+/// these names is kept as `cairn.property.<name>`.
+let otlpLogReserved: [StaticString] = [
+    "log.record.uid", "session.id", "user.id", "cairn.account_id", "cairn.event.type", "cairn.zone_offset",
+    "cairn.context_recovered", "exception.type", "exception.message", "exception.stacktrace",
+]
+/// The same for a span's attributes.
+let otlpSpanReserved: [StaticString] = [
+    "session.id", "user.id", "cairn.account_id", "cairn.event_id", "cairn.context_recovered",
+    "http.response.status_code",
+]
+/// A span's properties that are its fields (duration, outcome), not attributes.
+let otlpSpanSkipped: [StaticString] = ["duration_ms", "status", "error"]
+/// The same for an outbound call (`http.client`), whose `outcome` and `message` repeat
+/// its status.
+let otlpClientSpanSkipped: [StaticString] = ["duration_ms", "status", "error", "outcome", "message"]
+/// An outbound call's properties under the HTTP conventions' names.
+let otlpClientSpanRenames: [(StaticString, StaticString)] = [("method", "http.request.method"), ("url", "url.full")]
+
+/// Whether the bytes are those of `s`.
+@inline(__always)
+func eq(_ a: UnsafeRawBufferPointer, _ s: StaticString) -> Bool {
+    let n = s.utf8CodeUnitCount
+    guard a.count == n else { return false }
+    return n == 0 || memcmp(a.baseAddress!, s.utf8Start, n) == 0
+}
+
+/// Whether `a` holds the bytes of `b`.
+func bytesEqual(_ a: [UInt8], _ b: UnsafeRawBufferPointer) -> Bool {
+    guard a.count == b.count else { return false }
+    if a.isEmpty { return true }
+    return a.withUnsafeBytes { memcmp($0.baseAddress!, b.baseAddress!, a.count) == 0 }
+}

@@ -1,0 +1,177 @@
+import CairnBase
+
+/// Encodes a batch of events (docs/FORMATS.md, "Event": each record whole, with its
+/// `context`) as OTLP requests, by the mapping of docs/FORMATS.md, "OTLP export": spans
+/// as an `ExportTraceServiceRequest`, every other event as a `LogRecord` of an
+/// `ExportLogsServiceRequest`. Each record is read once, in place, and written straight
+/// into the request; records are grouped under one `Resource` per distinct context and
+/// session.
+///
+/// ```swift
+/// let encoder = OTLPEncoder(settings: .init(encoding: .protobuf))
+/// for record in batch { _ = encoder.add(record, observedNanos: now) }
+/// let (logs, traces) = encoder.finish()
+/// ```
+///
+/// Not thread-safe: one encoder per batch-forming thread; its buffers are kept from batch
+/// to batch.
+package final class OTLPEncoder {
+    /// The wire encoding (`OTEL_EXPORTER_OTLP_PROTOCOL`).
+    package enum Encoding: Sendable, Equatable {
+        /// `http/protobuf`.
+        case protobuf
+        /// `http/json`.
+        case json
+    }
+
+    /// What the encoder adds to what the records carry.
+    package struct Settings: Sendable {
+        /// The wire encoding.
+        package var encoding: Encoding
+        /// `service.name` over everything else (`OTEL_SERVICE_NAME`).
+        package var serviceName: String?
+        /// Resource attributes the service configured (`OTEL_RESOURCE_ATTRIBUTES`), in
+        /// order: `service.name` and `service.namespace` win over the records' app id;
+        /// Cairn's own attributes win for the other keys they set.
+        package var resourceAttributes: [(key: String, value: String)]
+        /// The host's id (`/etc/machine-id`), as `host.id`.
+        package var hostID: String?
+        /// The Swift runtime's version, as `process.runtime.version`.
+        package var runtimeVersion: String?
+        /// The most one request holds, in bytes before compression; a batch over it is
+        /// cut into requests of whole records (a single record over it goes alone).
+        package var maxRequestBytes: Int
+
+        /// Settings with the encoding, and no attributes of the service's own.
+        package init(encoding: Encoding, serviceName: String? = nil,
+                     resourceAttributes: [(key: String, value: String)] = [], hostID: String? = nil,
+                     runtimeVersion: String? = nil, maxRequestBytes: Int = 4 << 20) {
+            self.encoding = encoding
+            self.serviceName = serviceName
+            self.resourceAttributes = resourceAttributes
+            self.hostID = hostID
+            self.runtimeVersion = runtimeVersion
+            self.maxRequestBytes = maxRequestBytes
+        }
+    }
+
+    /// One request's body and the number of records (log records or spans) in it.
+    package struct Request: Sendable {
+        /// The encoded `Export…ServiceRequest`, uncompressed.
+        package var body: [UInt8]
+        /// Log records or spans in it.
+        package var records: Int
+    }
+
+    package let settings: Settings
+    private var protobuf: OTLPBatch<ProtobufOutput>?
+    private var json: OTLPBatch<OTLPJSONOutput>?
+
+    /// An encoder for batches, with `settings`.
+    package init(settings: Settings) {
+        self.settings = settings
+        switch settings.encoding {
+        case .protobuf: protobuf = OTLPBatch(settings: settings)
+        case .json: json = OTLPBatch(settings: settings)
+        }
+    }
+
+    /// Adds one event record (its whole JSON); false when it is not an event the mapping
+    /// can read (not JSON, or without `type`, `name` or a valid `time`), which the caller
+    /// counts as dropped. `observedNanos` is the `observed_time_unix_nano` of a previous
+    /// run's `crash` and `session_end` (now, when they are sent).
+    package func add(_ record: UnsafeRawBufferPointer, observedNanos: UInt64) -> Bool {
+        if protobuf != nil { return protobuf!.add(record, observedNanos: observedNanos) }
+        return json!.add(record, observedNanos: observedNanos)
+    }
+
+    /// The array form of ``add(_:observedNanos:)``.
+    package func add(_ record: [UInt8], observedNanos: UInt64) -> Bool {
+        record.withUnsafeBytes { add($0, observedNanos: observedNanos) }
+    }
+
+    /// The requests of the records added since the last call (none for a signal with no
+    /// record), each at most ``Settings/maxRequestBytes`` unless one record alone is
+    /// larger; the encoder is then empty, its buffers kept.
+    package func finish() -> (logs: [Request], traces: [Request]) {
+        if protobuf != nil { return protobuf!.finish() }
+        return json!.finish()
+    }
+}
+
+/// Nanoseconds since 1970 of an RFC 3339 time as events carry it
+/// (`2026-12-02T19:03:04.512+01:00`, or with `Z`; any number of fraction digits, of
+/// which nine are read); nil when it is not one, or before 1970.
+package func rfc3339Nanos(_ t: UnsafeRawBufferPointer) -> UInt64? {
+    func num(_ from: Int, _ count: Int) -> Int? {
+        guard from + count <= t.count else { return nil }
+        var v = 0
+        for k in from..<(from + count) {
+            guard t[k] >= 0x30 && t[k] <= 0x39 else { return nil }
+            v = v * 10 + Int(t[k] - 0x30)
+        }
+        return v
+    }
+    guard t.count >= 20, let year = num(0, 4), t[4] == 0x2D, let month = num(5, 2), t[7] == 0x2D,
+          let day = num(8, 2), t[10] == 0x54 || t[10] == 0x74, let hour = num(11, 2), t[13] == 0x3A,
+          let minute = num(14, 2), t[16] == 0x3A, let second = num(17, 2),
+          (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+    else { return nil }
+    var i = 19
+    var nanos = 0
+    if t[i] == 0x2E {
+        i += 1
+        var digits = 0
+        while i < t.count, t[i] >= 0x30 && t[i] <= 0x39 {
+            if digits < 9 { nanos = nanos * 10 + Int(t[i] - 0x30); digits += 1 }
+            i += 1
+        }
+        guard digits > 0 else { return nil }
+        for _ in digits..<9 { nanos *= 10 }
+    }
+    guard i < t.count else { return nil }
+    var offset = 0
+    if t[i] == 0x5A || t[i] == 0x7A {
+        i += 1
+    } else {
+        guard t[i] == 0x2B || t[i] == 0x2D, let oh = num(i + 1, 2), t.count > i + 3, t[i + 3] == 0x3A,
+              let om = num(i + 4, 2) else { return nil }
+        offset = (oh * 60 + om) * (t[i] == 0x2D ? -1 : 1)
+        i += 6
+    }
+    guard i == t.count else { return nil }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = month <= 2 ? year - 1 : year
+    let era = (y >= 0 ? y : y - 399) / 400
+    let yoe = y - era * 400
+    let mp = (month + 9) % 12
+    let doy = (153 * mp + 2) / 5 + day - 1
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+    let days = era * 146_097 + doe - 719_468
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset * 60
+    guard seconds >= 0 else { return nil }
+    return UInt64(seconds) * 1_000_000_000 + UInt64(nanos)
+}
+
+/// An RFC 3339 UTC time with milliseconds, from milliseconds since 1970.
+func rfc3339UTC(millis: UInt64) -> String {
+    let seconds = Int(millis / 1000)
+    let days = seconds / 86_400
+    let rest = seconds % 86_400
+    // The civil date from days (Howard Hinnant's algorithm).
+    let z = days + 719_468
+    let era = z / 146_097
+    let doe = z - era * 146_097
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+    let mp = (5 * doy + 2) / 153
+    let day = doy - (153 * mp + 2) / 5 + 1
+    let month = mp < 10 ? mp + 3 : mp - 9
+    let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
+    func pad(_ v: Int, _ width: Int) -> String {
+        let s = String(v)
+        return String(repeating: "0", count: max(0, width - s.count)) + s
+    }
+    return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(rest / 3600, 2)):\(pad(rest / 60 % 60, 2)):"
+        + "\(pad(rest % 60, 2)).\(pad(Int(millis % 1000), 3))Z"
+}
