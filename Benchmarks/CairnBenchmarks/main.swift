@@ -432,7 +432,9 @@ record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Dou
 /// Frame bytes per event of the batches above with a service's context: completed into
 /// every event, as Cairn sends them (`EventEnvelope`), or once per batch as a first
 /// line of its own (as OTLP sends its Resource).
-@MainActor func wirePerEvent(contextOnce: Bool) -> Double {
+/// The batches above completed with a service's context, as the uploader completes
+/// each record before it is sent (``EventEnvelope``).
+let contextFragment: [UInt8] = {
     var common = CommonProperties()
     common.appID = "orders"
     common.release = "orders@1.4.2"
@@ -448,12 +450,16 @@ record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Dou
     common.processName = "orders-service"
     common.pid = 1
     common.timeZone = "Etc/UTC"
-    let fragment = common.encodedFragment(sdkVersion: cairnVersion)
-    let completion = EventEnvelope.completion(fragment)
-    let framed = batches.map { batch in
-        (contextOnce ? [[UInt8(ascii: "{")] + fragment + [UInt8(ascii: "}")]] : [])
-            + batch.map { contextOnce ? $0 : Array($0.dropLast()) + completion }
-    }
+    return common.encodedFragment(sdkVersion: cairnVersion)
+}()
+let completedBatches: [[[UInt8]]] = {
+    let completion = EventEnvelope.completion(contextFragment)
+    return batches.map { batch in batch.map { Array($0.dropLast()) + completion } }
+}()
+
+@MainActor func wirePerEvent(contextOnce: Bool) -> Double {
+    let framed = contextOnce
+        ? batches.map { [[UInt8(ascii: "{")] + contextFragment + [UInt8(ascii: "}")]] + $0 } : completedBatches
     var out = [UInt8](repeating: 0, count: cairn_frame_bound(1 << 20, 8192))
     let wire = withFrameEncoder { encodeFrames(framed, with: $0, into: &out) }
     return Double(wire) / Double(batches.reduce(0) { $0 + $1.count })
@@ -462,6 +468,60 @@ let wireEach = wirePerEvent(contextOnce: false), wireOnce = wirePerEvent(context
 record("wire_bytes_per_event_context_each", "frame bytes per event, the context in every event (as sent)", wireEach, "B")
 record("wire_bytes_per_event_context_once", "frame bytes per event, the context once per batch (for comparison)",
        wireOnce, "B")
+
+// MARK: - OTLP encoding vs the native frame
+
+/// Background-thread cost per event of turning the completed batches into request bodies:
+/// the native frame (zstd at the default level), and OTLP (`http/protobuf` and
+/// `http/json`, uncompressed, the OTLP default), best of `repeats`; and the OTLP
+/// body's bytes per event, as sent and compressed with zstd.
+@MainActor func benchOTLP(_ encoding: OTLPEncoder.Encoding?) -> (nsPerEvent: Double, bytes: Double, zstdBytes: Double) {
+    let count = Double(completedBatches.reduce(0) { $0 + $1.count })
+    guard let encoding else {
+        return withFrameEncoder { enc in
+            var out = [UInt8](repeating: 0, count: cairn_frame_bound(1 << 20, 8192))
+            var best = Double.infinity, wire = 0
+            for _ in 0..<repeats {
+                let start = now()
+                wire = encodeFrames(completedBatches, with: enc, into: &out)
+                best = min(best, Double(now() - start))
+            }
+            return (best / count, Double(wire) / count, Double(wire) / count)
+        }
+    }
+    let encoder = OTLPEncoder(settings: .init(encoding: encoding))
+    var best = Double.infinity
+    var bodies: [[UInt8]] = []
+    for _ in 0..<repeats {
+        bodies.removeAll(keepingCapacity: true)
+        let start = now()
+        for batch in completedBatches {
+            for r in batch where !encoder.add(r, observedNanos: 0) { exit(2) }
+            bodies += encoder.finish().logs.map(\.body)
+        }
+        best = min(best, Double(now() - start))
+    }
+    let bytes = bodies.reduce(0) { $0 + $1.count }
+    var out = [UInt8](repeating: 0, count: ZSTD_compressBound(8 << 20))
+    let zstd = bodies.reduce(0) { total, body in
+        total + out.withUnsafeMutableBytes { o in
+            body.withUnsafeBytes { ZSTD_compress(o.baseAddress, o.count, $0.baseAddress, $0.count, CAIRN_FRAME_DEFAULT_LEVEL) }
+        }
+    }
+    return (best / count, Double(bytes) / count, Double(zstd) / count)
+}
+let nativeEncode = benchOTLP(nil)
+let otlpProtobuf = benchOTLP(.protobuf)
+let otlpJSON = benchOTLP(.json)
+record("native_encode_ns", "native frame (zstd) per event, context in each", nativeEncode.nsPerEvent, "ns")
+record("otlp_encode_ns", "OTLP http/protobuf body per event", otlpProtobuf.nsPerEvent, "ns")
+record("otlp_json_encode_ns", "OTLP http/json body per event", otlpJSON.nsPerEvent, "ns")
+record("otlp_encode_ratio", "OTLP protobuf / native frame, per event", otlpProtobuf.nsPerEvent / nativeEncode.nsPerEvent,
+       "x", goal: "<= 1.5")
+record("otlp_wire_bytes_protobuf", "OTLP protobuf bytes per event, uncompressed", otlpProtobuf.bytes, "B")
+record("otlp_wire_bytes_protobuf_zstd", "OTLP protobuf bytes per event, zstd", otlpProtobuf.zstdBytes, "B")
+record("otlp_wire_bytes_json", "OTLP JSON bytes per event, uncompressed", otlpJSON.bytes, "B")
+record("otlp_wire_bytes_json_zstd", "OTLP JSON bytes per event, zstd", otlpJSON.zstdBytes, "B")
 
 // MARK: - Snapshot store put vs raw mdb_put
 

@@ -157,7 +157,7 @@ import Testing
         #expect(resource["process.pid"] as? Int64 == 4242)
         #expect(resource["process.executable.name"] as? String == "orders")
         // The session id is a UUIDv7: its time is the run's start.
-        #expect(resource["process.creation.time"] as? String == "2024-12-03T01:39:03.296Z")
+        #expect(resource["process.creation.time"] as? String == "2024-12-03T01:39:03.296+00:00")
         #expect(resource["telemetry.sdk.name"] as? String == "cairn" && resource["telemetry.sdk.language"] as? String == "swift")
         #expect(resource["cairn.cpu_count"] as? Int64 == 2 && resource["cairn.time_zone"] as? String == "Europe/Berlin")
         #expect(resource["cairn.memory_limit"] as? Int64 == 536_870_912)

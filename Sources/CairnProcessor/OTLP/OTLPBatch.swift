@@ -587,7 +587,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         }
         add("os.version", text(ctx["os"]?["kernel"]))
         if case .int(let pid)? = ctx["process"]?["pid"] { add("process.pid", .int(pid)) }
-        if let millis = Self.uuid7Millis(sessionID) { add("process.creation.time", .string(rfc3339UTC(millis: millis))) }
+        if let millis = Self.uuid7Millis(sessionID) { add("process.creation.time", .string(EventClock(fixedOffsetMinutes: 0).text(millis))) }
         add("process.executable.name", processName.map(ResourceValue.string))
         add("process.runtime.name", .string("swift"))
         add("process.runtime.version", settings.runtimeVersion.map(ResourceValue.string))

@@ -152,26 +152,3 @@ package func rfc3339Nanos(_ t: UnsafeRawBufferPointer) -> UInt64? {
     guard seconds >= 0 else { return nil }
     return UInt64(seconds) * 1_000_000_000 + UInt64(nanos)
 }
-
-/// An RFC 3339 UTC time with milliseconds, from milliseconds since 1970.
-func rfc3339UTC(millis: UInt64) -> String {
-    let seconds = Int(millis / 1000)
-    let days = seconds / 86_400
-    let rest = seconds % 86_400
-    // The civil date from days (Howard Hinnant's algorithm).
-    let z = days + 719_468
-    let era = z / 146_097
-    let doe = z - era * 146_097
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-    let mp = (5 * doy + 2) / 153
-    let day = doy - (153 * mp + 2) / 5 + 1
-    let month = mp < 10 ? mp + 3 : mp - 9
-    let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
-    func pad(_ v: Int, _ width: Int) -> String {
-        let s = String(v)
-        return String(repeating: "0", count: max(0, width - s.count)) + s
-    }
-    return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(rest / 3600, 2)):\(pad(rest / 60 % 60, 2)):"
-        + "\(pad(rest % 60, 2)).\(pad(Int(millis % 1000), 3))Z"
-}
