@@ -147,7 +147,7 @@ try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirect
 // `--only memory`: every whole-process memory state alone; `--only flat`: its two
 // flat-out states alone; `--only throughput`: the
 // default-options throughput runs alone; `--only start`: the
-// start figures alone.
+// start figures alone; `--only otlp`: the OTLP encoding figures alone.
 // `--fill-store DIR`: fills DIR's snapshot store as the store-full state does, and exits
 // (to look at that state by hand).
 if let i = CommandLine.arguments.firstIndex(of: "--fill-store"), i + 1 < CommandLine.arguments.count {
@@ -174,6 +174,8 @@ if !onlyTrack, let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < C
         benchDefaultThroughput()
     case "start":
         recordStart()
+    case "otlp":
+        recordOTLPFigures()
     default:
         FileHandle.standardError.write(Data("unknown --only \(CommandLine.arguments[i + 1])\n".utf8))
         exit(2)
@@ -432,9 +434,8 @@ record("zstd_raw_ratio", "JSON bytes / raw zstd bytes", Double(inputBytes) / Dou
 /// Frame bytes per event of the batches above with a service's context: completed into
 /// every event, as Cairn sends them (`EventEnvelope`), or once per batch as a first
 /// line of its own (as OTLP sends its Resource).
-/// The batches above completed with a service's context, as the uploader completes
-/// each record before it is sent (``EventEnvelope``).
-let contextFragment: [UInt8] = {
+/// A service's context fragment, as the processor writes it once per run.
+func serviceContextFragment() -> [UInt8] {
     var common = CommonProperties()
     common.appID = "orders"
     common.release = "orders@1.4.2"
@@ -451,7 +452,9 @@ let contextFragment: [UInt8] = {
     common.pid = 1
     common.timeZone = "Etc/UTC"
     return common.encodedFragment(sdkVersion: cairnVersion)
-}()
+}
+let contextFragment = serviceContextFragment()
+/// The batches above completed with that context, as the uploader sends them.
 let completedBatches: [[[UInt8]]] = {
     let completion = EventEnvelope.completion(contextFragment)
     return batches.map { batch in batch.map { Array($0.dropLast()) + completion } }
@@ -471,19 +474,37 @@ record("wire_bytes_per_event_context_once", "frame bytes per event, the context 
 
 // MARK: - OTLP encoding vs the native frame
 
-/// Background-thread cost per event of turning the completed batches into request bodies:
-/// the native frame (zstd at the default level), and OTLP (`http/protobuf` and
-/// `http/json`, uncompressed, the OTLP default), best of `repeats`; and the OTLP
-/// body's bytes per event, as sent and compressed with zstd.
-@MainActor func benchOTLP(_ encoding: OTLPEncoder.Encoding?) -> (nsPerEvent: Double, bytes: Double, zstdBytes: Double) {
-    let count = Double(completedBatches.reduce(0) { $0 + $1.count })
+/// Background-thread cost per event of turning batches of ring records into request
+/// bodies: the native frame (each bare record completed with its context, zstd at the
+/// default level), and OTLP (`http/protobuf` and `http/json`, uncompressed, the OTLP
+/// default), from the same bare records and their completion, as the uploader holds
+/// them; best of `repeats`. Also the OTLP body's bytes per event, as sent and with zstd.
+func benchOTLP(_ encoding: OTLPEncoder.Encoding?, repeats: Int) -> (nsPerEvent: Double, bytes: Double, zstdBytes: Double) {
+    let completion = EventEnvelope.completion(serviceContextFragment())
+    // Batches of about 64 KiB as sent, as the uploader forms them by default.
+    var bareBatches: [[[UInt8]]] = [[]]
+    var batchBytes = 0
+    let seq = Array(#","seq":"#.utf8)
+    for e in realisticEvents(quick ? 20_000 : 100_000, seed: 42) {
+        // Bare as the processor writes them: `properties` last (the events' `seq`,
+        // which follows it, left out).
+        let cut = (0...(e.count - seq.count)).last { e[$0..<($0 + seq.count)].elementsEqual(seq) } ?? (e.count - 1)
+        bareBatches[bareBatches.count - 1].append(Array(e[..<cut]))
+        batchBytes += e.count + completion.count
+        if batchBytes >= 64 << 10 {
+            bareBatches.append([])
+            batchBytes = 0
+        }
+    }
+    let count = Double(bareBatches.reduce(0) { $0 + $1.count })
     guard let encoding else {
+        let completed = bareBatches.map { $0.map { $0 + completion } }
         return withFrameEncoder { enc in
             var out = [UInt8](repeating: 0, count: cairn_frame_bound(1 << 20, 8192))
             var best = Double.infinity, wire = 0
             for _ in 0..<repeats {
                 let start = now()
-                wire = encodeFrames(completedBatches, with: enc, into: &out)
+                wire = encodeFrames(completed, with: enc, into: &out)
                 best = min(best, Double(now() - start))
             }
             return (best / count, Double(wire) / count, Double(wire) / count)
@@ -492,14 +513,18 @@ record("wire_bytes_per_event_context_once", "frame bytes per event, the context 
     let encoder = OTLPEncoder(settings: .init(encoding: encoding))
     var best = Double.infinity
     var bodies: [[UInt8]] = []
-    for _ in 0..<repeats {
-        bodies.removeAll(keepingCapacity: true)
-        let start = now()
-        for batch in completedBatches {
-            for r in batch where !encoder.add(r, observedNanos: 0) { exit(2) }
-            bodies += encoder.finish().logs.map(\.body)
+    completion.withUnsafeBytes { c in
+        for _ in 0..<repeats {
+            bodies.removeAll(keepingCapacity: true)
+            let start = now()
+            for batch in bareBatches {
+                for r in batch {
+                    guard r.withUnsafeBytes({ encoder.add($0, completion: c, observedNanos: 0) }) else { exit(2) }
+                }
+                bodies += encoder.finish().logs.map(\.body)
+            }
+            best = min(best, Double(now() - start))
         }
-        best = min(best, Double(now() - start))
     }
     let bytes = bodies.reduce(0) { $0 + $1.count }
     var out = [UInt8](repeating: 0, count: ZSTD_compressBound(8 << 20))
@@ -510,18 +535,23 @@ record("wire_bytes_per_event_context_once", "frame bytes per event, the context 
     }
     return (best / count, Double(bytes) / count, Double(zstd) / count)
 }
-let nativeEncode = benchOTLP(nil)
-let otlpProtobuf = benchOTLP(.protobuf)
-let otlpJSON = benchOTLP(.json)
-record("native_encode_ns", "native frame (zstd) per event, context in each", nativeEncode.nsPerEvent, "ns")
-record("otlp_encode_ns", "OTLP http/protobuf body per event", otlpProtobuf.nsPerEvent, "ns")
-record("otlp_json_encode_ns", "OTLP http/json body per event", otlpJSON.nsPerEvent, "ns")
-record("otlp_encode_ratio", "OTLP protobuf / native frame, per event", otlpProtobuf.nsPerEvent / nativeEncode.nsPerEvent,
-       "x", goal: "<= 1.5")
-record("otlp_wire_bytes_protobuf", "OTLP protobuf bytes per event, uncompressed", otlpProtobuf.bytes, "B")
-record("otlp_wire_bytes_protobuf_zstd", "OTLP protobuf bytes per event, zstd", otlpProtobuf.zstdBytes, "B")
-record("otlp_wire_bytes_json", "OTLP JSON bytes per event, uncompressed", otlpJSON.bytes, "B")
-record("otlp_wire_bytes_json_zstd", "OTLP JSON bytes per event, zstd", otlpJSON.zstdBytes, "B")
+
+@MainActor func recordOTLPFigures() {
+    let repeats = quick ? 2 : 5
+    let native = benchOTLP(nil, repeats: repeats)
+    let protobuf = benchOTLP(.protobuf, repeats: repeats)
+    let json = benchOTLP(.json, repeats: repeats)
+    record("native_encode_ns", "native frame (zstd) per event, context in each", native.nsPerEvent, "ns")
+    record("otlp_encode_ns", "OTLP http/protobuf body per event", protobuf.nsPerEvent, "ns")
+    record("otlp_json_encode_ns", "OTLP http/json body per event", json.nsPerEvent, "ns")
+    record("otlp_encode_ratio", "OTLP protobuf / native frame, per event", protobuf.nsPerEvent / native.nsPerEvent,
+           "x", goal: "<= 1.5")
+    record("otlp_wire_bytes_protobuf", "OTLP protobuf bytes per event, uncompressed", protobuf.bytes, "B")
+    record("otlp_wire_bytes_protobuf_zstd", "OTLP protobuf bytes per event, zstd", protobuf.zstdBytes, "B")
+    record("otlp_wire_bytes_json", "OTLP JSON bytes per event, uncompressed", json.bytes, "B")
+    record("otlp_wire_bytes_json_zstd", "OTLP JSON bytes per event, zstd", json.zstdBytes, "B")
+}
+recordOTLPFigures()
 
 // MARK: - Snapshot store put vs raw mdb_put
 

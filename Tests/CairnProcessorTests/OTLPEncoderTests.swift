@@ -292,6 +292,68 @@ import Testing
         #expect(Set(names) == Set((0..<300).map { "e\($0)" }) && names.count == 300)
     }
 
+    /// The ring's form: bare records and the completion of their context record read
+    /// as the whole records do; a completion that marks the context as another run's
+    /// says so on every record.
+    @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
+    func bareRecordsWithTheirCompletion(encoding: OTLPEncoder.Encoding) throws {
+        let whole = [Self.record(.track, "a", ["k": 1]), Self.record(.track, "b", ["nested": ["x": [1, 2]]]),
+                     Self.record(.track, "c")]
+        func split(_ r: [UInt8]) -> (bare: [UInt8], completion: [UInt8]) {
+            let marker = Array(#","context":"#.utf8)
+            let at = (0...(r.count - marker.count)).last { Array(r[$0..<($0 + marker.count)]) == marker }!
+            return (Array(r[..<at]), Array(r[at...]))
+        }
+        let fragment = EventGoldenTests.common.encodedFragment(sdkVersion: "0.1.0")
+        #expect(split(whole[0]).completion == EventEnvelope.completion(fragment))
+        let encoder = OTLPEncoder(settings: .init(encoding: encoding, hostID: "4c4c4544004d3510"))
+        for r in whole {
+            let (bare, completion) = split(r)
+            #expect(bare.withUnsafeBytes { b in completion.withUnsafeBytes { encoder.add(b, completion: $0, observedNanos: 1) } })
+        }
+        let recovered = EventEnvelope.completion(EventEnvelope.recoveredFragment(current: fragment, sdkVersion: "0.1.0"))
+        let lost = split(Self.record(.track, "d")).bare
+        #expect(lost.withUnsafeBytes { b in recovered.withUnsafeBytes { encoder.add(b, completion: $0, observedNanos: 1) } })
+        // A bare record cut inside a value, and a completion that is not one.
+        let cut = Array(split(whole[1]).bare.dropLast(3))
+        #expect(!cut.withUnsafeBytes { b in recovered.withUnsafeBytes { encoder.add(b, completion: $0, observedNanos: 1) } })
+        let bad = Array(#","context":{"#.utf8)
+        #expect(!lost.withUnsafeBytes { b in bad.withUnsafeBytes { encoder.add(b, completion: $0, observedNanos: 1) } })
+        // A member after `properties` (the processor writes none, another writer may),
+        // and kinds that read their properties first (a span, a session end).
+        var later = split(Self.record(.track, "e", ["k": 2])).bare
+        later += Array(#","seq":7"#.utf8)
+        let span = SpanContext(traceID: try #require(TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")),
+                               spanID: try #require(SpanID(hex: "00f067aa0ba902b7")))
+        let spanBare = split(Self.record(.span, "s", ["duration_ms": 2.0, "status": "error", "error": "x"], span: span)).bare
+        let endBare = split(Self.record(.session, "session_end", ["reason": "crashed"])).bare
+        let completion = split(whole[0]).completion
+        for r in [later, spanBare, endBare] {
+            #expect(r.withUnsafeBytes { b in completion.withUnsafeBytes { encoder.add(b, completion: $0, observedNanos: 1) } })
+        }
+        let (logsOut, tracesOut) = encoder.finish()
+        let spanOut = Self.spans(try Self.decode(tracesOut, signal: "traces", encoding: encoding))
+        #expect(spanOut.count == 1 && (spanOut.first?["status"] as? [String: Any])?["message"] as? String == "x")
+        let all = Self.logRecords(try Self.decode(logsOut, signal: "logs", encoding: encoding))
+        #expect(all.first { $0.record["event_name"] as? String == "session_end" }?.record["severity_text"] as? String == "WARN")
+        let e = try #require(all.first { $0.record["event_name"] as? String == "e" })
+        #expect(Self.attributes(e.record["attributes"])["k"] as? Int64 == 2)
+        let fromBare = all.filter { !["e", "session_end"].contains($0.record["event_name"] as? String ?? "") }
+        let fromWhole = Self.logRecords(try Self.decode(Self.encode(whole, encoding).logs, signal: "logs", encoding: encoding))
+        try #require(fromBare.count == 4 && fromWhole.count == 3)
+        func canonical(_ v: [String: Any]) throws -> String {
+            String(decoding: try JSONSerialization.data(withJSONObject: v, options: [.sortedKeys]), as: UTF8.self)
+        }
+        for k in 0..<3 {
+            #expect(try canonical(Self.attributes(fromBare[k].record["attributes"]))
+                    == (try canonical(Self.attributes(fromWhole[k].record["attributes"]))))
+            #expect(try canonical(fromBare[k].resource) == (try canonical(fromWhole[k].resource)))
+        }
+        let d = try #require(fromBare.first { $0.record["event_name"] as? String == "d" })
+        #expect(Self.attributes(d.record["attributes"])["cairn.context_recovered"] as? Bool == false)
+        #expect(Self.attributes(fromBare[0].record["attributes"])["cairn.context_recovered"] == nil)
+    }
+
     // MARK: Damaged and random input
 
     /// What is not an event is refused (and counted by the caller); text that is not

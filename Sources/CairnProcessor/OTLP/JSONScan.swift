@@ -8,7 +8,16 @@ struct JSONScan {
     let bytes: UnsafeRawBufferPointer
     var i = 0
 
-    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+    /// With `openEnded`, the outermost object may end where the bytes end, without its
+    /// `}`: a bare record of the ring (docs/FORMATS.md, "Ring file", "Records").
+    init(_ bytes: UnsafeRawBufferPointer, openEnded: Bool = false) {
+        self.bytes = bytes
+        self.openEnded = openEnded
+    }
+
+    let openEnded: Bool
+    /// Objects and arrays entered and not yet left.
+    private(set) var depth = 0
 
     /// What a value is, by its first byte.
     enum Kind { case object, array, string, number, literal, invalid }
@@ -43,6 +52,7 @@ struct JSONScan {
         skipSpace()
         guard i < bytes.count, bytes[i] == 0x7B else { return false }
         i += 1
+        depth += 1
         return true
     }
 
@@ -63,11 +73,20 @@ struct JSONScan {
     /// value; nil at the object's end (the cursor past `}`) or on bad JSON (``failed``).
     mutating func member() -> UnsafeRawBufferPointer? {
         skipSpace()
-        guard i < bytes.count else { failed = true; return nil }
+        guard i < bytes.count else {
+            // A bare record ends here: after a value, not after `{` or `,`.
+            if openEnded && depth == 1 && !atFirst(0x7B) && i > 0 && bytes[lastNonSpace()] != 0x2C {
+                depth -= 1
+            } else {
+                failed = true
+            }
+            return nil
+        }
         if bytes[i] == 0x7D {
             // `{}`, or `}` after a member's value (not after a `,`).
             guard atFirst(0x7B) || bytes[lastNonSpace()] != 0x2C else { failed = true; return nil }
             i += 1
+            depth -= 1
             return nil
         }
         if !atFirst(0x7B) {
@@ -87,6 +106,7 @@ struct JSONScan {
         skipSpace()
         guard i < bytes.count, bytes[i] == 0x5B else { return false }
         i += 1
+        depth += 1
         return true
     }
 
@@ -105,6 +125,7 @@ struct JSONScan {
         if bytes[i] == 0x5D {
             guard atFirst(0x5B) || bytes[lastNonSpace()] != 0x2C else { failed = true; return false }
             i += 1
+            depth -= 1
             return false
         }
         if !atFirst(0x5B) {
@@ -116,6 +137,9 @@ struct JSONScan {
 
     /// Set when ``member()`` or ``element()`` stopped on something that is not JSON.
     var failed = false
+    /// Whether the last string ``string()`` read is plain: ASCII, without escapes (its
+    /// text is then the string's bytes).
+    private(set) var lastPlain = false
 
     /// The string at the cursor: its escaped text, without quotes; the escapes are
     /// checked (``JSONText/unescape(_:into:)`` reads them).
@@ -124,15 +148,29 @@ struct JSONScan {
         guard i < bytes.count, bytes[i] == 0x22 else { return nil }
         i += 1
         let start = i
+        var seen: UInt64 = 0
+        var plain = true
         while i < bytes.count {
+            // Eight bytes at a time while none is a quote, a backslash or a control
+            // character (most of a string).
+            while i + 8 <= bytes.count {
+                let v = bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                if Self.mayEndString(v) { break }
+                seen |= v
+                i += 8
+            }
+            guard i < bytes.count else { break }
             let b = bytes[i]
             if b == 0x22 {
                 let text = UnsafeRawBufferPointer(rebasing: bytes[start..<i])
                 i += 1
+                lastPlain = plain && seen & 0x8080_8080_8080_8080 == 0
                 return text
             }
             if b < 0x20 { return nil }
+            if b >= 0x80 { plain = false }
             if b == 0x5C {
+                plain = false
                 guard i + 1 < bytes.count else { return nil }
                 switch bytes[i + 1] {
                 case 0x22, 0x5C, 0x2F, 0x62, 0x66, 0x6E, 0x72, 0x74: i += 2
@@ -147,6 +185,17 @@ struct JSONScan {
             i += 1
         }
         return nil
+    }
+
+    /// Whether one of the eight bytes of `v` is `"`, `\\` or below 0x20 (SWAR tests).
+    @inline(__always)
+    static func mayEndString(_ v: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        let quote = v ^ 0x2222_2222_2222_2222, backslash = v ^ 0x5C5C_5C5C_5C5C_5C5C
+        // One test, no branch between: a byte below 0x20, or that is 0x22 or 0x5C.
+        return ((quote &- ones) & ~quote | (backslash &- ones) & ~backslash | (v &- 0x2020_2020_2020_2020) & ~v)
+            & highs != 0
     }
 
     /// The number at the cursor, as written, and whether it is an integer (no fraction or
@@ -217,6 +266,33 @@ struct JSONScan {
         }
     }
 
+    /// The bytes of the object at the cursor, stepped over by its brackets and strings
+    /// only (what is between is not checked: the caller reads it with a scan of its own);
+    /// nil when it does not end.
+    mutating func rawObject() -> UnsafeRawBufferPointer? {
+        skipSpace()
+        let start = i
+        guard i < bytes.count, bytes[i] == 0x7B else { return nil }
+        var nesting = 0
+        while i < bytes.count {
+            switch bytes[i] {
+            case 0x22:
+                guard string() != nil else { return nil }
+                continue
+            case 0x7B, 0x5B: nesting += 1
+            case 0x7D, 0x5D:
+                nesting -= 1
+                if nesting == 0 {
+                    i += 1
+                    return UnsafeRawBufferPointer(rebasing: bytes[start..<i])
+                }
+            default: break
+            }
+            i += 1
+        }
+        return nil
+    }
+
     /// The bytes of the value at the cursor, stepped over.
     mutating func rawValue() -> UnsafeRawBufferPointer? {
         skipSpace()
@@ -240,7 +316,18 @@ enum JSONText {
     /// Whether `text` (a string's escaped text) is plain: no escape and ASCII only, so
     /// its bytes are the string's.
     static func isPlain(_ text: UnsafeRawBufferPointer) -> Bool {
-        for b in text where b == 0x5C || b >= 0x80 { return false }
+        var i = 0
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        while i + 8 <= text.count {
+            let v = text.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            let backslash = v ^ (ones &* 0x5C)
+            if v & highs != 0 || (backslash &- ones) & ~backslash & highs != 0 { return false }
+            i += 8
+        }
+        while i < text.count {
+            if text[i] == 0x5C || text[i] >= 0x80 { return false }
+            i += 1
+        }
         return true
     }
 

@@ -10,8 +10,14 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     /// The records of one context and session, encoded.
     struct Group {
+        /// What tells it apart: the completion of its bare records, or the context of
+        /// its whole ones (with a byte that says which first).
+        var key: [UInt8]
         var context: [UInt8]
         var session: [UInt8]
+        /// Its records' context is another run's (`"context_recovered":false`); for
+        /// whole records each says so itself.
+        var recovered = false
         var logs = Out()
         /// Where each log record ends in `logs`.
         var logEnds: [Int] = []
@@ -20,11 +26,41 @@ struct OTLPBatch<Out: OTLPOutput> {
     }
 
     private var groups: [Group] = []
+    /// The resources of the last groups, by context and session: a service's batches
+    /// share one, built once.
+    private var resourceCache: [(context: [UInt8], session: [UInt8], resource: Resource)] = []
+
+    /// A group's `Resource`: its attributes, and the bytes they take.
+    struct Resource {
+        let attributes: [(String, ResourceValue)]
+        let size: Int
+    }
+
+    /// The resource of `group`, from the cache or built (and kept, the 8 latest).
+    private mutating func resource(of group: Group) -> Resource {
+        if let hit = resourceCache.first(where: { $0.context == group.context && $0.session == group.session }) {
+            return hit.resource
+        }
+        let attributes = resourceAttributes(context: group.context, session: group.session)
+        let made = Resource(attributes: attributes, size: Self.resourceSize(attributes))
+        if resourceCache.count >= 8 { resourceCache.removeFirst() }
+        resourceCache.append((group.context, group.session, made))
+        return made
+    }
     private var last = -1
     /// Buffers kept between records.
     private var keyScratch: [UInt8] = []
 
     init(settings: OTLPEncoder.Settings) { self.settings = settings }
+
+    /// Gives back the storage of the records added and not finished (the encoder's end).
+    mutating func free() {
+        for k in groups.indices {
+            groups[k].logs.free()
+            groups[k].spans.free()
+        }
+        groups.removeAll()
+    }
 
     /// The top-level members of the record being read (their JSON text: a string's
     /// escaped text without quotes, a number's digits, an object whole).
@@ -48,38 +84,118 @@ struct OTLPBatch<Out: OTLPOutput> {
         var context: UnsafeRawBufferPointer?
         var sdk: UnsafeRawBufferPointer?
         var nanos: UInt64 = 0
+        /// Its context is another run's (`"context_recovered":false`).
+        var recoveredFalse = false
+        /// `properties` was taken to run to the record's end, unread (``read(_:openEnded:propertiesLast:into:)``).
+        var propertiesToEnd = false
     }
 
     // MARK: Reading a record
 
-    mutating func add(_ record: UnsafeRawBufferPointer, observedNanos: UInt64) -> Bool {
-        guard let f = Self.read(record) else { return false }
-        let g = group(context: f.context ?? UnsafeRawBufferPointer(start: nil, count: 0),
-                      session: f.sessionID ?? UnsafeRawBufferPointer(start: nil, count: 0))
-        if f.type.map({ eq($0, "span") }) == true, let trace = f.traceID, let span = f.spanID,
+    mutating func add(_ record: UnsafeRawBufferPointer, completion: UnsafeRawBufferPointer?,
+                      observedNanos: UInt64) -> Bool {
+        var f = Fields()
+        guard Self.read(record, openEnded: completion != nil, propertiesLast: completion != nil, into: &f)
+        else { return false }
+        // Crashes, session ends and spans read their properties before writing them.
+        if f.propertiesToEnd, let type = f.type, eq(type, "crash") || eq(type, "session") || eq(type, "span") {
+            f = Fields()
+            guard Self.read(record, openEnded: true, into: &f) else { return false }
+        }
+        let empty = UnsafeRawBufferPointer(start: nil, count: 0)
+        let session = f.sessionID ?? empty
+        let g: Int
+        if let completion {
+            guard let found = group(kind: 1, key: completion, session: session) else { return false }
+            g = found
+            f.recoveredFalse = groups[g].recovered
+        } else {
+            let context = f.context ?? empty
+            guard let found = group(kind: 0, key: context, session: session) else { return false }
+            g = found
+            if let sdk = f.sdk, let recovered = Self.member(sdk, "context_recovered", literal: true) {
+                f.recoveredFalse = eq(recovered, "false")
+            }
+        }
+        if let type = f.type, eq(type, "span"), let trace = f.traceID, let span = f.spanID,
            Self.validID(trace, 32), Self.validID(span, 16) {
             var out = Out()
             swap(&out, &groups[g].spans)
-            writeSpan(f, into: &out)
+            defer { swap(&out, &groups[g].spans) }
+            let mark = out.checkpoint
+            guard writeSpan(f, into: &out) else {
+                out.rewind(to: mark)
+                return false
+            }
             groups[g].spanEnds.append(out.bytes.count)
-            swap(&out, &groups[g].spans)
         } else {
             var out = Out()
             swap(&out, &groups[g].logs)
-            writeLog(f, observedNanos: observedNanos, into: &out)
+            defer { swap(&out, &groups[g].logs) }
+            let mark = out.checkpoint
+            guard writeLog(f, observedNanos: observedNanos, into: &out) else {
+                out.rewind(to: mark)
+                // Something after the properties, which were taken to run to the end:
+                // read again, whole.
+                guard f.propertiesToEnd else { return false }
+                var whole = Fields()
+                guard Self.read(record, openEnded: true, into: &whole), let c = completion,
+                      let regrouped = group(kind: 1, key: c, session: whole.sessionID ?? empty), regrouped == g
+                else { return false }
+                whole.recoveredFalse = f.recoveredFalse
+                guard writeLog(whole, observedNanos: observedNanos, into: &out) else {
+                    out.rewind(to: mark)
+                    return false
+                }
+                groups[g].logEnds.append(out.bytes.count)
+                return true
+            }
             groups[g].logEnds.append(out.bytes.count)
-            swap(&out, &groups[g].logs)
         }
         return true
     }
 
+    /// The group of a completion (`,"context":{…},"sdk":{…}}`): its context and whether
+    /// its `sdk` says the context is another run's; nil when it is not one.
+    static func completionGroup(_ completion: UnsafeRawBufferPointer, _ session: UnsafeRawBufferPointer) -> Group? {
+        guard completion.count >= 2, completion[0] == 0x2C else { return nil }
+        var document: [UInt8] = [0x7B]
+        document.append(contentsOf: UnsafeRawBufferPointer(rebasing: completion.dropFirst()))
+        return document.withUnsafeBytes { d -> Group? in
+            var s = JSONScan(d)
+            guard s.enterObject() else { return nil }
+            var group = Group(key: [], context: [], session: Array(session))
+            while let key = s.member() {
+                if eq(key, "context"), s.peek() == .object, let v = s.rawValue() {
+                    group.context = Array(v)
+                } else if eq(key, "sdk"), s.peek() == .object, let v = s.rawValue() {
+                    group.recovered = member(v, "context_recovered", literal: true).map { eq($0, "false") } ?? false
+                } else {
+                    guard s.skipValue() else { return nil }
+                }
+            }
+            s.skipSpace()
+            return s.failed || !s.atEnd ? nil : group
+        }
+    }
+
     /// The record's members, its JSON checked whole; nil when it is not an event.
-    static func read(_ record: UnsafeRawBufferPointer) -> Fields? {
-        var s = JSONScan(record)
-        guard s.enterObject() else { return nil }
-        var f = Fields()
+    ///
+    /// With `propertiesLast` (a bare record: the processor writes `properties` last
+    /// there), `properties` is taken to run to the record's end without reading it: the
+    /// attributes' writing checks it, and a record where something follows it is read
+    /// again without.
+    static func read(_ record: UnsafeRawBufferPointer, openEnded: Bool, propertiesLast: Bool = false,
+                     into f: inout Fields) -> Bool {
+        var s = JSONScan(record, openEnded: openEnded)
+        guard s.enterObject() else { return false }
         while let key = s.member() {
             var ok = true
+            if propertiesLast, key.count == 10, eq(key, "properties"), s.peek() == .object {
+                f.properties = UnsafeRawBufferPointer(rebasing: s.bytes[s.i...])
+                f.propertiesToEnd = true
+                break
+            }
             switch key.count {
             case 4 where eq(key, "type"): if let v = s.string() { f.type = v } else { ok = false }
             case 4 where eq(key, "name"): if let v = s.string() { f.name = v } else { ok = false }
@@ -98,20 +214,21 @@ struct OTLPBatch<Out: OTLPOutput> {
             case 11 where eq(key, "trace_state"): if let v = s.string() { f.traceState = v } else { ok = false }
             case 9 where eq(key, "span_kind"): if let v = s.string() { f.spanKind = v } else { ok = false }
             case 10 where eq(key, "properties"):
-                if s.peek() == .object, let v = s.rawValue() { f.properties = v } else { ok = false }
+                // Only its end is found here; it is checked as it is written.
+                if s.peek() == .object, let v = s.rawObject() { f.properties = v } else { ok = false }
             case 7 where eq(key, "context"):
                 if s.peek() == .object, let v = s.rawValue() { f.context = v } else { ok = false }
             case 3 where eq(key, "sdk"):
                 if s.peek() == .object, let v = s.rawValue() { f.sdk = v } else { ok = false }
             default: ok = s.skipValue()
             }
-            guard ok else { return nil }
+            guard ok else { return false }
         }
         s.skipSpace()
-        guard !s.failed, s.atEnd, f.type != nil, let name = f.name, !name.isEmpty,
-              let time = f.time, let nanos = rfc3339Nanos(time) else { return nil }
+        guard !s.failed, s.atEnd || f.propertiesToEnd, f.type != nil, let name = f.name, !name.isEmpty,
+              let time = f.time, let nanos = rfc3339Nanos(time) else { return false }
         f.nanos = nanos
-        return f
+        return true
     }
 
     /// Whether `hex` is an id of `digits` lowercase hex digits, not all zero.
@@ -125,22 +242,31 @@ struct OTLPBatch<Out: OTLPOutput> {
         return nonZero
     }
 
-    /// The group of `context` and `session`, made when new.
-    private mutating func group(context: UnsafeRawBufferPointer, session: UnsafeRawBufferPointer) -> Int {
-        func same(_ g: Group) -> Bool { bytesEqual(g.context, context) && bytesEqual(g.session, session) }
+    /// The group of `key` (of `kind`: 0 for a context, 1 for a completion) and
+    /// `session`, made when new; nil for a completion that is not one.
+    private mutating func group(kind: UInt8, key: UnsafeRawBufferPointer, session: UnsafeRawBufferPointer) -> Int? {
+        func same(_ g: Group) -> Bool {
+            g.key.first == kind && g.key.count == key.count + 1 && bytesEqual(g.session, session)
+                && g.key.withUnsafeBytes { k in key.isEmpty || memcmp(k.baseAddress! + 1, key.baseAddress!, key.count) == 0 }
+        }
         if last >= 0, same(groups[last]) { return last }
         if let found = groups.firstIndex(where: same) {
             last = found
             return found
         }
-        groups.append(Group(context: Array(context), session: Array(session)))
+        guard var group = kind == 1 ? Self.completionGroup(key, session)
+            : Group(key: [], context: Array(key), session: Array(session)) else { return nil }
+        group.key = [kind]
+        group.key.append(contentsOf: key)
+        groups.append(group)
         last = groups.count - 1
         return last
     }
 
     // MARK: Log records
 
-    private mutating func writeLog(_ f: Fields, observedNanos: UInt64, into out: inout Out) {
+    /// Writes the log record of `f`; false when its properties are not JSON.
+    private mutating func writeLog(_ f: borrowing Fields, observedNanos: UInt64, into out: inout Out) -> Bool {
         let type = f.type!
         let crash = eq(type, "crash")
         let previousRun = crash || eq(type, "session")
@@ -148,26 +274,26 @@ struct OTLPBatch<Out: OTLPOutput> {
         out.fixed64(1, "timeUnixNano", f.nanos)
         var crashProperties: CairnValue?
         if crash, let p = f.properties { crashProperties = CairnValue(json: Array(p)) }
-        let severity: (Int32, String)
+        let severity: (Int32, StaticString)
         if crash {
             severity = (21, "FATAL")
-        } else if f.level.map({ eq($0, "error") }) == true {
+        } else if has(f.level, "error") {
             severity = (17, "ERROR")
-        } else if f.name.map({ eq($0, "session_end") }) == true,
-                  let reason = f.properties.flatMap({ Self.member($0, "reason") }), !eq(reason, "clean") {
+        } else if has(f.name, "session_end"), let properties = f.properties,
+                  let reason = Self.member(properties, "reason"), !eq(reason, "clean") {
             severity = (13, "WARN")
         } else {
             severity = (9, "INFO")
         }
         out.enumValue(2, "severityNumber", severity.0)
-        out.string(3, "severityText", severity.1)
+        out.string(3, "severityText", literal: severity.1)
         if let headline = crashProperties?["headline"]?.text {
             let b = out.openMessage(5, "body")
             out.string(1, "stringValue", headline, always: true)
             out.close(b)
         }
         out.openList(6, "attributes")
-        if let p = f.properties { writeAttributes(p, field: 6, reserved: otlpLogReserved, into: &out) }
+        if let p = f.properties, !writeAttributes(p, field: 6, reserved: otlpLogReserved, into: &out) { return false }
         if let crashProperties { Self.writeException(crashProperties, into: &out) }
         envelopeAttributes(f, field: 6, uid: "log.record.uid", into: &out)
         out.closeList()
@@ -179,6 +305,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         out.fixed64(11, "observedTimeUnixNano", previousRun ? max(observedNanos, f.nanos) : f.nanos)
         out.string(12, "eventName", json: f.name!)
         out.close(t)
+        return true
     }
 
     /// `exception.type`, `exception.message` and `exception.stacktrace` of a crash.
@@ -209,11 +336,12 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     // MARK: Spans
 
-    private mutating func writeSpan(_ f: Fields, into out: inout Out) {
+    /// Writes the span of `f`; false when its properties are not JSON.
+    private mutating func writeSpan(_ f: borrowing Fields, into out: inout Out) -> Bool {
         // What the span's properties say of it, read first.
         var durationMs = 0.0
         var statusCode: Int64?
-        var failed = f.level.map { eq($0, "error") } == true
+        var failed = has(f.level, "error")
         var error: UnsafeRawBufferPointer?
         if let p = f.properties {
             var s = JSONScan(p)
@@ -235,8 +363,8 @@ struct OTLPBatch<Out: OTLPOutput> {
                 }
             }
         }
-        let client = f.spanKind.map { eq($0, "client") } ?? eq(f.name!, "http.client")
-        let server = f.spanKind.map { eq($0, "server") } ?? false
+        let client = f.spanKind == nil ? has(f.name, "http.client") : has(f.spanKind, "client")
+        let server = has(f.spanKind, "server")
         let t = out.openElement(2)
         out.id(1, "traceId", hex: f.traceID!)
         out.id(2, "spanId", hex: f.spanID!)
@@ -249,13 +377,13 @@ struct OTLPBatch<Out: OTLPOutput> {
         out.fixed64(8, "endTimeUnixNano", f.nanos)
         out.openList(9, "attributes")
         if let p = f.properties {
-            writeAttributes(p, field: 9, reserved: otlpSpanReserved,
-                            skip: client ? otlpClientSpanSkipped : otlpSpanSkipped,
-                            renames: client ? otlpClientSpanRenames : [], into: &out)
+            guard writeAttributes(p, field: 9, reserved: otlpSpanReserved,
+                                  skip: client ? otlpClientSpanSkipped : otlpSpanSkipped,
+                                  renames: client ? otlpClientSpanRenames : [], into: &out) else { return false }
         }
         if let statusCode {
             let kv = out.openElement(9)
-            out.string(1, "key", "http.response.status_code")
+            out.string(1, "key", literal: "http.response.status_code")
             let v = out.openMessage(2, "value")
             out.int64(3, "intValue", statusCode)
             out.close(v)
@@ -267,10 +395,10 @@ struct OTLPBatch<Out: OTLPOutput> {
             out.openList(11, "events")
             let e = out.openElement(11)
             out.fixed64(1, "timeUnixNano", f.nanos)
-            out.string(2, "name", "exception")
+            out.string(2, "name", literal: "exception")
             out.openList(3, "attributes")
             let kv = out.openElement(3)
-            out.string(1, "key", "exception.message")
+            out.string(1, "key", literal: "exception.message")
             let v = out.openMessage(2, "value")
             out.string(1, "stringValue", json: error, always: true)
             out.close(v)
@@ -293,12 +421,13 @@ struct OTLPBatch<Out: OTLPOutput> {
             out.fixed32(16, "flags", flags | 0x100 | (server ? 0x200 : 0))
         }
         out.close(t)
+        return true
     }
 
     // MARK: Attributes
 
     /// The envelope's attributes of a log record or span (after its properties).
-    private mutating func envelopeAttributes(_ f: Fields, field: UInt32, uid: StaticString, into out: inout Out) {
+    private mutating func envelopeAttributes(_ f: borrowing Fields, field: UInt32, uid: StaticString, into out: inout Out) {
         if let id = f.eventID { Self.jsonAttribute(field, uid, id, into: &out) }
         if let session = f.sessionID { Self.jsonAttribute(field, "session.id", session, into: &out) }
         if let user = f.distinctID { Self.jsonAttribute(field, "user.id", user, into: &out) }
@@ -307,16 +436,16 @@ struct OTLPBatch<Out: OTLPOutput> {
             Self.jsonAttribute(field, "cairn.event.type", f.type!, into: &out)
             if let offset = f.zoneOffset, let minutes = Self.int64(offset) {
                 let kv = out.openElement(field)
-                out.string(1, "key", "cairn.zone_offset")
+                out.string(1, "key", literal: "cairn.zone_offset")
                 let v = out.openMessage(2, "value")
                 out.int64(3, "intValue", minutes)
                 out.close(v)
                 out.close(kv)
             }
         }
-        if let sdk = f.sdk, let recovered = Self.member(sdk, "context_recovered", literal: true), eq(recovered, "false") {
+        if f.recoveredFalse {
             let kv = out.openElement(field)
-            out.string(1, "key", "cairn.context_recovered")
+            out.string(1, "key", literal: "cairn.context_recovered")
             let v = out.openMessage(2, "value")
             out.bool(2, "boolValue", false)
             out.close(v)
@@ -326,12 +455,8 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     static func jsonAttribute(_ field: UInt32, _ key: StaticString, _ text: UnsafeRawBufferPointer,
                               into out: inout Out) {
-        let kv = out.openElement(field)
-        out.string(1, "key", key.description)
-        let v = out.openMessage(2, "value")
-        out.string(1, "stringValue", json: text, always: true)
-        out.close(v)
-        out.close(kv)
+        out.attribute(field, key: UnsafeRawBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount),
+                      keyPlain: true, .string(text, plain: nil))
     }
 
     static func stringAttribute(_ field: UInt32, _ key: String, _ text: String, into out: inout Out) {
@@ -345,86 +470,137 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     /// The members of the object `properties` as `KeyValue`s of the repeated field
     /// `field`: `null` members left out, `skip` members left out, `renames` applied, and
-    /// a key in `reserved` kept as `cairn.property.<key>`.
+    /// a key in `reserved` kept as `cairn.property.<key>`. The JSON is checked as it is
+    /// read (the record's first reading only found its end): false when it is not JSON,
+    /// what was written is then to be dropped.
     private mutating func writeAttributes(_ properties: UnsafeRawBufferPointer, field: UInt32,
                                           reserved: [StaticString], skip: [StaticString] = [],
-                                          renames: [(StaticString, StaticString)] = [], into out: inout Out) {
+                                          renames: [(StaticString, StaticString)] = [], into out: inout Out) -> Bool {
         var s = JSONScan(properties)
-        guard s.enterObject() else { return }
+        guard s.enterObject() else { return false }
         while let key = s.member() {
-            if s.peek() == .literal, s.i < s.bytes.count, s.bytes[s.i] == 0x6E {
-                _ = s.literal()
+            let keyPlain = s.lastPlain
+            if s.peek() == .literal, s.bytes[s.i] == 0x6E {
+                guard s.literal() != nil else { return false }
                 continue
             }
             if skip.contains(where: { eq(key, $0) }) {
-                _ = s.skipValue()
+                guard s.skipValue() else { return false }
                 continue
+            }
+            // The common case first: a key kept as it is, a value that is not a list.
+            if renames.isEmpty || !renames.contains(where: { eq(key, $0.0) }),
+               !Self.mayBeReserved(key) || !reserved.contains(where: { eq(key, $0) }) {
+                let scalar: OTLPScalar?
+                switch s.peek() {
+                case .string:
+                    guard let text = s.string() else { return false }
+                    scalar = .string(text, plain: s.lastPlain)
+                case .number:
+                    guard let n = s.number() else { return false }
+                    if n.integer, let v = Self.int64(n.text) {
+                        scalar = .int(v)
+                    } else {
+                        scalar = .double(Self.double(n.text), text: n.text)
+                    }
+                case .literal:
+                    switch s.literal() {
+                    case .some(.some(let b)): scalar = .bool(b)
+                    default: return false
+                    }
+                default: scalar = nil
+                }
+                if let scalar {
+                    out.attribute(field, key: key, keyPlain: keyPlain, scalar)
+                    continue
+                }
             }
             let kv = out.openElement(field)
             if let renamed = renames.first(where: { eq(key, $0.0) }) {
-                out.string(1, "key", renamed.1.description)
+                out.string(1, "key", literal: renamed.1)
             } else if reserved.contains(where: { eq(key, $0) }) {
                 keyScratch.removeAll(keepingCapacity: true)
                 keyScratch.append(contentsOf: "cairn.property.".utf8)
                 keyScratch.append(contentsOf: key)
                 keyScratch.withUnsafeBytes { out.string(1, "key", json: $0) }
             } else {
-                out.string(1, "key", json: key)
+                out.string(1, "key", json: key, plain: keyPlain, always: false)
             }
             let v = out.openMessage(2, "value")
-            Self.anyValue(&s, depth: CairnValue.jsonDepthLimit, into: &out)
+            guard Self.anyValue(&s, depth: CairnValue.jsonDepthLimit, into: &out) else { return false }
             out.close(v)
             out.close(kv)
         }
+        s.skipSpace()
+        return !s.failed && s.atEnd
     }
 
-    /// The JSON value at the cursor as the fields of an `AnyValue` (checked JSON: the
-    /// record was read whole before).
-    static func anyValue(_ s: inout JSONScan, depth: Int, into out: inout Out) {
+    /// Whether `key` can be one of the envelope's attribute names (they all begin with
+    /// `c`, `e`, `l`, `s` or `u`): most keys are told apart by their first byte.
+    @inline(__always)
+    static func mayBeReserved(_ key: UnsafeRawBufferPointer) -> Bool {
+        switch key.first {
+        case 0x63, 0x65, 0x6C, 0x73, 0x75, 0x68: return true
+        default: return false
+        }
+    }
+
+    /// The JSON value at the cursor as the fields of an `AnyValue`; false when it is not
+    /// JSON, or nests deeper than `depth`.
+    static func anyValue(_ s: inout JSONScan, depth: Int, into out: inout Out) -> Bool {
         switch s.peek() {
         case .string:
-            if let text = s.string() { out.string(1, "stringValue", json: text, always: true) }
+            guard let text = s.string() else { return false }
+            out.string(1, "stringValue", json: text, plain: s.lastPlain, always: true)
         case .number:
-            guard let n = s.number() else { return }
+            guard let n = s.number() else { return false }
             if n.integer, let v = int64(n.text) {
                 out.int64(3, "intValue", v)
             } else {
                 out.double(4, "doubleValue", double(n.text), text: n.text)
             }
         case .literal:
-            if case .some(.some(let b)) = s.literal() { out.bool(2, "boolValue", b) }
+            switch s.literal() {
+            case .some(.some(let b)): out.bool(2, "boolValue", b)
+            case .some(.none): break
+            case .none: return false
+            }
         case .object:
-            guard depth > 0, s.enterObject() else { _ = s.skipValue(); return }
+            guard depth > 0, s.enterObject() else { return false }
             let m = out.openMessage(6, "kvlistValue")
             out.openList(1, "values")
             while let key = s.member() {
-                if s.peek() == .literal, s.i < s.bytes.count, s.bytes[s.i] == 0x6E {
-                    _ = s.literal()
+                let keyPlain = s.lastPlain
+                if s.peek() == .literal, s.bytes[s.i] == 0x6E {
+                    guard s.literal() != nil else { return false }
                     continue
                 }
                 let kv = out.openElement(1)
-                out.string(1, "key", json: key)
+                out.string(1, "key", json: key, plain: keyPlain, always: false)
                 let v = out.openMessage(2, "value")
-                anyValue(&s, depth: depth - 1, into: &out)
+                guard anyValue(&s, depth: depth - 1, into: &out) else { return false }
                 out.close(v)
                 out.close(kv)
             }
+            guard !s.failed else { return false }
             out.closeList()
             out.close(m)
         case .array:
-            guard depth > 0, s.enterArray() else { _ = s.skipValue(); return }
+            guard depth > 0, s.enterArray() else { return false }
             let m = out.openMessage(5, "arrayValue")
             out.openList(1, "values")
             while s.element() {
                 let e = out.openElement(1)
-                anyValue(&s, depth: depth - 1, into: &out)
+                guard anyValue(&s, depth: depth - 1, into: &out) else { return false }
                 out.close(e)
             }
+            guard !s.failed else { return false }
             out.closeList()
             out.close(m)
         case .invalid:
-            return
+            return false
         }
+        return true
     }
 
     // MARK: Finishing
@@ -432,19 +608,20 @@ struct OTLPBatch<Out: OTLPOutput> {
     mutating func finish() -> (logs: [OTLPEncoder.Request], traces: [OTLPEncoder.Request]) {
         defer {
             for k in groups.indices {
-                groups[k].logs.reset()
-                groups[k].spans.reset()
+                groups[k].logs.free()
+                groups[k].spans.free()
             }
             groups.removeAll(keepingCapacity: true)
             last = -1
         }
-        let resources = groups.map { resourceAttributes(context: $0.context, session: $0.session) }
+        var resources: [Resource] = []
+        for group in groups { resources.append(resource(of: group)) }
         return (requests(logs: true, resources: resources), requests(logs: false, resources: resources))
     }
 
     /// The requests of one signal: the groups' records, cut where a request would pass
     /// the size limit.
-    private func requests(logs: Bool, resources: [[(String, ResourceValue)]]) -> [OTLPEncoder.Request] {
+    private func requests(logs: Bool, resources: [Resource]) -> [OTLPEncoder.Request] {
         var result: [OTLPEncoder.Request] = []
         // The pieces of the request being formed: group, and its records from..<to.
         var pieces: [(group: Int, from: Int, to: Int)] = []
@@ -459,7 +636,7 @@ struct OTLPBatch<Out: OTLPOutput> {
             let ends = logs ? group.logEnds : group.spanEnds
             guard !ends.isEmpty else { continue }
             // Its resource and scope, once in each request it is in.
-            let resourceBytes = Self.resourceSize(resources[g]) + 128
+            let resourceBytes = resources[g].size + 128
             var from = 0
             size += resourceBytes
             for k in ends.indices {
@@ -483,7 +660,7 @@ struct OTLPBatch<Out: OTLPOutput> {
     }
 
     private func request(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
-                         resources: [[(String, ResourceValue)]]) -> OTLPEncoder.Request {
+                         resources: [Resource]) -> OTLPEncoder.Request {
         var out = Out()
         var records = 0
         out.openList(1, logs ? "resourceLogs" : "resourceSpans")
@@ -491,11 +668,11 @@ struct OTLPBatch<Out: OTLPOutput> {
             let group = groups[piece.group]
             let ends = logs ? group.logEnds : group.spanEnds
             let e = out.openElement(1)
-            Self.writeResource(resources[piece.group], into: &out)
+            Self.writeResource(resources[piece.group].attributes, into: &out)
             out.openList(2, logs ? "scopeLogs" : "scopeSpans")
             let sc = out.openElement(2)
             let scope = out.openMessage(1, "scope")
-            out.string(1, "name", "cairn")
+            out.string(1, "name", literal: "cairn")
             out.string(2, "version", cairnVersion)
             out.close(scope)
             out.openList(2, logs ? "logRecords" : "spans")
@@ -511,7 +688,8 @@ struct OTLPBatch<Out: OTLPOutput> {
             out.close(e)
         }
         out.closeList()
-        return OTLPEncoder.Request(body: Self.wrap(out.bytes), records: records)
+        defer { out.free() }
+        return OTLPEncoder.Request(body: Self.wrap(out.bytes.array), records: records)
     }
 
     static func writeResource(_ attributes: [(String, ResourceValue)], into out: inout Out) {
@@ -537,6 +715,7 @@ struct OTLPBatch<Out: OTLPOutput> {
     /// The bytes ``writeResource(_:into:)`` writes for `attributes`.
     static func resourceSize(_ attributes: [(String, ResourceValue)]) -> Int {
         var out = Out()
+        defer { out.free() }
         writeResource(attributes, into: &out)
         return out.bytes.count
     }
@@ -668,7 +847,32 @@ struct OTLPBatch<Out: OTLPOutput> {
     }
 
     static func double(_ text: UnsafeRawBufferPointer) -> Double {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: text.count + 1) { buf in
+        // The common form, `-?digits.digits` with at most 15 digits: the digits as an
+        // integer and a power of ten are both exact doubles, so one division rounds
+        // correctly (as strtod does).
+        var i = text.first == 0x2D ? 1 : 0
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var fraction = -1
+        while i < text.count {
+            let b = text[i]
+            if b == 0x2E, fraction < 0 {
+                fraction = 0
+            } else if b &- 0x30 < 10, digits < 15 {
+                mantissa = mantissa * 10 + UInt64(b - 0x30)
+                digits += 1
+                if fraction >= 0 { fraction += 1 }
+            } else {
+                break
+            }
+            i += 1
+        }
+        if i == text.count, digits > 0, fraction != 0 {
+            let powers: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15]
+            let value = Double(mantissa) / powers[max(0, fraction)]
+            return text.first == 0x2D ? -value : value
+        }
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: text.count + 1) { buf in
             for k in 0..<text.count { buf[k] = CChar(bitPattern: text[k]) }
             buf[text.count] = 0
             return strtod(buf.baseAddress!, nil)
@@ -723,6 +927,13 @@ func eq(_ a: UnsafeRawBufferPointer, _ s: StaticString) -> Bool {
     let n = s.utf8CodeUnitCount
     guard a.count == n else { return false }
     return n == 0 || memcmp(a.baseAddress!, s.utf8Start, n) == 0
+}
+
+/// Whether `a` is there and holds the bytes of `s`.
+@inline(__always)
+func has(_ a: UnsafeRawBufferPointer?, _ s: StaticString) -> Bool {
+    guard let a else { return false }
+    return eq(a, s)
 }
 
 /// Whether `a` holds the bytes of `b`.

@@ -76,16 +76,27 @@ package final class OTLPEncoder {
         }
     }
 
+    deinit {
+        protobuf?.free()
+        json?.free()
+    }
+
     /// Adds one event record (its whole JSON); false when it is not an event the mapping
     /// can read (not JSON, or without `type`, `name` or a valid `time`), which the caller
     /// counts as dropped. `observedNanos` is the `observed_time_unix_nano` of a previous
     /// run's `crash` and `session_end` (now, when they are sent).
-    package func add(_ record: UnsafeRawBufferPointer, observedNanos: UInt64) -> Bool {
-        if protobuf != nil { return protobuf!.add(record, observedNanos: observedNanos) }
-        return json!.add(record, observedNanos: observedNanos)
+    ///
+    /// With `completion`, `record` is a bare event as the ring holds it, without its final
+    /// `}`, and `completion` what completes it (`,"context":{…},"sdk":{…}}`,
+    /// ``EventEnvelope/completion(_:)``): the context is then read once per distinct
+    /// completion, not once per record.
+    package func add(_ record: UnsafeRawBufferPointer, completion: UnsafeRawBufferPointer? = nil,
+                     observedNanos: UInt64) -> Bool {
+        if protobuf != nil { return protobuf!.add(record, completion: completion, observedNanos: observedNanos) }
+        return json!.add(record, completion: completion, observedNanos: observedNanos)
     }
 
-    /// The array form of ``add(_:observedNanos:)``.
+    /// The array form of ``add(_:completion:observedNanos:)`` for a whole record.
     package func add(_ record: [UInt8], observedNanos: UInt64) -> Bool {
         record.withUnsafeBytes { add($0, observedNanos: observedNanos) }
     }

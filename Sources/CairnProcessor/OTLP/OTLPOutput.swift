@@ -8,9 +8,15 @@
 protocol OTLPOutput {
     init()
     /// The encoded bytes so far.
-    var bytes: [UInt8] { get }
+    var bytes: OutputBytes { get }
     /// Empties it, keeping its storage.
     mutating func reset()
+    /// Gives its storage back (its owner calls it once, when done with it).
+    mutating func free()
+    /// Where it is, to go back to with ``rewind(to:)``.
+    var checkpoint: OTLPCheckpoint { get }
+    /// Drops what was written since `checkpoint`.
+    mutating func rewind(to checkpoint: OTLPCheckpoint)
 
     /// A singular message field: its fields follow, then ``close(_:)`` with the token.
     mutating func openMessage(_ field: UInt32, _ name: StaticString) -> Int
@@ -25,12 +31,16 @@ protocol OTLPOutput {
     /// the top level), appended as they are inside the open list.
     mutating func appendElements(_ encoded: UnsafeRawBufferPointer)
 
-    /// A string field from JSON string text (escaped, without quotes). An empty string
-    /// is left out of protobuf (proto3's default) unless `always` (a `oneof` member,
-    /// whose presence is its value).
-    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, always: Bool)
+    /// A string field from JSON string text (escaped, without quotes); `plain` when the
+    /// reader knows whether it is ASCII without escapes (``JSONScan/lastPlain``). An
+    /// empty string is left out of protobuf (proto3's default) unless `always` (a
+    /// `oneof` member, whose presence is its value).
+    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, plain: Bool?,
+                         always: Bool)
     /// A string field from UTF-8 text (empty: as above).
     mutating func string(_ field: UInt32, _ name: StaticString, _ text: String, always: Bool)
+    /// A string field from text known when Cairn is built (never empty).
+    mutating func string(_ field: UInt32, _ name: StaticString, literal text: StaticString)
     /// A 64-bit field of nanoseconds or a count (`fixed64`; a decimal string in JSON). In
     /// this and the next two, zero is left out of protobuf (proto3's default).
     mutating func fixed64(_ field: UInt32, _ name: StaticString, _ value: UInt64)
@@ -49,10 +59,49 @@ protocol OTLPOutput {
     mutating func id(_ field: UInt32, _ name: StaticString, hex: UnsafeRawBufferPointer)
 }
 
+/// A value of an attribute that is not a list: what most attributes are.
+enum OTLPScalar {
+    /// JSON string text, and whether it is plain (``JSONScan/lastPlain``) when known.
+    case string(UnsafeRawBufferPointer, plain: Bool?)
+    case int(Int64)
+    /// A double, and its JSON text when read from one.
+    case double(Double, text: UnsafeRawBufferPointer?)
+    case bool(Bool)
+}
+
+extension OTLPOutput {
+    /// One `KeyValue` element of the repeated field `field` whose value is `value`
+    /// (`key`: JSON string text).
+    mutating func attribute(_ field: UInt32, key: UnsafeRawBufferPointer, keyPlain: Bool?, _ value: OTLPScalar) {
+        let kv = openElement(field)
+        string(1, "key", json: key, plain: keyPlain, always: false)
+        let v = openMessage(2, "value")
+        switch value {
+        case .string(let text, let plain): string(1, "stringValue", json: text, plain: plain, always: true)
+        case .int(let i): int64(3, "intValue", i)
+        case .double(let d, let text): double(4, "doubleValue", d, text: text)
+        case .bool(let b): bool(2, "boolValue", b)
+        }
+        close(v)
+        close(kv)
+    }
+}
+
+/// A place in an output: its length, and whether a value came before (JSON's commas).
+struct OTLPCheckpoint {
+    let count: Int
+    let afterValue: Bool
+}
+
 extension OTLPOutput {
     /// A string field that is not a `oneof` member.
     mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer) {
-        string(field, name, json: text, always: false)
+        string(field, name, json: text, plain: nil, always: false)
+    }
+
+    /// A string field of JSON string text, ASCII without escapes or not (`plain`).
+    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, always: Bool) {
+        string(field, name, json: text, plain: nil, always: always)
     }
 
     /// A string field that is not a `oneof` member.
@@ -67,26 +116,45 @@ extension OTLPOutput {
 /// length-delimited fields whose length is written in front once their content is known
 /// (one byte reserved; moved along when the length takes more).
 struct ProtobufOutput: OTLPOutput {
-    private(set) var bytes: [UInt8] = []
+    private(set) var bytes = OutputBytes()
+    /// Escaped strings are read into it first.
+    private var scratch: [UInt8] = []
 
     init() {}
 
-    mutating func reset() { bytes.removeAll(keepingCapacity: true) }
+    mutating func reset() { bytes.removeAll() }
+    mutating func free() { bytes.free() }
+    var checkpoint: OTLPCheckpoint { OTLPCheckpoint(count: bytes.count, afterValue: false) }
+    mutating func rewind(to checkpoint: OTLPCheckpoint) { bytes.truncate(to: checkpoint.count) }
 
     private mutating func varint(_ v: UInt64) {
-        var v = v
-        while v >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
-            v >>= 7
-        }
-        bytes.append(UInt8(v))
+        header(nil, v)
     }
 
     private mutating func tag(_ field: UInt32, _ wireType: UInt32) { varint(UInt64(field << 3 | wireType)) }
 
+    /// A tag (when `field` is given, with wire type 2) and a varint, written at once.
+    @inline(__always)
+    private mutating func header(_ field: UInt32?, _ value: UInt64) {
+        let p = bytes.spare(20)
+        var n = 0
+        @inline(__always) func put(_ v: UInt64) {
+            var v = v
+            while v >= 0x80 {
+                p.storeBytes(of: UInt8(truncatingIfNeeded: v) | 0x80, toByteOffset: n, as: UInt8.self)
+                n += 1
+                v >>= 7
+            }
+            p.storeBytes(of: UInt8(v), toByteOffset: n, as: UInt8.self)
+            n += 1
+        }
+        if let field { put(UInt64(field << 3 | 2)) }
+        put(value)
+        bytes.advance(n)
+    }
+
     private mutating func openLength(_ field: UInt32) -> Int {
-        tag(field, 2)
-        bytes.append(0)
+        header(field, 0)
         return bytes.count
     }
 
@@ -96,56 +164,115 @@ struct ProtobufOutput: OTLPOutput {
             bytes[token - 1] = UInt8(length)
             return
         }
-        var prefix: [UInt8] = []
-        var v = UInt64(length)
-        while v >= 0x80 {
-            prefix.append(UInt8(truncatingIfNeeded: v) | 0x80)
+        // The length takes more than the byte reserved: the content moves along.
+        let size = Self.varintSize(UInt64(length))
+        bytes.open(gap: size - 1, at: token)
+        var v = length
+        for k in 0..<size {
+            bytes[token - 1 + k] = UInt8(truncatingIfNeeded: v) | (k < size - 1 ? 0x80 : 0)
             v >>= 7
         }
-        prefix.append(UInt8(v))
-        bytes.replaceSubrange((token - 1)..<token, with: prefix)
     }
 
     mutating func openMessage(_ field: UInt32, _ name: StaticString) -> Int { openLength(field) }
     mutating func openList(_ field: UInt32, _ name: StaticString) {}
+
+    /// The same as the protocol's, with the lengths known before the bytes when the key
+    /// and a string value are plain: written once, nothing moved.
+    mutating func attribute(_ field: UInt32, key: UnsafeRawBufferPointer, keyPlain: Bool?, _ value: OTLPScalar) {
+        guard keyPlain ?? JSONText.isPlain(key) else {
+            let kv = openElement(field)
+            string(1, "key", json: key, plain: false, always: false)
+            let v = openMessage(2, "value")
+            scalar(value)
+            close(v)
+            close(kv)
+            return
+        }
+        // The AnyValue's length.
+        let valueLength: Int
+        switch value {
+        case .string(let text, let plain):
+            guard plain ?? JSONText.isPlain(text) else {
+                let kv = openElement(field)
+                if !key.isEmpty { header(1, UInt64(key.count)); bytes.append(contentsOf: key) }
+                let v = openMessage(2, "value")
+                scalar(value)
+                close(v)
+                close(kv)
+                return
+            }
+            valueLength = 1 + Self.varintSize(UInt64(text.count)) + text.count
+        case .int(let i): valueLength = 1 + Self.varintSize(UInt64(bitPattern: i))
+        case .double: valueLength = 9
+        case .bool: valueLength = 2
+        }
+        let keyLength = key.isEmpty ? 0 : 1 + Self.varintSize(UInt64(key.count)) + key.count
+        header(field, UInt64(keyLength + 1 + Self.varintSize(UInt64(valueLength)) + valueLength))
+        if !key.isEmpty {
+            header(1, UInt64(key.count))
+            bytes.append(contentsOf: key)
+        }
+        header(2, UInt64(valueLength))
+        scalar(value)
+    }
+
+    /// An `AnyValue`'s fields for `value`.
+    private mutating func scalar(_ value: OTLPScalar) {
+        switch value {
+        case .string(let text, let plain): string(1, "stringValue", json: text, plain: plain, always: true)
+        case .int(let i): int64(3, "intValue", i)
+        case .double(let d, let text): double(4, "doubleValue", d, text: text)
+        case .bool(let b): bool(2, "boolValue", b)
+        }
+    }
+
+    /// The bytes of `v` as a varint.
+    @inline(__always)
+    static func varintSize(_ v: UInt64) -> Int { v == 0 ? 1 : (64 - v.leadingZeroBitCount + 6) / 7 }
     mutating func openElement(_ field: UInt32) -> Int { openLength(field) }
     mutating func closeList() {}
     mutating func appendElements(_ encoded: UnsafeRawBufferPointer) { bytes.append(contentsOf: encoded) }
 
-    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, always: Bool) {
+    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, plain: Bool?,
+                         always: Bool) {
         if text.isEmpty && !always { return }
-        if JSONText.isPlain(text) {
-            tag(field, 2)
-            varint(UInt64(text.count))
+        if plain ?? JSONText.isPlain(text) {
+            header(field, UInt64(text.count))
             bytes.append(contentsOf: text)
             return
         }
-        let token = openLength(field)
-        JSONText.unescape(text, into: &bytes)
-        close(token)
+        scratch.removeAll(keepingCapacity: true)
+        JSONText.unescape(text, into: &scratch)
+        header(field, UInt64(scratch.count))
+        bytes.append(contentsOf: scratch)
     }
 
     mutating func string(_ field: UInt32, _ name: StaticString, _ text: String, always: Bool) {
         if text.isEmpty && !always { return }
         var text = text
         text.withUTF8 { u in
-            tag(field, 2)
-            varint(UInt64(u.count))
-            bytes.append(contentsOf: u)
+            header(field, UInt64(u.count))
+            bytes.append(contentsOf: UnsafeRawBufferPointer(u))
         }
     }
 
     // A zero number is proto3's default: left out (none of these is a `oneof` member).
+    mutating func string(_ field: UInt32, _ name: StaticString, literal text: StaticString) {
+        header(field, UInt64(text.utf8CodeUnitCount))
+        bytes.append(contentsOf: UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
     mutating func fixed64(_ field: UInt32, _ name: StaticString, _ value: UInt64) {
         if value == 0 { return }
         tag(field, 1)
-        for k in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * k))) }
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
     mutating func fixed32(_ field: UInt32, _ name: StaticString, _ value: UInt32) {
         if value == 0 { return }
         tag(field, 5)
-        for k in 0..<4 { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * k))) }
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
     mutating func enumValue(_ field: UInt32, _ name: StaticString, _ value: Int32) {
@@ -166,17 +293,18 @@ struct ProtobufOutput: OTLPOutput {
 
     mutating func double(_ field: UInt32, _ name: StaticString, _ value: Double, text: UnsafeRawBufferPointer?) {
         tag(field, 1)
-        let bits = value.bitPattern
-        for k in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: bits >> (8 * k))) }
+        withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
     mutating func id(_ field: UInt32, _ name: StaticString, hex: UnsafeRawBufferPointer) {
-        tag(field, 2)
-        varint(UInt64(hex.count / 2))
-        var k = 0
-        while k + 1 < hex.count {
-            bytes.append((JSONText.hexDigit(hex[k]) ?? 0) << 4 | (JSONText.hexDigit(hex[k + 1]) ?? 0))
-            k += 2
+        let count = min(hex.count / 2, 16)
+        header(field, UInt64(count))
+        var raw: (UInt64, UInt64) = (0, 0)
+        withUnsafeMutableBytes(of: &raw) { b in
+            for k in 0..<count {
+                b[k] = (JSONText.hexDigit(hex[2 * k]) ?? 0) << 4 | (JSONText.hexDigit(hex[2 * k + 1]) ?? 0)
+            }
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: b[0..<count]))
         }
     }
 }
@@ -186,7 +314,7 @@ struct ProtobufOutput: OTLPOutput {
 /// The OTLP JSON encoding: the protobuf JSON mapping, with ids as hex, enums as
 /// integers, 64-bit integers as decimal strings, names in lowerCamelCase.
 struct OTLPJSONOutput: OTLPOutput {
-    private(set) var bytes: [UInt8] = []
+    private(set) var bytes = OutputBytes()
     /// A value was written in the open object or array: the next one needs a comma.
     private var needsComma = false
     private var scratch: [UInt8] = []
@@ -194,8 +322,17 @@ struct OTLPJSONOutput: OTLPOutput {
     init() {}
 
     mutating func reset() {
-        bytes.removeAll(keepingCapacity: true)
+        bytes.removeAll()
         needsComma = false
+    }
+
+    mutating func free() { bytes.free() }
+
+    var checkpoint: OTLPCheckpoint { OTLPCheckpoint(count: bytes.count, afterValue: needsComma) }
+
+    mutating func rewind(to checkpoint: OTLPCheckpoint) {
+        bytes.truncate(to: checkpoint.count)
+        needsComma = checkpoint.afterValue
     }
 
     private mutating func ascii(_ s: StaticString) {
@@ -251,9 +388,10 @@ struct OTLPJSONOutput: OTLPOutput {
         needsComma = true
     }
 
-    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, always: Bool) {
+    mutating func string(_ field: UInt32, _ name: StaticString, json text: UnsafeRawBufferPointer, plain: Bool?,
+                         always: Bool) {
         key(name)
-        if JSONText.isPlain(text) {
+        if plain ?? JSONText.isPlain(text) {
             bytes.append(0x22)
             bytes.append(contentsOf: text)
             bytes.append(0x22)
@@ -269,6 +407,14 @@ struct OTLPJSONOutput: OTLPOutput {
     mutating func string(_ field: UInt32, _ name: StaticString, _ text: String, always: Bool) {
         key(name)
         quoted(Array(text.utf8))
+    }
+
+    /// (Cairn's own text: nothing in it needs escaping.)
+    mutating func string(_ field: UInt32, _ name: StaticString, literal text: StaticString) {
+        key(name)
+        bytes.append(0x22)
+        ascii(text)
+        bytes.append(0x22)
     }
 
     private mutating func quoted(_ utf8: [UInt8]) {
