@@ -95,8 +95,9 @@ extension Cairn {
 
     /// What the privacy and sanitising rules changed since start in this process, by
     /// rule (`privacy_masked`, `privacy_redacted`, `string_truncated`, `key_dropped`, ...):
-    /// the events were kept, changed. Also in `sdk_health`'s `changed`; not reported in
-    /// `Cairn-Dropped`.
+    /// the events were kept, changed; and `trace_header_invalid`, the trace headers that
+    /// could not be used (a new trace started instead). Also in `sdk_health`'s
+    /// `changed`; not reported in `Cairn-Dropped`.
     public var changeCounts: [String: Int] { drops.changes() }
 
     /// The drops of ``dropCounts``, by reason name, from the ring's and the uploader's

@@ -145,7 +145,7 @@ public final class Cairn: @unchecked Sendable {
     }
 
     /// The task-local span: events tracked inside
-    /// ``withSpan(_:traceparent:operation:)-414c3`` carry its trace and span ids.
+    /// ``withSpan(_:traceparent:tracestate:operation:)-7jzhj`` carry its trace and span ids.
     @TaskLocal public static var currentSpan: SpanContext?
 
     init(options: Options, crash: CrashCapture?, ring: Ring?, processor: Processor,

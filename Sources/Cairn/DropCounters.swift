@@ -53,6 +53,12 @@ final class DropCounters: Sendable {
         }
     }
 
+    /// Counts one change by the rule `rule` (what the SDK did to something the service
+    /// gave it, e.g. `trace_header_invalid`).
+    func addChange(_ rule: String) {
+        counts.withLock { $0.changes[rule, default: 0] += 1 }
+    }
+
     /// This process's drops counted here, by reason name.
     func snapshot() -> [String: Int] { counts.withLock { $0.byReason.mapValues(\.count) } }
 

@@ -13,6 +13,8 @@
 @_exported import struct CairnProcessor.SpanContext
 @_exported import struct CairnProcessor.TraceID
 @_exported import struct CairnProcessor.SpanID
+@_exported import struct CairnProcessor.TraceState
+@_exported import enum CairnProcessor.SpanKind
 
 // The options of `Cairn.Options` that are types of their own.
 @_exported import struct CairnProcessor.SamplingOptions

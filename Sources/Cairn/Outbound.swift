@@ -11,8 +11,11 @@ extension Cairn {
         public let span: SpanContext
         /// The W3C `traceparent` header value for the request.
         public var traceparent: String {
-            TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: span.sampled).header
+            TraceParent(traceID: span.traceID, parentID: span.spanID, sampled: span.sampled, random: span.random).header
         }
+        /// The W3C `tracestate` header value for the request: the trace's, as it came
+        /// in; nil when it has none (send no header).
+        public var tracestate: String? { span.traceState?.header }
         let started: UInt64
     }
 
@@ -22,7 +25,7 @@ extension Cairn {
     /// Begins an outbound call: inject its ``OutboundCall/traceparent`` into the request,
     /// then end it with ``endOutbound(_:method:url:status:error:)``.
     public func beginOutbound() -> OutboundCall {
-        OutboundCall(span: Self.childSpan(), started: DispatchTime.now().uptimeNanoseconds)
+        OutboundCall(span: Self.childSpan(kind: .client), started: DispatchTime.now().uptimeNanoseconds)
     }
 
     /// Records an outbound HTTP call as a `span` event named `http.client`: method, URL

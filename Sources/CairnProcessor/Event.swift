@@ -49,14 +49,41 @@ public struct SpanContext: Sendable, Hashable {
     /// The W3C `sampled` flag passed on in outgoing `traceparent` headers: the one
     /// received when the trace was continued from another service, else `true`.
     public var sampled: Bool
+    /// The W3C `random` flag (Trace Context Level 2): the trace id's last 7 bytes are
+    /// random. Set for the traces Cairn starts (their ids are random), and passed on
+    /// as received for a continued one.
+    public var random: Bool
+    /// The W3C `tracestate` received with the trace, carried on unchanged to the calls
+    /// made inside it (nil when there was none, or it was invalid).
+    public var traceState: TraceState?
+    /// What the span is (OTLP's span kind): the server side of an incoming request, the
+    /// client side of an outbound call, or internal.
+    public var kind: SpanKind
 
     /// A span context.
-    package init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil, sampled: Bool = true) {
+    package init(traceID: TraceID, spanID: SpanID, parentSpanID: SpanID? = nil, sampled: Bool = true,
+                 random: Bool = true, traceState: TraceState? = nil, kind: SpanKind = .internal) {
         self.traceID = traceID
         self.spanID = spanID
         self.parentSpanID = parentSpanID
         self.sampled = sampled
+        self.random = random
+        self.traceState = traceState
+        self.kind = kind
     }
+
+    /// The W3C trace flags: `sampled` (bit 0) and `random` (bit 1).
+    package var flags: UInt8 { (sampled ? 1 : 0) | (random ? 2 : 0) }
+}
+
+/// What a span is, from where it stands in a call (OpenTelemetry's span kinds).
+public enum SpanKind: String, Sendable, Hashable {
+    /// Serving a request that came in (a span that continued the caller's trace).
+    case server
+    /// A call to another service (``Cairn/beginOutbound()``).
+    case client
+    /// Work inside the service.
+    case `internal`
 }
 
 /// One event on its way through the processor: what the call site said, plus what the

@@ -512,6 +512,29 @@ package final class Processor: Sendable {
                 w.key("parent_span_id")
                 w.string(parent.description)
             }
+            if event.type == .span {
+                // What an OTLP span needs beyond the ids: its flags, kind and the
+                // caller's trace state.
+                w.byte(0x2C)
+                w.key("trace_flags")
+                w.byte(0x22)
+                let hex: StaticString = "0123456789abcdef"
+                w.byte(hex.utf8Start[Int(span.flags >> 4)])
+                w.byte(hex.utf8Start[Int(span.flags & 15)])
+                w.byte(0x22)
+                if span.kind != .internal {
+                    w.byte(0x2C)
+                    w.key("span_kind")
+                    w.byte(0x22)
+                    w.ascii(span.kind == .server ? "server" : "client")
+                    w.byte(0x22)
+                }
+                if let state = span.traceState {
+                    w.byte(0x2C)
+                    w.key("trace_state")
+                    w.string(state.header)
+                }
+            }
         }
         w.byte(0x2C)
         w.key("properties")

@@ -105,12 +105,15 @@ package struct TraceParent: Sendable, Hashable {
     package var parentID: SpanID
     /// The `sampled` flag (bit 0 of the flags): the caller may have recorded its span.
     package var sampled: Bool
+    /// The `random` flag (bit 1, Trace Context Level 2): the trace id is random.
+    package var random: Bool
 
     /// A trace parent from its parts.
-    package init(traceID: TraceID, parentID: SpanID, sampled: Bool) {
+    package init(traceID: TraceID, parentID: SpanID, sampled: Bool, random: Bool = false) {
         self.traceID = traceID
         self.parentID = parentID
         self.sampled = sampled
+        self.random = random
     }
 
     /// Parses a `traceparent` value per the W3C spec, or `nil` when it is invalid.
@@ -119,7 +122,7 @@ package struct TraceParent: Sendable, Hashable {
     /// characters. A later version (`01` to `fe`) is accepted when its first 55 characters
     /// parse as version 00 would and, if it is longer, the 56th is `-` (what follows is
     /// ignored). Version `ff`, uppercase hex, wrong separators and all-zero trace or parent
-    /// ids are invalid. Only the sampled flag is kept.
+    /// ids are invalid. The sampled and random flags are kept; other bits are not.
     package init?(header: String) {
         let parsed: TraceParent? = withUTF8Bytes(header) { all in
             var start = 0, end = all.count
@@ -142,13 +145,14 @@ package struct TraceParent: Sendable, Hashable {
                   high != 0 || low != 0, parent != 0
             else { return nil }
             return TraceParent(traceID: TraceID(high: high, low: low), parentID: SpanID(value: parent),
-                               sampled: flags & 1 == 1)
+                               sampled: flags & 1 == 1, random: flags & 2 == 2)
         }
         guard let parsed else { return nil }
         self = parsed
     }
 
-    /// The header value, always version `00`; flags `01` when sampled, else `00`.
+    /// The header value, always version `00`; the flags `sampled` (`01`) and `random`
+    /// (`02`).
     package var header: String {
         String(unsafeUninitializedCapacity: 55) { buffer in
             let dash = UInt8(ascii: "-"), zero = UInt8(ascii: "0")
@@ -161,7 +165,7 @@ package struct TraceParent: Sendable, Hashable {
             Hex.write(parentID.value, into: buffer, at: 36)
             buffer[52] = dash
             buffer[53] = zero
-            buffer[54] = sampled ? UInt8(ascii: "1") : zero
+            buffer[54] = zero + (sampled ? 1 : 0) + (random ? 2 : 0)
             return 55
         }
     }
@@ -169,5 +173,95 @@ package struct TraceParent: Sendable, Hashable {
     @inline(__always)
     private static func isOWS(_ byte: UInt8) -> Bool {
         byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t")
+    }
+}
+
+/// A W3C `tracestate` header (https://www.w3.org/TR/trace-context/#tracestate-header):
+/// the vendors' entries that travel with a trace, carried on unchanged.
+///
+/// Parsing combines every `tracestate` header of a request (in order, as one list),
+/// trims the optional white space around members, drops empty members, and refuses the
+/// whole header, as the spec lets a parser do, when a member is invalid: a key that is
+/// not `lcalpha 0*255(lcalpha / DIGIT / "_" / "-" / "*" / "/")` nor
+/// `tenant@system` (tenant: lowercase letter or digit then up to 240 of those
+/// characters; system: a lowercase letter then up to 13), a value that is empty, longer
+/// than 256 characters, has a `,` or `=`, a character outside 0x20-0x7E, or ends with a
+/// space; the same key twice; more than 32 members.
+///
+/// ```swift
+/// let state = TraceState(headers: ["congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7"])
+/// state?.header  // "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+/// ```
+public struct TraceState: Sendable, Hashable, CustomStringConvertible {
+    /// The members, `key=value` each, in order.
+    package let members: [String]
+
+    /// The most members a `tracestate` may have.
+    package static let maxMembers = 32
+
+    /// Parses the values of a request's `tracestate` headers, in the order received;
+    /// nil when they hold no member, or are invalid (the trace then goes on without).
+    public init?(headers: [String]) {
+        var members: [String] = []
+        var keys = Set<Substring>()
+        for header in headers {
+            for raw in header.split(separator: ",", omittingEmptySubsequences: false) {
+                let member = Self.trimmed(raw)
+                if member.isEmpty { continue }
+                guard let equals = member.firstIndex(of: "="),
+                      Self.isKey(member[..<equals].utf8), Self.isValue(member[member.index(after: equals)...].utf8),
+                      keys.insert(member[..<equals]).inserted
+                else { return nil }
+                members.append(String(member))
+            }
+        }
+        guard !members.isEmpty, members.count <= Self.maxMembers else { return nil }
+        self.members = members
+    }
+
+    /// The one header.
+    public init?(header: String) { self.init(headers: [header]) }
+
+    /// The header to send on: the members joined by `,`.
+    public var header: String { members.joined(separator: ",") }
+
+    /// The header.
+    public var description: String { header }
+
+    /// The value of `key`, if it has a member.
+    public subscript(key: String) -> String? {
+        for m in members where m.hasPrefix(key + "=") { return String(m.dropFirst(key.utf8.count + 1)) }
+        return nil
+    }
+
+    private static func trimmed(_ s: Substring) -> Substring {
+        var s = s
+        while let c = s.first, c == " " || c == "\t" { s = s.dropFirst() }
+        while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
+        return s
+    }
+
+    /// `lcalpha / DIGIT / "_" / "-" / "*" / "/"`.
+    private static func isKeyByte(_ b: UInt8) -> Bool {
+        (b >= 0x61 && b <= 0x7A) || (b >= 0x30 && b <= 0x39) || b == 0x5F || b == 0x2D || b == 0x2A || b == 0x2F
+    }
+
+    private static func isKey(_ key: Substring.UTF8View) -> Bool {
+        let bytes = Array(key)
+        func lcalpha(_ b: UInt8) -> Bool { b >= 0x61 && b <= 0x7A }
+        if let at = bytes.firstIndex(of: 0x40) {
+            let tenant = bytes[..<at], system = bytes[(at + 1)...]
+            guard let t0 = tenant.first, lcalpha(t0) || (t0 >= 0x30 && t0 <= 0x39), tenant.count <= 241,
+                  let s0 = system.first, lcalpha(s0), system.count <= 14 else { return false }
+            return tenant.allSatisfy(isKeyByte) && system.allSatisfy(isKeyByte)
+        }
+        guard let first = bytes.first, lcalpha(first), bytes.count <= 256 else { return false }
+        return bytes.allSatisfy(isKeyByte)
+    }
+
+    /// `0*255(chr) nblk-chr`: chr is 0x20-0x7E but `,` and `=`; the last not a space.
+    private static func isValue(_ value: Substring.UTF8View) -> Bool {
+        guard let last = value.last, last != 0x20, value.count <= 256 else { return false }
+        return value.allSatisfy { $0 >= 0x20 && $0 <= 0x7E && $0 != 0x2C && $0 != 0x3D }
     }
 }

@@ -74,8 +74,23 @@ import Testing
                                parentSpanID: SpanID(value: 0x00f0_67aa_0ba9_02b7))
         #expect(Self.record(.span, "checkout", ["status": "ok"], span: span)
                 == Self.golden("span", "checkout", Self.ids + #""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","#
-                               + #""span_id":"b7ad6b7169203331","parent_span_id":"00f067aa0ba902b7","#,
+                               + #""span_id":"b7ad6b7169203331","parent_span_id":"00f067aa0ba902b7","#
+                               + #""trace_flags":"03","#,
                                #"{"status":"ok"}"#))
+        // The server side of a request that came in unsampled, with a trace state (whose
+        // values may hold a quote: escaped).
+        var server = span
+        server.sampled = false
+        server.random = false
+        server.kind = .server
+        server.traceState = TraceState(header: #"congo=t61rcWkgMzE,rojo=a"b"#)
+        #expect(Self.record(.span, "GET /orders/:id", ["status": 200], span: server)
+                == Self.golden("span", "GET /orders/:id", Self.ids + #""trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","#
+                               + #""span_id":"b7ad6b7169203331","parent_span_id":"00f067aa0ba902b7","#
+                               + #""trace_flags":"00","span_kind":"server","trace_state":"congo=t61rcWkgMzE,rojo=a\"b","#,
+                               #"{"status":200}"#))
+        // An event in a span has no flags, kind or state of its own.
+        #expect(!Self.record(.track, "in_span", [:], span: server).contains("trace_flags"))
     }
 
     /// An error event says so (`"level":"error"` after its name); other events have no level.

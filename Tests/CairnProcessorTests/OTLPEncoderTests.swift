@@ -212,11 +212,17 @@ import Testing
                                                "message": "POST https://pay.example/charge 503"],
                         span: SpanContext(traceID: trace, spanID: call, parentSpanID: child), isError: true),
             Self.record(.track, "not_a_span"),
+            Self.record(.span, "PUT /orders/:id", ["method": "PUT", "route": "/orders/:id", "status": 200,
+                                                   "duration_ms": 3.0],
+                        span: SpanContext(traceID: trace, spanID: try #require(SpanID(hex: "2222222222222222")),
+                                          parentSpanID: try #require(SpanID(hex: "3333333333333333")), sampled: true,
+                                          random: false, traceState: TraceState(header: "congo=t61rcWkgMzE"),
+                                          kind: .server)),
         ]
         let (logs, traces) = Self.encode(records, encoding)
-        #expect(logs.first?.records == 1 && traces.first?.records == 3)
+        #expect(logs.first?.records == 1 && traces.first?.records == 4)
         let spans = Self.spans(try Self.decode(traces, signal: "traces", encoding: encoding))
-        try #require(spans.count == 3)
+        try #require(spans.count == 4)
         let byName = { (n: String) in spans.first { $0["name"] as? String == n } ?? [:] }
         let end = Self.millis * 1_000_000
         let server = byName("GET /orders/:id")
@@ -244,6 +250,14 @@ import Testing
         #expect(c["http.response.status_code"] as? Int64 == 503)
         #expect(c["outcome"] == nil && c["message"] == nil && c["method"] == nil)
         #expect((client["status"] as? [String: Any])?["message"] as? String == "HTTP 503")
+        #expect(client["flags"] as? Int == 0x103, "a trace Cairn started: sampled, random; its parent is local")
+
+        let incoming = byName("PUT /orders/:id")
+        #expect(incoming["kind"] as? String == "SPAN_KIND_SERVER" && incoming["trace_state"] as? String == "congo=t61rcWkgMzE")
+        #expect(incoming["flags"] as? Int == 0x301, "sampled, and its parent is remote")
+        let i = Self.attributes(incoming["attributes"])
+        #expect(i["http.request.method"] as? String == "PUT" && i["http.route"] as? String == "/orders/:id")
+        #expect(i["http.response.status_code"] as? Int64 == 200 && incoming["status"] == nil)
     }
 
     // MARK: Resources, settings, limits

@@ -316,3 +316,187 @@ enum Live {
         #expect(attempts.allSatisfy { $0.headerValues("Authorization") == ["Bearer test-key"] })
     }
 }
+
+/// The W3C Trace Context test suite's cases (w3c/trace-context, test/test.py, strict
+/// level 2), through the incoming-request API as a service runs them: a request with
+/// these headers comes in, and the service calls out from inside it; what it sends on
+/// (`Cairn.traceparent()`, `Cairn.tracestate()`) must continue the trace or start a new
+/// one as the suite expects.
+@Suite(.serialized) struct TraceContextVectorTests {
+    static let trace = "12345678901234567890123456789012"
+    static let parent = "00-12345678901234567890123456789012-1234567890123456-00"
+
+    /// What the service sends on from inside a request with `headers`.
+    static func outgoing(_ headers: [(String, String)]) throws -> (parent: TraceParent, state: String?) {
+        let cairn = try #require(Live.cairn)
+        var sent = ("", String?.none)
+        cairn.withIncomingRequest(method: "POST", route: "/test", headers: headers.map { (name: $0.0, value: $0.1) }) {
+            sent = (Cairn.traceparent(), Cairn.tracestate())
+            return ((), status: 200)
+        }
+        let parsed = try #require(TraceParent(header: sent.0), "a valid traceparent is always sent: \(sent.0)")
+        return (parsed, sent.1)
+    }
+
+    static let continued: [String] = [
+        "00-12345678901234567890123456789012-1234567890123456-01",
+        "cc-12345678901234567890123456789012-1234567890123456-01",
+        "cc-12345678901234567890123456789012-1234567890123456-01-what-the-future-will-be-like",
+        " 00-12345678901234567890123456789012-1234567890123456-01",
+        "\t00-12345678901234567890123456789012-1234567890123456-01",
+        "00-12345678901234567890123456789012-1234567890123456-01 ",
+        "00-12345678901234567890123456789012-1234567890123456-01\t",
+        "\t 00-12345678901234567890123456789012-1234567890123456-01 \t",
+    ]
+
+    @Test(arguments: continued)
+    func validTraceparentIsContinued(_ header: String) throws {
+        for name in ["traceparent", "TraceParent", "TrAcEpArEnT", "TRACEPARENT"] {
+            let out = try Self.outgoing([(name, header)])
+            #expect(out.parent.traceID.description == Self.trace, "\(name): \(header)")
+            #expect(out.parent.parentID.description != "1234567890123456", "a span of its own")
+        }
+    }
+
+    static let refused: [String] = [
+        "00-12345678901234567890123456789012-1234567890123456-01.",
+        "00-12345678901234567890123456789012-1234567890123456-01-what-the-future-will-be-like",
+        "cc-12345678901234567890123456789012-1234567890123456-01.what-the-future-will-be-like",
+        "ff-12345678901234567890123456789012-1234567890123456-01",
+        ".0-12345678901234567890123456789012-1234567890123456-01",
+        "0.-12345678901234567890123456789012-1234567890123456-01",
+        "000-12345678901234567890123456789012-1234567890123456-01",
+        "0000-12345678901234567890123456789012-1234567890123456-01",
+        "0-12345678901234567890123456789012-1234567890123456-01",
+        "00-00000000000000000000000000000000-1234567890123456-01",
+        "00-.2345678901234567890123456789012-1234567890123456-01",
+        "00-1234567890123456789012345678901.-1234567890123456-01",
+        "00-123456789012345678901234567890123-1234567890123456-01",
+        "00-1234567890123456789012345678901-1234567890123456-01",
+        "00-12345678901234567890123456789012-0000000000000000-01",
+        "00-12345678901234567890123456789012-.234567890123456-01",
+        "00-12345678901234567890123456789012-123456789012345.-01",
+        "00-12345678901234567890123456789012-12345678901234567-01",
+        "00-12345678901234567890123456789012-123456789012345-01",
+        "00-12345678901234567890123456789012-1234567890123456-.0",
+        "00-12345678901234567890123456789012-1234567890123456-0.",
+        "00-12345678901234567890123456789012-1234567890123456-001",
+        "00-12345678901234567890123456789012-1234567890123456-1",
+    ]
+
+    /// A header that is not a valid traceparent starts a new trace (never the ids it
+    /// carried), and is counted.
+    @Test(arguments: refused)
+    func invalidTraceparentStartsANewTrace(_ header: String) throws {
+        let cairn = try #require(Live.cairn)
+        let before = cairn.changeCounts["trace_header_invalid"] ?? 0
+        let out = try Self.outgoing([("traceparent", header), ("tracestate", "foo=1")])
+        let id = out.parent.traceID.description
+        #expect(id != Self.trace && id != "00000000000000000000000000000000" && !header.contains(id), "\(header)")
+        #expect(out.state == nil, "a tracestate without a valid traceparent is dropped")
+        #expect(cairn.changeCounts["trace_header_invalid"] == before + 1)
+    }
+
+    @Test func missingMisnamedOrDuplicatedTraceparent() throws {
+        #expect(try Self.outgoing([]).parent.traceID.isValid)
+        for name in ["trace-parent", "trace.parent"] {
+            #expect(try Self.outgoing([(name, Self.continued[0])]).parent.traceID.description != Self.trace)
+        }
+        let two = try Self.outgoing([("traceparent", "00-12345678901234567890123456789011-1234567890123456-01"),
+                                     ("traceparent", Self.continued[0])])
+        #expect(!["12345678901234567890123456789011", Self.trace].contains(two.parent.traceID.description))
+        #expect(try Self.outgoing([("tracestate", "foo=1")]).state == nil)
+    }
+
+    /// The `tracestate` cases: what is carried on (the members, in order), or nil when
+    /// the header is to be dropped.
+    static let states: [([String], String?)] = {
+        let key = "abcdefghijklmnopqrstuvwxyz0123456789_-*/"
+        let value = (0x20...0x2B).map { String(UnicodeScalar($0)!) }.joined()
+            + (0x2D...0x3C).map { String(UnicodeScalar($0)!) }.joined()
+            + (0x3E...0x7E).map { String(UnicodeScalar($0)!) }.joined()
+        let bars = (1...33).map { String(format: "bar%02d=%02d", $0, $0) }
+        return [
+            (["foo=1,bar=2"], "foo=1,bar=2"),
+            ([""], nil), (["foo=1", ""], "foo=1"), (["", "foo=1"], "foo=1"),
+            (["foo=1,bar=2", "rojo=1,congo=2", "baz=3"], "foo=1,bar=2,rojo=1,congo=2,baz=3"),
+            (["foo=1,foo=1"], nil), (["foo=1,foo=2"], nil), (["foo=1", "foo=1"], nil), (["foo=1", "foo=2"], nil),
+            ([key + "=" + value], key + "=" + value),
+            ([key + "@a-z0-9_-*/=" + value], key + "@a-z0-9_-*/=" + value),
+            (["foo=1 \t , \t bar=2, \t baz=3"], "foo=1,bar=2,baz=3"),
+            (["foo=1\t \t,\t \tbar=2,\t \tbaz=3"], "foo=1,bar=2,baz=3"),
+            ([" foo=1"], "foo=1"), (["\tfoo=1"], "foo=1"), (["foo=1 "], "foo=1"), (["foo=1\t"], "foo=1"),
+            (["\t foo=1 \t"], "foo=1"),
+            (["foo =1"], nil), (["FOO=1"], nil), (["foo.bar=1"], nil),
+            (["foo@=1,bar=2"], nil), (["@foo=1,bar=2"], nil), (["foo@@bar=1,bar=2"], nil), (["foo@bar@baz=1,bar=2"], nil),
+            ([bars[0..<10].joined(separator: ","), bars[10..<20].joined(separator: ","),
+              bars[20..<30].joined(separator: ","), bars[30..<32].joined(separator: ",")],
+             bars[0..<32].joined(separator: ",")),
+            ([bars[0..<10].joined(separator: ","), bars[10..<20].joined(separator: ","),
+              bars[20..<30].joined(separator: ","), bars[30..<33].joined(separator: ",")], nil),
+            (["foo=1", String(repeating: "z", count: 256) + "=1"], "foo=1," + String(repeating: "z", count: 256) + "=1"),
+            (["foo=1", String(repeating: "z", count: 257) + "=1"], nil),
+            (["foo=1", String(repeating: "t", count: 241) + "@" + String(repeating: "v", count: 14) + "=1"],
+             "foo=1," + String(repeating: "t", count: 241) + "@" + String(repeating: "v", count: 14) + "=1"),
+            (["foo=1", String(repeating: "t", count: 242) + "@v=1"], nil),
+            (["foo=1", "t@" + String(repeating: "v", count: 15) + "=1"], nil),
+            (["foo=bar=baz"], nil), (["foo=,bar=3"], nil),
+        ]
+    }()
+
+    @Test func tracestateIsCarriedOnOrDropped() throws {
+        for (headers, expected) in Self.states {
+            for name in ["tracestate", "TraceState", "TRACESTATE"] {
+                let out = try Self.outgoing([("traceparent", Self.parent)] + headers.map { (name, $0) })
+                #expect(out.parent.traceID.description == Self.trace)
+                #expect(out.state == expected, "\(headers)")
+            }
+        }
+        for name in ["trace-state", "trace.state"] {
+            #expect(try Self.outgoing([("traceparent", Self.parent), (name, "foo=1")]).state == nil)
+        }
+    }
+
+    /// Several calls from one request: one trace, a span (parent id) for each.
+    @Test func callsFromOneRequestShareItsTrace() throws {
+        let cairn = try #require(Live.cairn)
+        var sent: [String] = []
+        cairn.withIncomingRequest(method: "GET", route: "/fan-out", headers: [(name: "traceparent", value: Self.continued[0])]) {
+            for _ in 0..<3 {
+                let call = cairn.beginOutbound()
+                sent.append(call.traceparent)
+                cairn.endOutbound(call, method: "GET", url: "http://127.0.0.1:9/x", status: 200)
+            }
+            return ((), status: 200)
+        }
+        let parsed = sent.compactMap { TraceParent(header: $0) }
+        #expect(Set(parsed.map(\.traceID.description)) == [Self.trace] && Set(parsed.map(\.parentID)).count == 3)
+    }
+
+    /// The request's span event: its name from the method and route template, the
+    /// server kind, the trace's flags and state; a failure (5xx) kept as an error.
+    @Test func incomingRequestSpanEvent() throws {
+        let cairn = try #require(Live.cairn)
+        let value = cairn.withIncomingRequest(method: "get", route: "/orders/:id",
+                                              headers: [(name: "traceparent", value: Self.continued[0]),
+                                                        (name: "tracestate", value: "congo=t61rcWkgMzE")]) {
+            cairn.track("inside_incoming")
+            return ("order", status: 200)
+        }
+        #expect(value == "order")
+        cairn.withIncomingRequest(method: "POST", route: "/orders", headers: []) { ((), status: 503) }
+        let span = try #require(Live.events("GET /orders/:id", count: 1).first)
+        #expect(span["span_kind"] as? String == "server" && span["trace_flags"] as? String == "01")
+        #expect(span["trace_state"] as? String == "congo=t61rcWkgMzE" && span["trace_id"] as? String == Self.trace)
+        #expect(span["parent_span_id"] as? String == "1234567890123456" && span["level"] == nil)
+        let p = Live.props(span)
+        #expect(p["method"] as? String == "GET" && p["route"] as? String == "/orders/:id" && p["status"] as? Int == 200)
+        #expect(Live.events("inside_incoming", count: 1).first?["span_id"] as? String == span["span_id"] as? String)
+        let failed = try #require(Live.events("POST /orders", count: 1).first)
+        #expect(failed["level"] as? String == "error" && failed["trace_flags"] as? String == "03",
+                "a trace Cairn starts is sampled and random")
+        #expect(failed["span_kind"] as? String == "server" && failed["parent_span_id"] == nil)
+        let call = try #require(Live.events("http.client", count: 1).first)
+        #expect(call["span_kind"] as? String == "client")
+    }
+}

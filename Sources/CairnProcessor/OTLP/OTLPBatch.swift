@@ -379,7 +379,8 @@ struct OTLPBatch<Out: OTLPOutput> {
         if let p = f.properties {
             guard writeAttributes(p, field: 9, reserved: otlpSpanReserved,
                                   skip: client ? otlpClientSpanSkipped : otlpSpanSkipped,
-                                  renames: client ? otlpClientSpanRenames : [], into: &out) else { return false }
+                                  renames: client ? otlpClientSpanRenames : server ? otlpServerSpanRenames : [],
+                                  into: &out) else { return false }
         }
         if let statusCode {
             let kv = out.openElement(9)
@@ -418,7 +419,11 @@ struct OTLPBatch<Out: OTLPOutput> {
             out.close(st)
         }
         if let hex = f.traceFlags, let flags = Self.flags(hex) {
-            out.fixed32(16, "flags", flags | 0x100 | (server ? 0x200 : 0))
+            // Bit 8: whether the parent is remote is known; bit 9: it is (a server span
+            // continued the caller's).
+            var remote = false
+            if server, f.parentSpanID != nil { remote = true }
+            out.fixed32(16, "flags", flags | 0x100 | (remote ? 0x200 : 0))
         }
         out.close(t)
         return true
@@ -918,6 +923,9 @@ let otlpSpanSkipped: [StaticString] = ["duration_ms", "status", "error"]
 /// The same for an outbound call (`http.client`), whose `outcome` and `message` repeat
 /// its status.
 let otlpClientSpanSkipped: [StaticString] = ["duration_ms", "status", "error", "outcome", "message"]
+/// An incoming request's properties (``Cairn/withIncomingRequest``) under the HTTP
+/// conventions' names.
+let otlpServerSpanRenames: [(StaticString, StaticString)] = [("method", "http.request.method"), ("route", "http.route")]
 /// An outbound call's properties under the HTTP conventions' names.
 let otlpClientSpanRenames: [(StaticString, StaticString)] = [("method", "http.request.method"), ("url", "url.full")]
 
