@@ -215,7 +215,7 @@ import Testing
             Self.record(.span, "PUT /orders/:id", ["method": "PUT", "route": "/orders/:id", "status": 200,
                                                    "duration_ms": 3.0],
                         span: SpanContext(traceID: trace, spanID: try #require(SpanID(hex: "2222222222222222")),
-                                          parentSpanID: try #require(SpanID(hex: "3333333333333333")), sampled: true,
+                                          parentSpanID: SpanID(value: 0x3333_3333_3333_3333), sampled: true,
                                           random: false, traceState: TraceState(header: "congo=t61rcWkgMzE"),
                                           kind: .server)),
         ]
@@ -491,6 +491,57 @@ import Testing
             #expect(logs.reduce(0) { $0 + $1.records } + traces.reduce(0) { $0 + $1.records } == accepted)
             _ = try Self.decode(logs, signal: "logs", encoding: encoding)
             _ = try Self.decode(traces, signal: "traces", encoding: encoding)
+        }
+    }
+
+    /// Collectors' answers, made by the official definitions: a partial success is read
+    /// from protobuf and JSON, for logs and traces; an empty answer, or one that rejected
+    /// nothing, is a plain success; garbage is never read as one.
+    @Test func partialSuccessAnswers() throws {
+        let script = """
+        import sys
+        from google.protobuf import json_format
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as l
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as t
+        msg = "x" * 150 + "é" * 40
+        answers = [
+            l.ExportLogsServiceResponse(partial_success=l.ExportLogsPartialSuccess(rejected_log_records=3, error_message="too old")),
+            t.ExportTraceServiceResponse(partial_success=t.ExportTracePartialSuccess(rejected_spans=2, error_message=msg)),
+            l.ExportLogsServiceResponse(),
+            l.ExportLogsServiceResponse(partial_success=l.ExportLogsPartialSuccess(error_message="warning only")),
+        ]
+        for a in answers:
+            print(a.SerializeToString().hex())
+            print(json_format.MessageToJson(a, indent=None).encode().hex())
+        """
+        let run = try runToEnd("/usr/bin/env", ["python3", "-c", script])
+        try #require(run.status == 0, "\(run.err)")
+        // (An empty answer is an empty line.)
+        let lines = run.out.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map { line in
+            stride(from: 0, to: line.count, by: 2).map { k -> UInt8 in
+                let start = line.index(line.startIndex, offsetBy: k)
+                return UInt8(line[start..<line.index(start, offsetBy: 2)], radix: 16)!
+            }
+        }
+        try #require(lines.count == 8)
+        for json in [false, true] {
+            let at = json ? 1 : 0
+            #expect(OTLPPartialSuccess(body: lines[at], json: json) == OTLPPartialSuccess(rejected: 3, message: "too old"))
+            let traces = try #require(OTLPPartialSuccess(body: lines[2 + at], json: json))
+            #expect(traces.rejected == 2 && traces.message.utf8.count <= 200 && traces.message.hasPrefix("xxx"))
+            #expect(traces.message.hasSuffix("é"), "cut at a character's end")
+            #expect(OTLPPartialSuccess(body: lines[4 + at], json: json) == nil)
+            #expect(OTLPPartialSuccess(body: lines[6 + at], json: json)?.message == "warning only")
+        }
+        #expect(OTLPPartialSuccess(body: [], json: false) == nil)
+        var rng = SplitMix(seed: 7)
+        for _ in 0..<2000 {
+            var damaged = lines[Int(rng.next() % 8)]
+            if !damaged.isEmpty { damaged[Int(rng.next() % UInt64(damaged.count))] = UInt8(truncatingIfNeeded: rng.next()) }
+            if rng.next() % 2 == 0 { damaged = Array(damaged.prefix(Int(rng.next() % UInt64(damaged.count + 1)))) }
+            if let read = OTLPPartialSuccess(body: damaged, json: rng.next() % 2 == 0) {
+                #expect(read.message.utf8.count <= 200)
+            }
         }
     }
 
