@@ -131,7 +131,7 @@ let package = Package(
         // process, and a control client that does not use the transport under test.
         .target(name: "CairnTestSupport", path: "Tests/Support"),
         .testTarget(name: "CairnUploaderTests",
-                    dependencies: ["CairnBase", "CairnUploader", "CCairnHTTP", "CairnStore", "CairnTestSupport", "cairn-upload-child",
+                    dependencies: ["CairnBase", "CairnProcessor", "CairnUploader", "CCairnHTTP", "CairnStore", "CairnTestSupport", "cairn-upload-child",
                                   "cairn-http-child"],
                     path: "Tests/CairnUploaderTests"),
 
