@@ -45,6 +45,7 @@ const char *cairn_http_strerror(int err)
     case CAIRN_HTTP_ENETWORK: return "network";
     case CAIRN_HTTP_EINVALID: return "invalid request";
     case CAIRN_HTTP_ENOMEM: return "out of memory";
+    case CAIRN_HTTP_ENOTSUP: return "not supported here";
     default: return "unknown error";
     }
 }

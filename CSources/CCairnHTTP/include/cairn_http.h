@@ -57,6 +57,9 @@ extern "C" {
 #define CAIRN_HTTP_EINVALID (-5)
 /** Memory could not be allocated. */
 #define CAIRN_HTTP_ENOMEM (-6)
+/** What was asked needs a system library that cannot be loaded here (zlib, for
+ *  cairn_http_gzip). */
+#define CAIRN_HTTP_ENOTSUP (-7)
 
 /** Most header bytes kept of one response (status line and headers, or trailers);
  *  more is a CAIRN_HTTP_ENETWORK error. */
@@ -577,6 +580,26 @@ int cairn_http_own_object(char *path, size_t cap, uintptr_t *bias);
  * Async-signal-safe: no (reads /proc files, takes the dynamic linker's lock).
  */
 size_t cairn_http_release_own_pages(const uintptr_t *bounds, size_t count);
+
+/**
+ * Compresses `data` as one gzip member (RFC 1952: deflate, with the gzip header and the
+ * CRC-32 trailer), as `Content-Encoding: gzip` means, with the system's zlib
+ * (libz.so.1, loaded at the first call: a process that never calls this never maps it).
+ *
+ * @param data     The bytes; may be NULL when `len` is 0.
+ * @param len      Their count, at most 4 GiB - 1.
+ * @param level    1 (fastest) ... 9 (smallest); anything else is 6, zlib's default.
+ * @param out      Receives the compressed bytes, to be freed with free(); NULL on error.
+ * @param out_len  Receives their count.
+ * @return  CAIRN_HTTP_OK; CAIRN_HTTP_ENOTSUP when zlib cannot be loaded (or is not a
+ *          zlib whose stream layout this is); CAIRN_HTTP_ENOMEM; CAIRN_HTTP_EINVALID
+ *          for a NULL `out`, a NULL `data` with bytes, or more than 4 GiB - 1.
+ *
+ * Ownership: `data` is borrowed for the call; `*out` is the caller's.
+ * Thread-safety: safe from any thread (zlib is loaded once).
+ * Async-signal-safe: no (allocates, may load a library).
+ */
+int cairn_http_gzip(const void *data, size_t len, int level, unsigned char **out, size_t *out_len);
 
 #ifdef __cplusplus
 }
