@@ -7,20 +7,18 @@ import FoundationEssentials
 import Glibc
 
 extension Uploader {
-    /// A batch formed from the ring, from its framing until its records are released.
-    /// Flights are kept in ring order; their records are released in that order, each
-    /// once it and every flight before it is done (delivered, refused or stored).
-    final class Flight {
+    /// One request of a batch, and its way to its destination: attempts, backoff, and
+    /// whether it is done (delivered, dropped by the destination's rules, or stored).
+    /// A batch has one leg per request it was built into (docs/ARCHITECTURE.md,
+    /// "Export destinations"); today one, the native request.
+    final class Leg {
+        /// What the senders' outcomes name it by.
         let token: Int
-        /// The request, as built once (nil for a batch the last process had stored:
-        /// only its records remain to be released).
-        let request: UploadRequest?
-        let mark: RingBatchMark
-        /// The metadata slot its mark is kept in.
-        let slot: Int
-        let events: Int
-        /// The drop counts its request carries.
-        let reported: [DropReport]
+        /// The request, as built once.
+        let request: UploadRequest
+        /// Whether it carries the batch's drop report (``Flight/reported``), marked
+        /// reported once it is delivered or stored.
+        let reportsDrops: Bool
         /// Attempts made in this process.
         var attempts = 0
         /// When the next attempt may start.
@@ -29,21 +27,41 @@ extension Uploader {
         var storeDue: ContinuousClock.Instant?
         var sending = false
         var done = false
+        init(token: Int, request: UploadRequest, reportsDrops: Bool, due: ContinuousClock.Instant) {
+            self.token = token
+            self.request = request
+            self.reportsDrops = reportsDrops
+            self.due = due
+        }
+    }
+
+    /// A batch formed from the ring, from its framing until its records are released.
+    /// Flights are kept in ring order; their records are released in that order, each
+    /// once it and every flight before it is done (every leg delivered, refused or
+    /// stored).
+    final class Flight {
+        let mark: RingBatchMark
+        /// The metadata slot its mark is kept in.
+        let slot: Int
+        let events: Int
+        /// The drop counts its requests carry.
+        let reported: [DropReport]
+        /// Its requests; none for a batch the last process had stored, or with nothing
+        /// to send (only its records remain to be released).
+        let legs: [Leg]
         /// Whether its mark, and the contexts its records need, are in the snapshot
         /// store (``keepMarks()``); always with no store.
         var marked = false
         /// Counted in ``UploaderStats/unmarkedSends``.
         var unmarkedCounted = false
-        init(token: Int, request: UploadRequest?, mark: RingBatchMark, slot: Int, events: Int,
-             reported: [DropReport], due: ContinuousClock.Instant, done: Bool = false) {
-            self.token = token
-            self.request = request
+        /// Every leg done.
+        var done: Bool { legs.allSatisfy(\.done) }
+        init(mark: RingBatchMark, slot: Int, events: Int, reported: [DropReport], legs: [Leg]) {
             self.mark = mark
             self.slot = slot
             self.events = events
             self.reported = reported
-            self.due = due
-            self.done = done
+            self.legs = legs
         }
     }
 
@@ -195,9 +213,7 @@ extension Uploader {
         var nothingToSend = mark
         nothingToSend.stored = true
         guard framing.events > 0 else {
-            nextToken += 1
-            add(Flight(token: nextToken, request: nil, mark: nothingToSend, slot: slot, events: 0, reported: [],
-                       due: clock.now, done: true))
+            add(Flight(mark: nothingToSend, slot: slot, events: 0, reported: [], legs: []))
             return
         }
         do {
@@ -235,15 +251,13 @@ extension Uploader {
                 }
             }
             nextToken += 1
-            add(Flight(token: nextToken, request: built.request, mark: mark, slot: slot,
-                       events: framing.events, reported: built.reported, due: clock.now))
+            let leg = Leg(token: nextToken, request: built.request, reportsDrops: true, due: clock.now)
+            add(Flight(mark: mark, slot: slot, events: framing.events, reported: built.reported, legs: [leg]))
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
             count(drop: .unframeable, framing.events)
-            nextToken += 1
-            add(Flight(token: nextToken, request: nil, mark: nothingToSend, slot: slot, events: 0, reported: [],
-                       due: clock.now, done: true))
+            add(Flight(mark: nothingToSend, slot: slot, events: 0, reported: [], legs: []))
         }
     }
 

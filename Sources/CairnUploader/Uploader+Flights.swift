@@ -30,11 +30,11 @@ extension Uploader {
     func advanceFlights() -> ContinuousClock.Instant? {
         var next: ContinuousClock.Instant?
         keepMarks()
-        for f in flights where !f.done && !f.sending {
-            let now = clock.now
-            guard let request = f.request else { continue }
+        flights: for f in flights where !f.done {
             // Nothing goes out before it and every batch before it is marked, or has
             // waited long enough (then at least once, counted).
+            guard f.legs.contains(where: { !$0.done && !$0.sending }) else { continue }
+            let now = clock.now
             guard sendable(f) else {
                 next = min(next ?? now + .milliseconds(100), now + .milliseconds(100))
                 break
@@ -43,25 +43,28 @@ extension Uploader {
                 f.unmarkedCounted = true
                 state.withLock { $0.stats.unmarkedSends += 1 }
             }
-            let paused = state.withLock { ($0.pausedUntil ?? now) > now }
-            // Paused while a flush waits, or the breaker open: store now rather than wait
-            // (unless the store refused it a moment ago).
-            if options.storeOnly || paused || f.attempts >= options.attempts || !breaker.allows(at: now) {
-                if let t = f.storeDue, t > now {
-                    next = min(next ?? t, t)
-                } else {
-                    storeFlight(f)
+            for leg in f.legs where !leg.done && !leg.sending {
+                let now = clock.now
+                let paused = state.withLock { ($0.pausedUntil ?? now) > now }
+                // Paused while a flush waits, or the breaker open: store now rather than
+                // wait (unless the store refused it a moment ago).
+                if options.storeOnly || paused || leg.attempts >= options.attempts || !breaker.allows(at: now) {
+                    if let t = leg.storeDue, t > now {
+                        next = min(next ?? t, t)
+                    } else {
+                        store(leg, of: f)
+                    }
+                    continue
                 }
-                continue
+                if leg.due > now {
+                    next = min(next ?? leg.due, leg.due)
+                    continue
+                }
+                if !canSendAnother { break flights }
+                leg.sending = true
+                dispatch(token: leg.token, leg.request, attempt: leg.attempts)
+                leg.attempts += 1
             }
-            if f.due > now {
-                next = min(next ?? f.due, f.due)
-                continue
-            }
-            if !canSendAnother { break }
-            f.sending = true
-            dispatch(token: f.token, request, attempt: f.attempts)
-            f.attempts += 1
         }
         return next
     }
@@ -71,51 +74,51 @@ extension Uploader {
     /// the uploader is stopping (its flush is over: an attempt started now could not be
     /// waited for, and its outcome would not be taken in).
     var canSendAnother: Bool {
-        let sending = flights.filter(\.sending).count + (replaying == nil ? 0 : 1)
+        let sending = flights.reduce(0) { n, f in n + f.legs.filter(\.sending).count } + (replaying == nil ? 0 : 1)
         let (failing, stopping) = state.withLock { ($0.collectorFailing, $0.stopping) }
         return !stopping && sending < maxInFlight && (sending == 0 || !failing)
     }
 
-    /// Keeps a flight's exact request in the store and releases its records in turn;
-    /// without a store, or when the store refuses it (full), it stays in the ring and is
-    /// tried again later.
-    func storeFlight(_ f: Flight) {
-        guard let store, let request = f.request else {
+    /// Keeps a leg's exact request in the store (its flight's records are released in
+    /// turn, once every leg is done); without a store, or when the store refuses it
+    /// (full), it stays in the ring and is tried again later.
+    func store(_ leg: Leg, of f: Flight) {
+        guard let store else {
             // No store: the records stay in the ring, which is retried after a pause.
-            f.attempts = 0
-            f.due = clock.now + options.backoff.cap / 10
+            leg.attempts = 0
+            leg.due = clock.now + options.backoff.cap / 10
             return
         }
-        keep(f, as: [request], in: store) { $0.storedBatches += 1 }
+        keep(leg, of: f, as: [leg.request], in: store) { $0.storedBatches += 1 }
     }
 
-    /// A batch the collector found too large (413) goes to the store as two halves
-    /// (``UploadRequest/halves(level:)``), its mark with the second: its records are then
-    /// released in turn, and the halves are replayed. False when it cannot be halved (one
-    /// event) or stored: then it is dropped, or tried again later.
-    func storeHalves(of f: Flight) -> Bool {
-        guard let store, let request = f.request, let (first, second) = request.halves(level: options.compressionLevel)
-        else { return false }
-        keep(f, as: [first, second], in: store) { $0.splitBatches += 1 }
+    /// A request the collector found too large (413) goes to the store as two halves
+    /// (``UploadRequest/halves(level:)``), its batch's mark with the second: its
+    /// records are then released in turn, and the halves are replayed. False when it
+    /// cannot be halved (one event) or stored: then it is dropped, or tried again later.
+    func storeHalves(of leg: Leg, of f: Flight) -> Bool {
+        guard let store, let (first, second) = leg.request.halves(level: options.compressionLevel) else { return false }
+        keep(leg, of: f, as: [first, second], in: store) { $0.splitBatches += 1 }
         return true
     }
 
-    /// Puts `requests` in the store for flight `f`, its mark (stored) in the same
-    /// transaction as the last, and releases the flight in turn; `counting` updates the
-    /// stats. When the store refuses (full, failing), the records stay in the ring and
-    /// this request in memory, tried again later.
-    func keep(_ f: Flight, as requests: [UploadRequest], in store: SnapshotStore,
-                      counting: (inout UploaderStats) -> Void) {
+    /// Puts `requests` in the store for `leg` of flight `f`, the batch's mark (stored)
+    /// in the same transaction as the last when no other leg is left, and the leg is
+    /// done; `counting` updates the stats. When the store refuses (full, failing), the
+    /// records stay in the ring and this request in memory, tried again later.
+    func keep(_ leg: Leg, of f: Flight, as requests: [UploadRequest], in store: SnapshotStore,
+              counting: (inout UploaderStats) -> Void) {
         do {
             var mark = f.mark
             mark.stored = true
+            let lastLeg = f.legs.allSatisfy { $0 === leg || $0.done }
             for (i, request) in requests.enumerated() {
-                let last = i == requests.count - 1
-                try store.put(request.record, priority: options.priority, attempts: UInt32(f.attempts),
+                let last = i == requests.count - 1 && lastLeg
+                try store.put(request.record, priority: options.priority, attempts: UInt32(leg.attempts),
                               metadata: last ? [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())] : [])
             }
-            markReported(f.reported)
-            f.done = true
+            if leg.reportsDrops { markReported(f.reported) }
+            leg.done = true
             progressed = true
             state.withLock { counting(&$0.stats) }
         } catch {
@@ -124,9 +127,9 @@ extension Uploader {
             // more attempt, then the store again), rather than waiting on the store alone.
             state.withLock { $0.stats.storeFailures += 1 }
             let wait = options.backoff.cap / 10
-            f.storeDue = clock.now + wait
-            f.due = clock.now + wait
-            f.attempts = min(f.attempts, max(0, options.attempts - 1))
+            leg.storeDue = clock.now + wait
+            leg.due = clock.now + wait
+            leg.attempts = min(leg.attempts, max(0, options.attempts - 1))
         }
     }
 
@@ -167,31 +170,32 @@ extension Uploader {
                 finishReplay(r.snapshot, r.request, action)
                 continue
             }
-            guard let f = flights.first(where: { $0.token == outcome.job.token }) else { continue }
-            f.sending = false
+            guard let f = flights.first(where: { $0.legs.contains { $0.token == outcome.job.token } }),
+                  let leg = f.legs.first(where: { $0.token == outcome.job.token }) else { continue }
+            leg.sending = false
             switch action {
             case .delivered:
-                markReported(f.reported)
-                f.done = true
+                if leg.reportsDrops { markReported(f.reported) }
+                leg.done = true
                 state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += f.events }
             case .drop(let reason):
                 // Too large: stored as two halves, which go on their own.
-                if reason == .rejected(status: 413), storeHalves(of: f) { continue }
+                if reason == .rejected(status: 413), storeHalves(of: leg, of: f) { continue }
                 // Refused: its drop counts were not taken, the next batch reports them.
-                f.done = true
+                leg.done = true
                 count(drop: reason, f.events)
             case .pauseAndRetry, .hold:
-                storeFlight(f)
+                store(leg, of: f)
             case .retry:
-                let delay = options.backoff.delay(afterAttempt: f.attempts - 1, random: Double.random(in: 0..<1))
+                let delay = options.backoff.delay(afterAttempt: leg.attempts - 1, random: Double.random(in: 0..<1))
                 // A flush that would end before the next attempt wants the batch safe
                 // now: stored, it is retried later.
                 let flushEnds = state.withLock { $0.flushDeadline }
-                if f.attempts < options.attempts && flushEnds.map({ clock.now + delay < $0 }) ?? true {
-                    f.due = clock.now + delay
+                if leg.attempts < options.attempts && flushEnds.map({ clock.now + delay < $0 }) ?? true {
+                    leg.due = clock.now + delay
                 } else {
-                    f.attempts = options.attempts
-                    storeFlight(f)
+                    leg.attempts = options.attempts
+                    store(leg, of: f)
                 }
             }
         }

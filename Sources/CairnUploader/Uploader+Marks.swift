@@ -83,9 +83,7 @@ extension Uploader {
                 // between storing it and marking them).
                 markReported(mark.drops?.reported ?? [])
                 contexts.observe(run)
-                nextToken += 1
-                add(Flight(token: nextToken, request: nil, mark: mark, slot: slot, events: 0,
-                           reported: [], due: clock.now, done: true))
+                add(Flight(mark: mark, slot: slot, events: 0, reported: [], legs: []))
             } else {
                 startBatch(run, mark: mark, slot: slot, resumed: true)
             }
