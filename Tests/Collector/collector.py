@@ -14,7 +14,11 @@ HTTPS with the certificate and key in PEM (Tests/Collector/selfsigned.pem is a
 self-signed one for 127.0.0.1, which clients that verify certificates must refuse).
 
 Data: any POST (also PUT, PATCH, DELETE) to a path outside /_control/ is recorded as an
-attempt and answered with the next scripted response. An attempt whose Idempotency-Key
+attempt and answered with the next scripted response. A request to a path ending in
+/v1/logs or /v1/traces is an OTLP/HTTP export: its body is decompressed (gzip, zstd)
+and decoded with the official definitions (opentelemetry-proto, strictly; see
+Tests/Tools/otlp_decode.py) into the attempt's "otlp" (and "otlp_signal"), or the
+reason it could not be into "error". An attempt whose Idempotency-Key
 was answered 2xx before is answered 200 again without using the script (recorded with
 "replayed": true), as docs/FORMATS.md asks of a collector: it holds that batch.
 
@@ -25,6 +29,9 @@ Control:
                              {"status": 429, "retry_after": "2"}   Retry-After header
                                                          (seconds or an HTTP date)
                              {"status": 400, "body": "bad"}        response body
+                             {"body_hex": "0a05...", "content_type":
+                              "application/x-protobuf"}   a binary body (an OTLP
+                                                         answer), and its type
                              {"headers": {"X-A": "b"}}   extra response headers
                              {"stall": 5}                sleep 5 s, then answer
                              {"drop": true}              close without answering
@@ -85,8 +92,32 @@ META_V1 = struct.Struct("<4sHHQIIQ")  # tag, version, flags, batch id, count, di
 MAX_BODY = 64 * 1024 * 1024          # larger request bodies are refused (400)
 MAX_DECODED = 64 * 1024 * 1024       # decompression stops beyond this (bomb guard)
 MAX_KEPT_BODY = 1024 * 1024          # bodies up to this size are kept as base64
-RESPONSE_KEYS = {"status", "retry_after", "body", "headers", "stall", "drop", "close",
-                 "close_after", "chunked", "raw", "early"}
+RESPONSE_KEYS = {"status", "retry_after", "body", "body_hex", "content_type", "headers", "stall", "drop",
+                 "close", "close_after", "chunked", "raw", "early"}
+OTLP_SIGNALS = {"/v1/logs": "logs", "/v1/traces": "traces"}
+
+
+def decode_otlp(signal, content_type, content_encoding, body):
+    """Decodes an OTLP/HTTP request body with the official definitions (Tests/Tools/
+    otlp_decode.py: strictly), after its Content-Encoding: the message as a dict."""
+    import gzip
+    tools = __file__.rsplit("/", 2)[0] + "/Tools"
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    import otlp_decode  # noqa: E402 - the official definitions are only needed here
+    encoding = (content_encoding or "").strip().lower()
+    if encoding == "gzip":
+        body = gzip.decompress(body)
+    elif encoding == "zstd":
+        body = zstandard.ZstdDecompressor().decompress(body, max_output_size=MAX_DECODED)
+    elif encoding not in ("", "identity"):
+        raise ValueError("unknown Content-Encoding %r" % content_encoding)
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind == "application/x-protobuf":
+        return otlp_decode.decode(signal, "protobuf", body)
+    if kind == "application/json":
+        return otlp_decode.decode(signal, "json", body)
+    raise ValueError("Content-Type %r is not an OTLP/HTTP one" % content_type)
 
 
 class BadRequest(Exception):
@@ -113,6 +144,12 @@ def validate_response(entry):
         return "raw must be a string"
     if not isinstance(entry.get("body", ""), str):
         return "body must be a string"
+    try:
+        bytes.fromhex(entry.get("body_hex", ""))
+    except (TypeError, ValueError):
+        return "body_hex must be a string of hex digits"
+    if not isinstance(entry.get("content_type", ""), str) or "\n" in entry.get("content_type", ""):
+        return "content_type must be a string"
     retry_after = entry.get("retry_after", "")
     if isinstance(retry_after, bool) or not isinstance(retry_after, (str, int, float)):
         return "retry_after must be a string or a number"
@@ -443,6 +480,16 @@ class Handler(BaseHTTPRequestHandler):
             attempt["batch"] = batch
             attempt["records"] = records
             attempt["error"] = "; ".join(problems) or None
+        path = self.path.split("?")[0]
+        signal_name = next((name for suffix, name in OTLP_SIGNALS.items() if path.endswith(suffix)), None)
+        attempt["otlp"] = None
+        if signal_name:
+            attempt["otlp_signal"] = signal_name
+            try:
+                attempt["otlp"] = decode_otlp(signal_name, self.headers.get("Content-Type"),
+                                              attempt["content_encoding"], body)
+            except Exception as error:  # noqa: BLE001 - recorded: the test reads it
+                attempt["error"] = "OTLP request not decoded: %s: %s" % (type(error).__name__, error)
 
         response = STATE.record(attempt)
         if response.get("stall"):
@@ -462,7 +509,11 @@ class Handler(BaseHTTPRequestHandler):
         status = response.get("status", 200)
         text = response.get("body")
         payload = (json.dumps({"ok": 200 <= status <= 299}) if text is None else text).encode()
+        if "body_hex" in response:
+            payload = bytes.fromhex(response["body_hex"])
         headers = []
+        if "content_type" in response:
+            headers.append(("Content-Type", response["content_type"]))
         if "retry_after" in response:
             headers.append(("Retry-After", str(response["retry_after"])))
         headers.extend(response.get("headers", {}).items())
@@ -514,7 +565,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def reply(self, status, payload, headers=()):
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if not any(name.lower() == "content-type" for name, _ in headers):
+            self.send_header("Content-Type", "application/json")
         for name, value in headers:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(payload)))

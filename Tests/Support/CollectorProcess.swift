@@ -232,6 +232,12 @@ public final class CollectorProcess {
         try JSONDecoder().decode([RecordedAttempt].self, from: Data(get("/_control/requests")))
     }
 
+    /// Every attempt recorded so far, oldest first, as the collector's JSON (with what
+    /// the typed form leaves out, such as an OTLP export's decoded `otlp` message).
+    public func rawRequests() throws -> [[String: Any]] {
+        try JSONSerialization.jsonObject(with: Data(get("/_control/requests"))) as? [[String: Any]] ?? []
+    }
+
     /// The records of the attempts answered 2xx.
     public func events() throws -> [CollectedEvent] {
         try JSONDecoder().decode([CollectedEvent].self, from: Data(get("/_control/events")))
