@@ -68,7 +68,7 @@ let package = Package(
         .executableTarget(name: "cairn-swift-crash-child", dependencies: ["CCairnCrash"], path: "Tests/SwiftCrashChild"),
 
         // Batching, transport, retries and logs: ring -> batch -> snapshot -> collector.
-        .target(name: "CairnUploader", dependencies: ["CairnBase", "CairnStore", "CairnProcessor", "CCairnCore", "CCairnHTTP"],
+        .target(name: "CairnUploader", dependencies: ["CairnBase", "CairnStore", "CairnProcessor", "CCairnCore", "CCairnHTTP", "CZstd"],
                 path: "Sources/CairnUploader",
                 swiftSettings: strictSwift),
 

@@ -170,7 +170,16 @@ extension Cairn {
         uploadOptions.debugLogging = options.debugLogging
         uploadOptions.observer = options.uploadObserver
         uploadOptions.notice = options.notices
-        uploadOptions.storeOnly = options.uploadURL == nil
+        uploadOptions.storeOnly = options.uploadURL == nil && options.otlpEnvironment == nil
+        uploadOptions.native = options.uploadURL != nil || options.otlpEnvironment == nil
+        if let otlp = options.otlpEnvironment {
+            uploadOptions.otlp = otlp
+            uploadOptions.otlpResource = OTLPEncoder.Settings(
+                encoding: .protobuf, serviceName: otlp.serviceName,
+                resourceAttributes: otlp.resourceAttributes.map { ($0.key, $0.value) },
+                hostID: (try? SmallFile.read("/etc/machine-id", limit: 256).get())
+                    .map { String(decoding: $0, as: UTF8.self).trimmingWhiteSpace }.flatMap { $0.isEmpty ? nil : $0 })
+        }
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
         uploadOptions.currentContext = { [processor] in processor.contextFragment }

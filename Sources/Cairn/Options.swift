@@ -169,6 +169,9 @@ extension Cairn {
         var proxyEnvironment: [String: String]?
         /// `CAIRN_*` values that did not parse, reported by ``validate()``.
         var environmentProblems: [EnvironmentProblem] = []
+        /// The OTLP destination the standard OpenTelemetry variables configure
+        /// (docs/FORMATS.md, "OTLP export"), as ``fromEnvironment(_:)`` found it.
+        var otlpEnvironment: OTLPConfiguration?
 
         /// Options with defaults: data in `./.cairn`, privacy on, everything kept.
         public init(appID: String, distinctID: String, release: String? = nil, build: String? = nil,
@@ -297,6 +300,22 @@ extension Cairn {
             }
             if let ms = integer("CAIRN_SHUTDOWN_TIMEOUT_MS", option: "shutdownTimeout", 0...600_000) {
                 o.shutdownTimeout = .milliseconds(ms)
+            }
+            // The standard OpenTelemetry variables: an OTLP destination, beside or
+            // instead of the upload URL.
+            let otel = OTLPConfiguration.fromEnvironment(env)
+            o.otlpEnvironment = otel.configuration
+            if otel.disabled { o.disabled = true }
+            // Without CAIRN_APP_ID, the service's name as OpenTelemetry knows it, as an
+            // OpenTelemetry SDK would: OTEL_SERVICE_NAME, `service.name` in
+            // OTEL_RESOURCE_ATTRIBUTES, else (with an OTLP destination)
+            // `unknown_service:<process name>`.
+            if o.appID.isEmpty, let otlp = otel.configuration {
+                o.appID = otlp.serviceName ?? otlp.resourceAttributes.last(where: { $0.key == "service.name" })?.value
+                    ?? "unknown_service:" + ProcessInfo.processInfo.processName
+            }
+            problems += otel.problems.map {
+                EnvironmentProblem(option: "otlp", variable: $0.variable, raw: $0.raw, expected: $0.expected)
             }
             o.environmentProblems = problems
             return o

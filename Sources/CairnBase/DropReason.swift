@@ -50,6 +50,11 @@ package enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible
     case installProperties
     /// `user_add` values that are not numbers.
     case userAddNotANumber
+    /// Log records or spans an OTLP collector refused for good (400, or another final
+    /// status; docs/FORMATS.md, "OTLP export", "Answers").
+    case otlpRejected
+    /// Log records or spans an OTLP collector's partial success says it rejected.
+    case otlpPartial
     /// A reason of another SDK or version, kept by its name.
     case named(String)
 
@@ -76,6 +81,8 @@ package enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible
         case .unframeable: "unframeable"
         case .installProperties: "install_properties"
         case .userAddNotANumber: "user_add_not_a_number"
+        case .otlpRejected: "otlp_rejected"
+        case .otlpPartial: "otlp_partial"
         case .named(let name): name
         }
     }
@@ -102,6 +109,8 @@ package enum DropReason: Hashable, Comparable, Sendable, CustomStringConvertible
         case "unframeable": self = .unframeable
         case "install_properties": self = .installProperties
         case "user_add_not_a_number": self = .userAddNotANumber
+        case "otlp_rejected": self = .otlpRejected
+        case "otlp_partial": self = .otlpPartial
         default:
             if name.hasPrefix("overload_"), name.count > 9 {
                 self = .overload(tier: String(name.dropFirst(9)))

@@ -61,6 +61,21 @@ package struct StatusPolicy: Sendable, Equatable {
         Rule(422...422, .drop(reason: .rejected(status: 422))),
     ])
 
+    /// The OTLP exporter's table (docs/FORMATS.md, "OTLP export", "Answers", after the
+    /// specification): 2xx delivered; 429 and 503 pause and are retried (with their
+    /// `Retry-After`), 502 and 504 retried; 401 and 403 held (new credentials rescue
+    /// what waits); every other status dropped as `otlp_rejected`.
+    package static let otlp = StatusPolicy(rules: [
+        Rule(200...299, .delivered),
+        Rule(429...429, .pauseAndRetry),
+        Rule(503...503, .pauseAndRetry),
+        Rule(502...502, .retry),
+        Rule(504...504, .retry),
+        Rule(401...401, .hold),
+        Rule(403...403, .hold),
+        Rule(100...599, .drop(reason: .otlpRejected)),
+    ])
+
     /// The action for `status`.
     package func action(for status: Int) -> DeliveryAction {
         rules.first { $0.range.contains(status) }?.action ?? .hold

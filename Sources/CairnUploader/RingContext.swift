@@ -97,6 +97,30 @@ final class RingContexts {
             return try result.get()
         }
 
+        /// Each record: a bare one with its completion (`,"context":…}`), or a whole
+        /// one with nil; valid inside `body` only (the ring records must stay
+        /// uncommitted meanwhile).
+        func forEachRecord(_ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer?) -> Void) {
+            pool.withUnsafeBytes { p in
+                func bytes(_ source: Source) -> UnsafeRawBufferPointer {
+                    switch source {
+                    case .ring(let r): return r
+                    case .pool(let offset, let count): return UnsafeRawBufferPointer(rebasing: p[offset..<(offset + count)])
+                    }
+                }
+                var k = 0
+                while k < pieces.count {
+                    if !pieces[k].ends, k + 1 < pieces.count {
+                        body(bytes(pieces[k].source), bytes(pieces[k + 1].source))
+                        k += 2
+                    } else {
+                        body(bytes(pieces[k].source), nil)
+                        k += 1
+                    }
+                }
+            }
+        }
+
         /// Each record as its own array (for a tap).
         func records() -> [[UInt8]] {
             var out: [[UInt8]] = []

@@ -1,6 +1,19 @@
 import CairnBase
 package import CairnStore
 
+/// Where a request goes: the native upload, or an OTLP signal's URL.
+package enum UploadDestination: String, Sendable, Equatable {
+    /// The native upload (docs/FORMATS.md, "Upload request").
+    case native
+    /// OTLP logs (`/v1/logs`).
+    case otlpLogs = "otlp-logs"
+    /// OTLP traces (`/v1/traces`).
+    case otlpTraces = "otlp-traces"
+
+    /// Whether it is an OTLP signal.
+    package var isOTLP: Bool { self != .native }
+}
+
 /// One HTTP header, kept in the order it was added.
 package struct HTTPHeader: Sendable, Equatable, Hashable {
     /// The header name, as sent.
@@ -30,17 +43,25 @@ package struct UploadRequest: Sendable, Equatable {
     package var headers: [HTTPHeader]
     /// The body, exactly as sent: a batch frame for events.
     package var body: [UInt8]
-    /// The key a collector uses to drop duplicates; the same on every attempt.
+    /// The key a collector uses to drop duplicates; the same on every attempt (empty
+    /// for OTLP, which has none).
     package var idempotencyKey: String
+    /// Where it goes, which decides the answers' rules and the URL it follows.
+    package var destination: UploadDestination
+    /// The records (events, or for OTLP log records and spans) its body holds, when
+    /// they are not counted from a batch frame.
+    package var records: Int?
 
     /// Creates a request.
     package init(method: String = "POST", url: String, headers: [HTTPHeader], body: [UInt8],
-                idempotencyKey: String) {
+                idempotencyKey: String, destination: UploadDestination = .native, records: Int? = nil) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
         self.idempotencyKey = idempotencyKey
+        self.destination = destination
+        self.records = records
     }
 
     /// The value of the first header named `name` (compared case-insensitively).
@@ -95,8 +116,13 @@ extension UploadRequest {
         LittleEndian.append(&out, string: method)
         LittleEndian.append(&out, string: url)
         LittleEndian.append(&out, string: idempotencyKey)
-        LittleEndian.append(&out, UInt64(UInt32(clamping: headers.count)), bytes: 4)
-        for h in headers {
+        // What the record keeps besides what is sent, as entries after the headers,
+        // never sent (docs/FORMATS.md, "Snapshot store", "request record").
+        var kept = headers
+        if destination != .native { kept.append(HTTPHeader(Self.storedDestination, destination.rawValue)) }
+        if let records { kept.append(HTTPHeader(Self.storedRecords, String(records))) }
+        LittleEndian.append(&out, UInt64(UInt32(clamping: kept.count)), bytes: 4)
+        for h in kept {
             LittleEndian.append(&out, string: h.name)
             LittleEndian.append(&out, string: h.value)
         }
@@ -117,13 +143,30 @@ extension UploadRequest {
             headers.append(HTTPHeader(name, value))
         }
         guard let bodyLength = r.u64(), let body = r.bytes(bodyLength), r.atEnd else { return nil }
-        self.init(method: method, url: url, headers: headers, body: body, idempotencyKey: key)
+        var destination = UploadDestination.native
+        var records: Int?
+        if let d = headers.first(where: { $0.name == Self.storedDestination }) {
+            guard let known = UploadDestination(rawValue: d.value) else { return nil }
+            destination = known
+        }
+        if let n = headers.first(where: { $0.name == Self.storedRecords }) {
+            guard let count = Int(n.value), count >= 0 else { return nil }
+            records = count
+        }
+        headers.removeAll { $0.name == Self.storedDestination || $0.name == Self.storedRecords }
+        self.init(method: method, url: url, headers: headers, body: body, idempotencyKey: key,
+                  destination: destination, records: records)
     }
+
+    /// The record's entry naming a destination other than the native upload.
+    static let storedDestination = "Cairn-Stored-Destination"
+    /// The record's entry with ``records``.
+    static let storedRecords = "Cairn-Stored-Records"
 
     /// The events its body holds: its batch frame's record count, or 1 for a body that
     /// is not a batch (it was still one request's worth of data).
     package var events: Int {
-        (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
+        records ?? (try? FrameDecoder.info(of: body)).map { Int($0.recordCount) } ?? 1
     }
 
     /// Whether a stored record read back from a damaged store is one intact request
@@ -134,6 +177,8 @@ extension UploadRequest {
     package static let recordCheck = SnapshotStore.RecordCheck(name: "cairn-upload-request") { record in
         guard let request = UploadRequest(record: record),
               request.header("Idempotency-Key").map({ $0 == request.idempotencyKey }) ?? true else { return .damaged }
+        // An OTLP body has no checksum to test.
+        if request.destination.isOTLP { return .unverifiable }
         let body = request.body
         // Not a batch frame (its magic is checked here too), or a damaged one.
         guard let info = try? FrameDecoder.info(of: body) else { return .damaged }

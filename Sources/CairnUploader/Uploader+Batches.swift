@@ -1,8 +1,10 @@
 // Forming batches: from the ring, at the size the load calls for, framed once, one
 // metadata slot each (the ``Flight``s the rest of the uploader moves).
 import CairnBase
+import CairnProcessor
 import CairnStore
 import CCairnCore
+import CZstd
 import FoundationEssentials
 import Glibc
 
@@ -169,6 +171,7 @@ extension Uploader {
     func releaseBuffersIfDue(_ now: ContinuousClock.Instant) {
         guard framedSinceRelease > 0, now - lastRelease >= Self.bufferReleaseDelay else { return }
         encoder = nil
+        otlpEncoders.removeAll()
         peeked = Ring.Run()
         framing = RingContexts.Batch()
         framedSinceRelease = 0
@@ -217,48 +220,155 @@ extension Uploader {
             return
         }
         do {
-            let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
-            self.encoder = encoder
-            let body = try framing.withSlices { (slices, ends) throws(CairnError) in
-                try encoder.encode(batchID: mark.batchID, pieces: slices, ends: ends)
+            var legs: [Leg] = []
+            var mark = mark
+            var reported: [DropReport] = []
+            if options.native {
+                let encoder = try self.encoder ?? FrameEncoder(level: options.compressionLevel)
+                self.encoder = encoder
+                let body = try framing.withSlices { (slices, ends) throws(CairnError) in
+                    try encoder.encode(batchID: mark.batchID, pieces: slices, ends: ends)
+                }
+                // Drops ride with one request at a time, so that no count is reported
+                // twice; the mark keeps them, so a batch resumed after a kill (which the
+                // collector may already hold) is rebuilt with the same drop headers
+                // under its key.
+                var built: (request: UploadRequest, reported: [DropReport])
+                if resumed {
+                    built = makeRequest(body: body, key: mark.key, reportingDrops: false)
+                    if let carried = mark.drops {
+                        built.request.headers += carried.headers
+                        built.reported = carried.reported
+                    }
+                } else {
+                    let carrying = flights.contains { !$0.done && !$0.reported.isEmpty }
+                    built = makeRequest(body: body, key: mark.key, reportingDrops: !carrying)
+                    if !built.reported.isEmpty {
+                        let names = ["cairn-dropped", "cairn-dropped-sessions"]
+                        mark.drops = .init(headers: built.request.headers.filter { names.contains($0.name.lowercased()) },
+                                           reported: built.reported)
+                    }
+                }
+                nextToken += 1
+                legs.append(Leg(token: nextToken, request: built.request, reportsDrops: true, due: clock.now))
+                reported = built.reported
+            }
+            if let otlp = options.otlp {
+                for request in otlpRequests(otlp) {
+                    nextToken += 1
+                    legs.append(Leg(token: nextToken, request: request, reportsDrops: false, due: clock.now))
+                }
             }
             if let tap = options.tap { tap(framing.records()) }
             framedSinceRelease += 1
-            // The request holds the batch now: its ring pages need not stay in memory
-            // while it is out (the ring file keeps them until they are released).
+            // The requests hold the batch now: its ring pages need not stay in memory
+            // while they are out (the ring file keeps them until they are released).
             try? ring.releasePages(from: mark.first, to: run.next)
             // And a backlog behind it (see the main loop), at each batch: a pass that
             // stores many batches (a slow collector, a full store) takes a while.
             try? ring.releaseBacklog(keeping: Self.backlogKeptMapped)
-            // Drops ride with one request at a time, so that no count is reported twice;
-            // the mark keeps them, so a batch resumed after a kill (which the collector
-            // may already hold) is rebuilt with the same drop headers under its key.
-            var mark = mark
-            var built: (request: UploadRequest, reported: [DropReport])
-            if resumed {
-                built = makeRequest(body: body, key: mark.key, reportingDrops: false)
-                if let carried = mark.drops {
-                    built.request.headers += carried.headers
-                    built.reported = carried.reported
-                }
-            } else {
-                let carrying = flights.contains { !$0.done && !$0.reported.isEmpty }
-                built = makeRequest(body: body, key: mark.key, reportingDrops: !carrying)
-                if !built.reported.isEmpty {
-                    let names = ["cairn-dropped", "cairn-dropped-sessions"]
-                    mark.drops = .init(headers: built.request.headers.filter { names.contains($0.name.lowercased()) },
-                                       reported: built.reported)
-                }
+            guard !legs.isEmpty else {
+                add(Flight(mark: nothingToSend, slot: slot, events: 0, reported: [], legs: []))
+                return
             }
-            nextToken += 1
-            let leg = Leg(token: nextToken, request: built.request, reportsDrops: true, due: clock.now)
-            add(Flight(mark: mark, slot: slot, events: framing.events, reported: built.reported, legs: [leg]))
+            add(Flight(mark: mark, slot: slot, events: framing.events, reported: reported, legs: legs))
         } catch {
             // Records that cannot be framed (a newline inside one): drop them, counted,
             // rather than block the ring.
             count(drop: .unframeable, framing.events)
             add(Flight(mark: nothingToSend, slot: slot, events: 0, reported: [], legs: []))
         }
+    }
+
+    /// The OTLP requests of the batch being framed: its records encoded once per
+    /// encoding the signals use (docs/FORMATS.md, "OTLP export"), each request
+    /// compressed as its signal asks. Records that are not events are counted
+    /// (`unframeable`).
+    func otlpRequests(_ otlp: OTLPConfiguration) -> [UploadRequest] {
+        let built = Self.otlpRequests(otlp, settings: options.otlpResource, sdkVersion: options.sdkVersion,
+                                      encoder: { encoding in
+                                          if let kept = otlpEncoders.first(where: { $0.settings.encoding == encoding }) {
+                                              return kept
+                                          }
+                                          var settings = options.otlpResource
+                                          settings.encoding = encoding
+                                          let made = OTLPEncoder(settings: settings)
+                                          otlpEncoders.append(made)
+                                          return made
+                                      },
+                                      records: { framing.forEachRecord($0) })
+        if built.refused > 0 { count(drop: .unframeable, built.refused) }
+        return built.requests
+    }
+
+    /// The OTLP requests of the records `records` hands over (a bare record with its
+    /// completion, or a whole one), encoded by the encoders `encoder` gives, one per
+    /// encoding the signals use; and how many records were not events.
+    static func otlpRequests(_ otlp: OTLPConfiguration, settings: OTLPEncoder.Settings, sdkVersion: String,
+                             encoder: (OTLPEncoder.Encoding) -> OTLPEncoder,
+                             records: ((UnsafeRawBufferPointer, UnsafeRawBufferPointer?) -> Void) -> Void)
+        -> (requests: [UploadRequest], refused: Int)
+    {
+        var out: [UploadRequest] = []
+        let observed = EventClock.nowMillis() &* 1_000_000
+        var encodings: [OTLPEncoder.Encoding] = []
+        for signal in [otlp.logs, otlp.traces] {
+            if let signal, !encodings.contains(signal.encoding) { encodings.append(signal.encoding) }
+        }
+        var refusedFirst = 0
+        for (k, encoding) in encodings.enumerated() {
+            let encoder = encoder(encoding)
+            var refused = 0
+            records { record, completion in
+                if !encoder.add(record, completion: completion, observedNanos: observed) { refused += 1 }
+            }
+            if k == 0 { refusedFirst = refused }
+            let (logs, traces) = encoder.finish()
+            if let signal = otlp.logs, signal.encoding == encoding {
+                out += logs.map { otlpRequest($0, signal, .otlpLogs, sdkVersion: sdkVersion) }
+            }
+            if let signal = otlp.traces, signal.encoding == encoding {
+                out += traces.map { otlpRequest($0, signal, .otlpTraces, sdkVersion: sdkVersion) }
+            }
+        }
+        return (out, refusedFirst)
+    }
+
+    /// One OTLP request (docs/FORMATS.md, "OTLP export", "Requests").
+    static func otlpRequest(_ built: OTLPEncoder.Request, _ signal: OTLPConfiguration.Signal,
+                            _ destination: UploadDestination, sdkVersion: String) -> UploadRequest {
+        var headers = [HTTPHeader("Content-Type", signal.encoding == .protobuf ? "application/x-protobuf" : "application/json"),
+                       HTTPHeader("User-Agent", "cairn-swift/\(sdkVersion)")]
+        var body = built.body
+        switch signal.compression {
+        case .gzip:
+            // Without zlib here, the body goes as it is (valid, only larger).
+            if let gzipped = Gzip.compress(body) {
+                body = gzipped
+                headers.append(HTTPHeader("Content-Encoding", "gzip"))
+            }
+        case .zstd:
+            if let compressed = Self.zstd(body) {
+                body = compressed
+                headers.append(HTTPHeader("Content-Encoding", "zstd"))
+            }
+        case .none:
+            break
+        }
+        headers += signal.headers
+        return UploadRequest(url: signal.url, headers: headers, body: body, idempotencyKey: "",
+                             destination: destination, records: built.records)
+    }
+
+    /// `bytes` as one zstd frame (with its checksum), or nil when zstd fails.
+    static func zstd(_ bytes: [UInt8]) -> [UInt8]? {
+        var out = [UInt8](repeating: 0, count: ZSTD_compressBound(bytes.count))
+        let n = out.withUnsafeMutableBytes { o in
+            bytes.withUnsafeBytes { ZSTD_compress(o.baseAddress, o.count, $0.baseAddress, $0.count, 3) }
+        }
+        guard ZSTD_isError(n) == 0 else { return nil }
+        out.removeSubrange(n...)
+        return out
     }
 
     func add(_ f: Flight) {

@@ -1,6 +1,7 @@
 // Attempts: what is out, what is stored when it cannot be sent, what came back and what
 // it means (delivered, retried, held, split, dropped).
 import CairnBase
+import CairnProcessor
 import CairnStore
 import CCairnCore
 import FoundationEssentials
@@ -177,13 +178,14 @@ extension Uploader {
             case .delivered:
                 if leg.reportsDrops { markReported(f.reported) }
                 leg.done = true
-                state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += f.events }
+                let events = leg.request.records ?? f.events
+                state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += events }
             case .drop(let reason):
                 // Too large: stored as two halves, which go on their own.
                 if reason == .rejected(status: 413), storeHalves(of: leg, of: f) { continue }
                 // Refused: its drop counts were not taken, the next batch reports them.
                 leg.done = true
-                count(drop: reason, f.events)
+                count(drop: reason, leg.request.records ?? f.events)
             case .pauseAndRetry, .hold:
                 store(leg, of: f)
             case .retry:
@@ -206,9 +208,11 @@ extension Uploader {
     func classify(_ outcome: Outcome) -> DeliveryAction {
         let action: DeliveryAction
         var pause: Duration?
+        let otlp = outcome.job.request.destination.isOTLP
         switch outcome.result {
         case .response(let response):
-            action = options.policy.action(for: response.status)
+            action = (otlp ? StatusPolicy.otlp : options.policy).action(for: response.status)
+            if otlp, action == .delivered { notePartialSuccess(response, of: outcome.job.request) }
             if action == .pauseAndRetry {
                 pause = response.header("Retry-After").flatMap { StatusPolicy.parseRetryAfter($0) } ?? options.backoff.base
             }
@@ -261,6 +265,18 @@ extension Uploader {
             }
         }
         return action
+    }
+
+    /// An OTLP collector's partial success: the records it rejected counted as
+    /// dropped (`otlp_partial`), its message said once as a notice.
+    func notePartialSuccess(_ response: TransportResponse, of request: UploadRequest) {
+        let json = request.header("Content-Type") == "application/json"
+        guard let partial = OTLPPartialSuccess(body: response.body, json: json) else { return }
+        if partial.rejected > 0 { count(drop: .otlpPartial, Int(clamping: partial.rejected)) }
+        if !partial.message.isEmpty, partialMessages.insert(partial.message).inserted, partialMessages.count <= 16 {
+            options.notice?("[cairn] the OTLP collector at \(DeliveryStatus.display(request.url)) took a request "
+                + "in part: \(partial.rejected) rejected: \(partial.message)")
+        }
     }
 
     /// Tells the operator when delivery changes state (``DeliveryStatus``), and keeps the

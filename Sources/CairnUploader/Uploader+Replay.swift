@@ -34,14 +34,22 @@ extension Uploader {
         // An empty store is not read: an idle service's passes touch neither LMDB nor
         // the store's code (which then stays out of memory, see Cairn's page releases).
         guard canSendAnother, store.count > 0, breaker.wouldAllow(at: clock.now),
-              let snapshot = try? store.oldest(limit: deliveredUndeleted.count + 1, readyAt: replayReadyAt)
-                  .first(where: { !deliveredUndeleted.contains($0.id) }),
+              let snapshot = try? store.oldest(limit: deliveredUndeleted.count + parked.count + 1, readyAt: replayReadyAt)
+                  .first(where: { !deliveredUndeleted.contains($0.id) && !parked.contains($0.id) }),
               breaker.allows(at: clock.now) else { return }
         guard let request = UploadRequest(record: snapshot.record) else {
             // Not a request (written by something else, or damaged where no check
             // could see it): one request's worth of events lost, counted.
             try? store.delete(snapshot.id)
             count(drop: .storeCorrupt, 1)
+            return
+        }
+        // A destination this process does not send to (the native upload without an
+        // upload URL): the request waits on disk, looked at again in an hour, for a
+        // process configured for it.
+        if request.destination == .native && !options.native {
+            try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + 3_600_000)
+            if parked.count < Self.maxUndeleted { parked.insert(snapshot.id) }
             return
         }
         nextToken += 1

@@ -1,5 +1,6 @@
 package import CairnBase
 package import CairnStore
+import CairnProcessor
 import CCairnCore
 import FoundationEssentials
 import Glibc
@@ -89,6 +90,10 @@ package final class Uploader: @unchecked Sendable {
     /// What the operator was last told about delivery.
     var deliveryStatus = DeliveryStatus()
     var encoder: FrameEncoder?
+    /// The OTLP encoders, one per encoding the signals use (worker-only).
+    var otlpEncoders: [OTLPEncoder] = []
+    /// The partial-success messages said so far (worker-only; each is said once).
+    var partialMessages = Set<String>()
     /// The contexts of bare records (``RingContexts``).
     let contexts: RingContexts
     /// Whose drop counts the table holds (worker-only; set when the worker starts).
@@ -275,6 +280,41 @@ package final class Uploader: @unchecked Sendable {
         return request
     }
 
+    /// Stores `records` (whole events) as requests of their own, one per destination (a
+    /// batch frame for the native upload, OTLP logs and traces requests), each put in
+    /// the snapshot store with `priority` (synced when Critical) before it returns: for
+    /// records that do not go through the ring (Critical events, a previous run's crash
+    /// and session end). Callable from any thread.
+    ///
+    /// - Throws: ``StoreError`` when they cannot be stored (no store could be opened, a
+    ///   full disk, larger than the size cap); `CairnError` when they cannot be framed.
+    package func storeRecords(_ records: [[UInt8]], priority: Tier) throws {
+        guard let store else { throw StoreError(ENODEV, function: "Uploader.storeRecords (no snapshot store)") }
+        var requests: [UploadRequest] = []
+        if options.native {
+            let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: records)
+            requests.append(makeRequest(body: body, reportingDrops: false).request)
+        }
+        if let otlp = options.otlp {
+            let settings = options.otlpResource
+            let built = Self.otlpRequests(otlp, settings: settings, sdkVersion: options.sdkVersion,
+                                          encoder: { encoding in
+                                              var s = settings
+                                              s.encoding = encoding
+                                              return OTLPEncoder(settings: s)
+                                          },
+                                          records: { add in
+                                              for r in records { r.withUnsafeBytes { add($0, nil) } }
+                                          })
+            if built.refused > 0 { count(drop: .unframeable, built.refused) }
+            requests += built.requests
+        }
+        for request in requests {
+            try store.put(request.record, priority: priority, durable: priority == .critical)
+        }
+        signal()
+    }
+
     /// Whether a snapshot store was given (``sendPrebuilt(body:contentEncoding:priority:)``
     /// needs one).
     package var hasStore: Bool { store != nil }
@@ -314,6 +354,17 @@ package final class Uploader: @unchecked Sendable {
     /// current URL with the current API key; body, key and other headers as built.
     func resolved(_ request: UploadRequest) -> UploadRequest {
         guard options.followDestination else { return request }
+        if request.destination.isOTLP {
+            // To the signal's current URL with its current headers (new credentials);
+            // body and encoding as built. A signal no longer configured: as built.
+            let signal = request.destination == .otlpLogs ? options.otlp?.logs : options.otlp?.traces
+            guard let signal else { return request }
+            var r = request
+            r.url = signal.url
+            let own = ["content-type", "content-encoding", "user-agent"]
+            r.headers = request.headers.filter { own.contains($0.name.lowercased()) } + signal.headers
+            return r
+        }
         var r = request
         r.url = options.url
         r.headers.removeAll { $0.name.lowercased() == "authorization" }
@@ -413,6 +464,9 @@ package final class Uploader: @unchecked Sendable {
     /// ``SnapshotStore``): skipped by replays, their deletes tried again once a second.
     /// Beyond ``maxUndeleted`` such requests, one may be sent again (same key).
     var deliveredUndeleted: [SnapshotID] = []
+    /// Stored requests for a destination this process does not send to (worker-only):
+    /// passed over by replay.
+    var parked = Set<SnapshotID>()
     var undeletedRetry = ContinuousClock.now
 
     // MARK: Coordination

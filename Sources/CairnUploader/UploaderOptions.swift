@@ -1,4 +1,5 @@
 package import CairnBase
+package import CairnProcessor
 
 /// Options of the ``Uploader``.
 package struct UploaderOptions: Sendable {
@@ -79,6 +80,15 @@ package struct UploaderOptions: Sendable {
     /// (full, failing), batches wait this long, then delivery goes on at least once.
     /// 10 s by default.
     package var markPatience: Duration = .seconds(10)
+    /// An OTLP destination (docs/FORMATS.md, "OTLP export"): each batch is also built into
+    /// OTLP logs and traces requests, each a leg of its own, with OTLP's answers' rules.
+    package var otlp: OTLPConfiguration?
+    /// What the OTLP encoder adds to the records (service name, resource attributes,
+    /// host id, runtime); its encoding is the signal's.
+    package var otlpResource = OTLPEncoder.Settings(encoding: .protobuf)
+    /// Whether batches go to ``url`` too (the native upload); false when only an OTLP
+    /// destination is configured.
+    package var native = true
 
     /// Creates options with defaults near those of OpenTelemetry's batch processor
     /// and Datadog's SDKs: 500 events, 512 KiB or 1 s per batch; 3 attempts with

@@ -8,7 +8,7 @@ import Testing
         .sampled, .filtered, .deduplicated, .overload(tier: "debug"), .overload(tier: "sampled"), .invalidName,
         .invalidIdentity, .ringFull, .ringTooBig, .ringCorrupt, .ringSetAside, .storeCorrupt, .storeUnavailable,
         .storeAge, .storeSize, .runRecordUnavailable, .rejected(status: 400), .rejected(status: 413),
-        .invalidRequest, .unframeable, .installProperties, .userAddNotANumber,
+        .invalidRequest, .unframeable, .installProperties, .userAddNotANumber, .otlpRejected, .otlpPartial,
     ]
 
     @Test func namesReadBackAsTheSameReason() {

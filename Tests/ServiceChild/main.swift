@@ -345,6 +345,9 @@ if let ms = env["CAIRN_TEST_PAUSE_MS"].flatMap({ UInt32($0) }) {
     usleep(ms * 1000)  // idle before shutting down (periodic sdk_health)
 }
 let ok = cairn.shutdown(timeout: .seconds(20))
+if env["CAIRN_TEST_PRINT_DROPS"] == "1" {
+    for (reason, n) in cairn.dropCounts.sorted(by: { $0.key < $1.key }) where n > 0 { print("dropped \(reason) \(n)") }
+}
 for event in recorder.events {
     print("recorded \(event.object?["type"] as? String ?? "?") \(event.name ?? "?")")
 }

@@ -126,8 +126,7 @@ final class EventSink: Sendable {
     /// then handed to the destinations. Critical events, the previous runs' `crash` and
     /// `session_end`, the install's `user_setOnce`.
     func storeNow(_ records: [[UInt8]], tier: Tier, in uploader: Uploader) throws {
-        let body = try FrameEncoder().encode(batchID: UInt64.random(in: 1...UInt64.max), records: records)
-        try uploader.sendPrebuilt(body: body, priority: tier)
+        try uploader.storeRecords(records, priority: tier)
         Self.deliver(records, to: destinations)
     }
 
