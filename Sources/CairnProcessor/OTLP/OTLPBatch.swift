@@ -785,7 +785,9 @@ struct OTLPBatch<Out: OTLPOutput> {
         func flatten(_ v: CairnValue, _ path: String) {
             switch v {
             case .object(let members):
-                for key in members.keys.sorted() { flatten(members[key]!, path.isEmpty ? key : path + "." + key) }
+                for (key, value) in members.sorted(by: { $0.key < $1.key }) {
+                    flatten(value, path.isEmpty ? key : path + "." + key)
+                }
             case .string(let s): if !known.contains(path) { add("cairn." + path, .string(s)) }
             case .int(let i): if !known.contains(path) { add("cairn." + path, .int(i)) }
             case .double(let d): if !known.contains(path) { add("cairn." + path, .double(d)) }

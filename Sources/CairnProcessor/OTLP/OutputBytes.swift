@@ -1,5 +1,3 @@
-import Glibc
-
 /// The bytes an OTLP output writes: a growable buffer whose appends are plain stores
 /// (an array's append checks its storage's sharing at each call, which at a few bytes a
 /// field was most of the encoder's time). Not a value: copies share the storage, and
@@ -14,14 +12,18 @@ struct OutputBytes {
     @inline(__always)
     private mutating func reserve(_ n: Int) -> UnsafeMutableRawPointer {
         if count + n > capacity { grow(count + n) }
-        // Allocated by `grow` (it stops the process when memory is exhausted, as an
-        // array's growth does).
+        // Allocated by `grow` (which, as an array's growth, has memory or stops).
         return base.unsafelyUnwrapped + count
     }
 
     private mutating func grow(_ needed: Int) {
         let size = max(needed, capacity * 2, 512)
-        guard let moved = realloc(base, size) else { fatalError("out of memory") }
+        // As an array grows: a new block, the bytes copied, the old one given back.
+        let moved = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16)
+        if let base {
+            moved.copyMemory(from: base, byteCount: count)
+            base.deallocate()
+        }
         base = moved
         capacity = size
     }
@@ -94,7 +96,7 @@ struct OutputBytes {
 
     /// Gives the storage back; empty after.
     mutating func free() {
-        Glibc.free(base)
+        base?.deallocate()
         base = nil
         count = 0
         capacity = 0
