@@ -33,6 +33,17 @@ package enum Hex {
         }
     }
 
+    /// The value of one hex digit, in either case (`0-9`, `a-f`, `A-F`); nil for any
+    /// other byte.
+    @inlinable package static func value(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case 0x30...0x39: return byte - 0x30
+        case 0x61...0x66: return byte - 0x61 + 10
+        case 0x41...0x46: return byte - 0x41 + 10
+        default: return nil
+        }
+    }
+
     /// The value of `count` (at most 16) lowercase hex digits at `from`, or `nil` when
     /// one is not `0-9` or `a-f` or the bytes end first.
     package static func parse(_ bytes: UnsafeBufferPointer<UInt8>, from: Int, count: Int) -> UInt64? {

@@ -1,3 +1,4 @@
+import CairnBase
 import CairnStore
 package import CairnProcessor
 
@@ -185,18 +186,9 @@ package struct OTLPConfiguration: Sendable, Equatable {
                 bytes.append(b)
                 continue
             }
-            guard let h = it.popFirst().flatMap(hexValue), let l = it.popFirst().flatMap(hexValue) else { return nil }
+            guard let h = it.popFirst().flatMap(Hex.value), let l = it.popFirst().flatMap(Hex.value) else { return nil }
             bytes.append(h << 4 | l)
         }
         return String(validating: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ b: UInt8) -> UInt8? {
-        switch b {
-        case 0x30...0x39: return b - 0x30
-        case 0x61...0x66: return b - 0x61 + 10
-        case 0x41...0x46: return b - 0x41 + 10
-        default: return nil
-        }
     }
 }

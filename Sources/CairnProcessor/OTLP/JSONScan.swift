@@ -1,3 +1,5 @@
+import CairnBase
+
 // Reading an event's JSON in place, without building values: the OTLP encoder walks a
 // record once and writes its fields as it meets them.
 
@@ -175,7 +177,7 @@ struct JSONScan {
                 switch bytes[i + 1] {
                 case 0x22, 0x5C, 0x2F, 0x62, 0x66, 0x6E, 0x72, 0x74: i += 2
                 case 0x75:
-                    guard i + 6 <= bytes.count, (2..<6).allSatisfy({ JSONText.hexDigit(bytes[i + $0]) != nil })
+                    guard i + 6 <= bytes.count, (2..<6).allSatisfy({ Hex.value(bytes[i + $0]) != nil })
                     else { return nil }
                     i += 6
                 default: return nil
@@ -304,15 +306,6 @@ struct JSONScan {
 
 /// JSON string text: escapes, UTF-8.
 enum JSONText {
-    static func hexDigit(_ b: UInt8) -> UInt8? {
-        switch b {
-        case 0x30...0x39: return b - 0x30
-        case 0x61...0x66: return b - 0x61 + 10
-        case 0x41...0x46: return b - 0x41 + 10
-        default: return nil
-        }
-    }
-
     /// Whether `text` (a string's escaped text) is plain: no escape and ASCII only, so
     /// its bytes are the string's.
     static func isPlain(_ text: UnsafeRawBufferPointer) -> Bool {
@@ -407,7 +400,7 @@ enum JSONText {
         guard i + 4 <= t.count else { return nil }
         var v: UInt32 = 0
         for k in 0..<4 {
-            guard let d = hexDigit(t[i + k]) else { return nil }
+            guard let d = Hex.value(t[i + k]) else { return nil }
             v = v << 4 | UInt32(d)
         }
         return v

@@ -820,7 +820,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         guard u.count == 36, u[8] == 0x2D, u[14] == 0x37 else { return nil }
         var v: UInt64 = 0
         for k in [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12] {
-            guard let d = JSONText.hexDigit(u[k]) else { return nil }
+            guard let d = Hex.value(u[k]) else { return nil }
             v = v << 4 | UInt64(d)
         }
         return v
@@ -830,7 +830,7 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     /// The W3C flags from their two hex digits.
     static func flags(_ hex: UnsafeRawBufferPointer) -> UInt32? {
-        guard hex.count == 2, let hi = JSONText.hexDigit(hex[0]), let lo = JSONText.hexDigit(hex[1]) else { return nil }
+        guard hex.count == 2, let hi = Hex.value(hex[0]), let lo = Hex.value(hex[1]) else { return nil }
         return UInt32(hi << 4 | lo)
     }
 
@@ -875,8 +875,7 @@ struct OTLPBatch<Out: OTLPOutput> {
             i += 1
         }
         if i == text.count, digits > 0, fraction != 0 {
-            let powers: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15]
-            let value = Double(mantissa) / powers[max(0, fraction)]
+            let value = Double(mantissa) / otlpPowersOfTen[max(0, fraction)]
             return text.first == 0x2D ? -value : value
         }
         return withUnsafeTemporaryAllocation(of: CChar.self, capacity: text.count + 1) { buf in
@@ -908,6 +907,9 @@ struct OTLPBatch<Out: OTLPOutput> {
         return nil
     }
 }
+
+/// 10^0 ... 10^15, each an exact double (``OTLPBatch/double(_:)``).
+let otlpPowersOfTen: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15]
 
 /// Keys of the attributes the envelope adds to a log record: a property with one of
 /// these names is kept as `cairn.property.<name>`.

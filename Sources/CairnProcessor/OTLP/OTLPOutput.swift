@@ -1,3 +1,4 @@
+import CairnBase
 // The two encodings of an OTLP message (docs/FORMATS.md, "OTLP export"): protobuf
 // (`http/protobuf`) and the protobuf JSON mapping with OTLP's exceptions (`http/json`).
 // The encoder describes each message once, by field number and JSON name; each output
@@ -302,7 +303,7 @@ struct ProtobufOutput: OTLPOutput {
         var raw: (UInt64, UInt64) = (0, 0)
         withUnsafeMutableBytes(of: &raw) { b in
             for k in 0..<count {
-                b[k] = (JSONText.hexDigit(hex[2 * k]) ?? 0) << 4 | (JSONText.hexDigit(hex[2 * k + 1]) ?? 0)
+                b[k] = (Hex.value(hex[2 * k]) ?? 0) << 4 | (Hex.value(hex[2 * k + 1]) ?? 0)
             }
             bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: b[0..<count]))
         }
