@@ -133,22 +133,20 @@ struct OTLPBatch<Out: OTLPOutput> {
             swap(&out, &groups[g].logs)
             defer { swap(&out, &groups[g].logs) }
             let mark = out.checkpoint
-            guard writeLog(f, observedNanos: observedNanos, into: &out) else {
+            if !writeLog(f, observedNanos: observedNanos, into: &out) {
                 out.rewind(to: mark)
                 // Something after the properties, which were taken to run to the end:
-                // read again, whole.
-                guard f.propertiesToEnd else { return false }
-                var whole = Fields()
-                guard Self.read(record, openEnded: true, into: &whole), let c = completion,
-                      let regrouped = group(kind: 1, key: c, session: whole.sessionID ?? empty), regrouped == g
-                else { return false }
-                whole.recoveredFalse = f.recoveredFalse
-                guard writeLog(whole, observedNanos: observedNanos, into: &out) else {
+                // read again, whole (in the same group: its session came before them).
+                guard f.propertiesToEnd, let c = completion else { return false }
+                let recovered = f.recoveredFalse
+                f = Fields()
+                guard Self.read(record, openEnded: true, into: &f),
+                      group(kind: 1, key: c, session: f.sessionID ?? empty) == g else { return false }
+                f.recoveredFalse = recovered
+                guard writeLog(f, observedNanos: observedNanos, into: &out) else {
                     out.rewind(to: mark)
                     return false
                 }
-                groups[g].logEnds.append(out.bytes.count)
-                return true
             }
             groups[g].logEnds.append(out.bytes.count)
         }
