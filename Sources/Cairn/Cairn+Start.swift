@@ -170,15 +170,17 @@ extension Cairn {
         uploadOptions.debugLogging = options.debugLogging
         uploadOptions.observer = options.uploadObserver
         uploadOptions.notice = options.notices
-        uploadOptions.storeOnly = options.uploadURL == nil && options.otlpEnvironment == nil
-        uploadOptions.native = options.uploadURL != nil || options.otlpEnvironment == nil
-        if let otlp = options.otlpEnvironment {
+        let otlp = options.otlp?.configuration
+        uploadOptions.storeOnly = options.uploadURL == nil && otlp == nil
+        uploadOptions.native = options.uploadURL != nil || otlp == nil
+        if let otlp {
             uploadOptions.otlp = otlp
             uploadOptions.otlpResource = OTLPEncoder.Settings(
                 encoding: .protobuf, serviceName: otlp.serviceName,
                 resourceAttributes: otlp.resourceAttributes.map { ($0.key, $0.value) },
                 hostID: (try? SmallFile.read("/etc/machine-id", limit: 256).get())
-                    .map { String(decoding: $0, as: UTF8.self).trimmingWhiteSpace }.flatMap { $0.isEmpty ? nil : $0 })
+                    .map { String(decoding: $0, as: UTF8.self).trimmingWhiteSpace }.flatMap { $0.isEmpty ? nil : $0 },
+                maxRequestBytes: options.otlp?.maxRequestBytes ?? 4 << 20)
         }
         uploadOptions.followDestination = options.storedRequestsFollowDestination
         uploadOptions.tap = tap
@@ -192,10 +194,12 @@ extension Cairn {
                              clientCertificate: options.clientCertificateFile, clientKey: options.clientKeyFile)
         // https without a usable TLS library (or CA, client certificate): said now, not at
         // the first send; events are kept (in the ring, then stored) until a start can send.
-        if options.transport == nil, let url = options.uploadURL,
-           let problem = (transport as? HTTPTransport)?.tlsProblem(for: url) {
-            options.notices?("[cairn] https uploads to \(DeliveryStatus.display(url)) cannot work: \(problem); "
-                + "events are kept on disk until a start can send them")
+        let urls = [options.uploadURL, otlp?.logs?.url, otlp?.traces?.url].compactMap { $0 }
+        for url in Set(urls).sorted() where options.transport == nil {
+            if let problem = (transport as? HTTPTransport)?.tlsProblem(for: url) {
+                options.notices?("[cairn] https uploads to \(DeliveryStatus.display(url)) cannot work: \(problem); "
+                    + "events are kept on disk until a start can send them")
+            }
         }
         let uploader = Uploader(ring: ring, store: store, transport: transport, options: uploadOptions)
         // A shutdown that gave up waiting for this start must not find an uploader

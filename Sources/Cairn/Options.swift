@@ -145,6 +145,13 @@ extension Cairn {
         /// "SDK health"), plus once at ``Cairn/shutdown(timeout:)``; nil turns it off. Default 60 s;
         /// 100 ms ... 24 h.
         public var healthInterval: Duration? = .seconds(60)
+        /// An OTLP/HTTP destination (docs/FORMATS.md, "OTLP export"): events as
+        /// OpenTelemetry log records, spans as OTLP spans, with the same guarantees as the
+        /// native upload (stored on failure, retried with the same bytes). Beside
+        /// ``uploadURL`` (one ring, two destinations) or instead of it. Nil by default;
+        /// ``fromEnvironment(_:)`` sets it from `OTEL_EXPORTER_OTLP_ENDPOINT` and the other
+        /// standard OpenTelemetry variables.
+        public var otlp: OTLPOptions?
         /// Signals on which the SDK shuts itself down before the process ends: it flushes
         /// within ``shutdownTimeout``, records the run as ended `clean`, then hands the
         /// signal on to what was installed before it (the service's own handler, or the
@@ -169,9 +176,6 @@ extension Cairn {
         var proxyEnvironment: [String: String]?
         /// `CAIRN_*` values that did not parse, reported by ``validate()``.
         var environmentProblems: [EnvironmentProblem] = []
-        /// The OTLP destination the standard OpenTelemetry variables configure
-        /// (docs/FORMATS.md, "OTLP export"), as ``fromEnvironment(_:)`` found it.
-        var otlpEnvironment: OTLPConfiguration?
 
         /// Options with defaults: data in `./.cairn`, privacy on, everything kept.
         public init(appID: String, distinctID: String, release: String? = nil, build: String? = nil,
@@ -304,7 +308,7 @@ extension Cairn {
             // The standard OpenTelemetry variables: an OTLP destination, beside or
             // instead of the upload URL.
             let otel = OTLPConfiguration.fromEnvironment(env)
-            o.otlpEnvironment = otel.configuration
+            o.otlp = otel.configuration.map(OTLPOptions.init)
             if otel.disabled { o.disabled = true }
             // Without CAIRN_APP_ID, the service's name as OpenTelemetry knows it, as an
             // OpenTelemetry SDK would: OTEL_SERVICE_NAME, `service.name` in
@@ -368,6 +372,14 @@ extension Cairn {
                case .failure(let why) = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
                    .proxy(for: url) {
                 throw bad("uploadURL", "\(url.debugDescription) cannot be reached: \(why.message)")
+            }
+            if let otlp, let (option, reason) = otlp.problem() { throw bad(option, reason) }
+            // The same for the OTLP endpoints.
+            for url in [otlp?.logs?.url, otlp?.traces?.url].compactMap({ $0?.trimmingWhiteSpace }) where transport == nil {
+                if case .failure(let why) = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
+                    .proxy(for: url) {
+                    throw bad("otlp", "\(url.debugDescription) cannot be reached: \(why.message)")
+                }
             }
             if let key = o.apiKey, !key.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {
                 throw bad("apiKey", "holds a control or non-ASCII character, which an HTTP header cannot carry "

@@ -21,12 +21,26 @@ package struct OTLPConfiguration: Sendable, Equatable {
         /// For one request (`…_TIMEOUT`).
         package var timeout: Duration
         package var encoding: OTLPEncoder.Encoding
+
+        package init(url: String, headers: [HTTPHeader], compression: Compression, timeout: Duration,
+                     encoding: OTLPEncoder.Encoding) {
+            self.url = url
+            self.headers = headers
+            self.compression = compression
+            self.timeout = timeout
+            self.encoding = encoding
+        }
     }
 
     /// One `key=value` of `OTEL_RESOURCE_ATTRIBUTES`.
     package struct Attribute: Sendable, Equatable {
         package var key: String
         package var value: String
+
+        package init(key: String, value: String) {
+            self.key = key
+            self.value = value
+        }
     }
 
     /// A variable whose value cannot be used.
@@ -44,6 +58,13 @@ package struct OTLPConfiguration: Sendable, Equatable {
     package var serviceName: String?
     /// `OTEL_RESOURCE_ATTRIBUTES`, in order.
     package var resourceAttributes: [Attribute]
+
+    package init(logs: Signal?, traces: Signal?, serviceName: String?, resourceAttributes: [Attribute]) {
+        self.logs = logs
+        self.traces = traces
+        self.serviceName = serviceName
+        self.resourceAttributes = resourceAttributes
+    }
 
     /// The default timeout of a request, 10 s (the specification's).
     package static let defaultTimeout: Duration = .seconds(10)
@@ -164,11 +185,7 @@ package struct OTLPConfiguration: Sendable, Equatable {
                   !key.isEmpty
             else { return nil }
             if headerNames {
-                let token = key.utf8.allSatisfy { b in
-                    (b >= 0x30 && b <= 0x39) || (b | 0x20 >= 0x61 && b | 0x20 <= 0x7A)
-                        || "!#$%&'*+-.^_`|~".utf8.contains(b)
-                }
-                guard token, value.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else { return nil }
+                guard HTTPHeader.isToken(key), HTTPHeader.isFieldValue(value) else { return nil }
             }
             out.append((key, value))
         }

@@ -26,6 +26,18 @@ package struct HTTPHeader: Sendable, Equatable, Hashable {
         self.name = name
         self.value = value
     }
+    /// Whether `name` is an HTTP token (RFC 9110 5.6.2), as a header name must be.
+    package static func isToken(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b | 0x20 >= 0x61 && b | 0x20 <= 0x7A) || "!#$%&'*+-.^_`|~".utf8.contains(b)
+        }
+    }
+
+    /// Whether `value` holds no control character (which would let it write other
+    /// headers).
+    package static func isFieldValue(_ value: String) -> Bool {
+        value.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7F }
+    }
 }
 
 /// An upload request built once: method, URL, headers and the compressed body bytes.

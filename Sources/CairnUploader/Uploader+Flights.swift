@@ -145,7 +145,10 @@ extension Uploader {
             options.observer?.uploadWillStart(log)
             if options.debugLogging { writeStandardError((log.description + "\n")) }
         }
-        var timeout = options.requestTimeout
+        // An OTLP signal's own timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`), else the options'.
+        var timeout = request.destination.isOTLP
+            ? (request.destination == .otlpLogs ? options.otlp?.logs : options.otlp?.traces)?.timeout ?? options.requestTimeout
+            : options.requestTimeout
         if let deadline = state.withLock({ $0.flushDeadline }) {
             timeout = max(.milliseconds(100), min(timeout, deadline - clock.now))
         }

@@ -73,6 +73,34 @@ import Testing
         #expect(!otlp.isEmpty && otlp.allSatisfy { $0["content_encoding"] as? String == "gzip" && $0["error"] is NSNull })
     }
 
+    /// The destination set in code (``Cairn/Options/otlp``): JSON, zstd, the headers and
+    /// resource attributes it names; the collector decodes both signals strictly.
+    @Test func setInCode() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let dir = try TemporaryDirectory("cairn-otlp")
+        let r = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "25"],
+                             environment: Self.env(dir.path, ["CAIRN_APP_ID": "orders",
+                                                              "CAIRN_TEST_OTLP_IN_CODE": collector.baseURL + "/"]),
+                             timeout: 60)
+        #expect(r.status == 0, "\(r.err)")
+        let logs = try collector.rawRequests().filter { $0["path"] as? String == "/v1/logs" }
+        func header(_ a: [String: Any], _ name: String) -> String? {
+            (a["headers"] as? [[String]] ?? []).first { $0.first?.lowercased() == name }?.last
+        }
+        #expect(!logs.isEmpty && logs.allSatisfy {
+            header($0, "content-encoding") == "zstd" && header($0, "content-type") == "application/json"
+                && header($0, "x-tenant") == "payments" && $0["error"] is NSNull
+        }, "\(logs.map { ($0["headers"] ?? "", $0["error"] ?? "") })")
+        #expect(try Self.logRecords(collector).compactMap(Self.index).sorted() == Array(0..<25))
+        let resource = try #require(logs.compactMap { $0["otlp"] as? [String: Any] }.first
+            .flatMap { ($0["resource_logs"] as? [[String: Any]])?.first?["resource"] as? [String: Any] })
+        let names = (resource["attributes"] as? [[String: Any]] ?? []).reduce(into: [String: String]()) {
+            $0[$1["key"] as? String ?? ""] = ($1["value"] as? [String: Any])?["string_value"] as? String
+        }
+        #expect(names["service.name"] == "orders-in-code" && names["team"] == "core")
+    }
+
     /// A collector that answers 503, then 429 with a Retry-After in seconds, then 502,
     /// then takes it: the request is kept on disk and sent again by the next starts,
     /// with the same bytes every time, every event once. One that answers 400: the

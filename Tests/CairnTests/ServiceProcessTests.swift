@@ -479,6 +479,41 @@ import Testing
         #expect(reason(base.merging(["CAIRN_SAMPLE_RATE": "1.5"]) { $1 }) == "sampling.rate")
         #expect(reason(base.merging(["CAIRN_BATCH_EVENTS": "0"]) { $1 }) == "maxBatchEvents")
         #expect(reason(base.merging(["CAIRN_BATCH_AGE_MS": "x"]) { $1 }) == "maxBatchAge")
+        // The OpenTelemetry variables, read into `otlp`; bad values named by variable.
+        #expect(reason(base.merging(["OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"]) { $1 }) == "otlp")
+        #expect(reason(base.merging(["OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                                     "OTEL_EXPORTER_OTLP_HEADERS": "a b=1"]) { $1 }) == "otlp")
+        let otel = Cairn.Options.fromEnvironment(base.merging([
+            "OTEL_EXPORTER_OTLP_ENDPOINT": " http://c:4318/ ", "OTEL_EXPORTER_OTLP_HEADERS": "api-key=k1,x=%20y",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "api-key=k2", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/json",
+            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2500",
+            "OTEL_SERVICE_NAME": "svc", "OTEL_RESOURCE_ATTRIBUTES": "team=core"]) { $1 }).otlp
+        #expect(otel?.logs == OTLPOptions.Signal(url: "http://c:4318/v1/logs", headers: ["api-key": "k1", "x": " y"],
+                                                  compression: .gzip, encoding: .json))
+        #expect(otel?.traces == OTLPOptions.Signal(url: "http://c:4318/v1/traces", headers: ["api-key": "k2", "x": " y"],
+                                                    compression: .gzip, timeout: .milliseconds(2500)))
+        #expect(otel?.serviceName == "svc" && otel?.resourceAttributes == ["team": "core"])
+        // Set in code: each bad setting refused with its name.
+        func otlpReason(_ otlp: OTLPOptions) -> String? {
+            var o = Cairn.Options(appID: "orders", distinctID: "h")
+            o.otlp = otlp
+            do {
+                try o.validate()
+                return nil
+            } catch {
+                if case .invalidOption(let name, _) = error { return name }
+                return "\(error)"
+            }
+        }
+        #expect(otlpReason(OTLPOptions(endpoint: " http://c:4318 ")) == nil)
+        #expect(otlpReason(OTLPOptions(endpoint: "c:4318")) == "otlp.logs.url")
+        #expect(otlpReason(OTLPOptions(logs: nil, traces: .init(url: "https://c/v1/traces", timeout: .zero)))
+                == "otlp.traces.timeout")
+        #expect(otlpReason(OTLPOptions(endpoint: "http://c", headers: ["x-key": "a\r\nInjected: 1"])) == "otlp.logs.headers")
+        #expect(otlpReason(OTLPOptions(endpoint: "http://c", headers: ["bad name": "v"])) == "otlp.logs.headers")
+        #expect(otlpReason(OTLPOptions(endpoint: "http://c", maxRequestBytes: 100)) == "otlp.maxRequestBytes")
+        #expect(otlpReason(OTLPOptions(endpoint: "http://c", resourceAttributes: [" ": "v"])) == "otlp.resourceAttributes")
+        #expect(otlpReason(OTLPOptions(logs: nil, traces: nil)) == "otlp")
         let o = Cairn.Options.fromEnvironment(base.merging(["CAIRN_DEBUG": "true", "CAIRN_PRIVACY": "off",
                                                             "CAIRN_SAMPLE_RATE": "0.25"]) { $1 })
         #expect(o.debugLogging && !o.privacy.enabled && o.sampling.rate == 0.25 && o.distinctID == "h")

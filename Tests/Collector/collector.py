@@ -472,7 +472,9 @@ class Handler(BaseHTTPRequestHandler):
         if len(body) <= MAX_KEPT_BODY:
             attempt["body_base64"] = base64.b64encode(body).decode("ascii")
         encoding = (attempt["content_encoding"] or "").strip().lower()
-        if encoding == "zstd":
+        path = self.path.split("?")[0]
+        signal_name = next((name for suffix, name in OTLP_SIGNALS.items() if path.endswith(suffix)), None)
+        if encoding == "zstd" and not signal_name:
             try:
                 batch, records, problems = decode_batch(body)
             except Exception as error:  # noqa: BLE001 - recorded, never fatal
@@ -480,8 +482,6 @@ class Handler(BaseHTTPRequestHandler):
             attempt["batch"] = batch
             attempt["records"] = records
             attempt["error"] = "; ".join(problems) or None
-        path = self.path.split("?")[0]
-        signal_name = next((name for suffix, name in OTLP_SIGNALS.items() if path.endswith(suffix)), None)
         attempt["otlp"] = None
         if signal_name:
             attempt["otlp_signal"] = signal_name

@@ -49,7 +49,7 @@
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
 // CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting; CAIRN_TEST_UMASK=<octal>
 // sets the umask first.
-// CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_DENY=a,b denies
+// CAIRN_TEST_OTLP_IN_CODE sets options.otlp (see below). CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_DENY=a,b denies
 // those event names (the filter's deny list). CAIRN_TEST_RECORDER=1 adds a
 // RecordingDestination, whose events are printed after the final shutdown, one line
 // each: "recorded <type> <name>". CAIRN_TEST_BREADCRUMB is
@@ -130,6 +130,12 @@ if env["CAIRN_TEST_IGNORE_SIGTERM"] == "1" { signal(SIGTERM, SIG_IGN) }  // as n
 if let bytes = env["CAIRN_TEST_STORE_BYTES"].flatMap({ Int($0) }) { options.storeMaxBytes = bytes }
 let recorder = RecordingDestination()
 if env["CAIRN_TEST_RECORDER"] == "1" { options.destinations.append(recorder) }
+// CAIRN_TEST_OTLP_IN_CODE=<endpoint>: the OTLP destination set in code (JSON, zstd, a
+// header and a resource attribute), not by the OpenTelemetry variables.
+if let endpoint = env["CAIRN_TEST_OTLP_IN_CODE"] {
+    options.otlp = OTLPOptions(endpoint: endpoint, headers: ["x-tenant": "payments"], compression: .zstd,
+                               encoding: .json, serviceName: "orders-in-code", resourceAttributes: ["team": "core"])
+}
 if let deny = env["CAIRN_TEST_DENY"] { options.filter.denyNames = deny.split(separator: ",").map(String.init) }
 let cairn: Cairn
 let startedAt = DispatchTime.now().uptimeNanoseconds
