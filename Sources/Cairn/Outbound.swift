@@ -16,6 +16,11 @@ extension Cairn {
         /// The W3C `tracestate` header value for the request: the trace's, as it came
         /// in; nil when it has none (send no header).
         public var tracestate: String? { span.traceState?.header }
+        /// The headers to add to the request: `traceparent`, and `tracestate` when the
+        /// trace has one.
+        public var headers: [(name: String, value: String)] {
+            [("traceparent", traceparent)] + (tracestate.map { [("tracestate", $0)] } ?? [])
+        }
         let started: UInt64
     }
 
@@ -53,15 +58,24 @@ extension Cairn {
                      tier: failed || slow ? .important : .sampled, isError: failed))
     }
 
-    /// Runs an outbound call: `body` gets the `traceparent` to send and returns its
-    /// result and the HTTP status; the call is recorded as with
-    /// ``endOutbound(_:method:url:status:error:)`` (a thrown
-    /// error is recorded, then rethrown).
+    /// Runs an outbound call: `body` gets the headers to add to the request
+    /// (``OutboundCall/headers``: `traceparent`, and `tracestate` when the trace has
+    /// one) and returns its result and the HTTP status; the call is recorded as with
+    /// ``endOutbound(_:method:url:status:error:)`` (a thrown error is recorded, then
+    /// rethrown).
+    ///
+    /// ```swift
+    /// let quote = try cairn.withOutbound(method: "GET", url: url) { headers in
+    ///     let response = try client.get(url, headers: headers)
+    ///     return (response.body, status: response.status)
+    /// }
+    /// ```
     public func withOutbound<T>(method: String, url: String,
-                                _ body: (_ traceparent: String) throws -> (T, status: Int?)) rethrows -> T {
+                                _ body: (_ headers: [(name: String, value: String)]) throws -> (T, status: Int?))
+        rethrows -> T {
         let call = beginOutbound()
         do {
-            let (value, status) = try body(call.traceparent)
+            let (value, status) = try body(call.headers)
             endOutbound(call, method: method, url: url, status: status)
             return value
         } catch {

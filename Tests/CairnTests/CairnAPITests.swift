@@ -242,8 +242,8 @@ enum Live {
     @Test func outboundCallsAreRecordedAsSpans() throws {
         let cairn = try #require(Live.cairn)
         var sent = ""
-        let value = cairn.withOutbound(method: "post", url: "https://pay.example/v1/charge?token=s3cr3t&amount=5") { tp in
-            sent = tp
+        let value = cairn.withOutbound(method: "post", url: "https://pay.example/v1/charge?token=s3cr3t&amount=5") { headers in
+            sent = headers.first { $0.name == "traceparent" }?.value ?? ""
             return ("paid", status: 201)
         }
         #expect(value == "paid")

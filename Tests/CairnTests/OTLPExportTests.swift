@@ -101,6 +101,82 @@ import Testing
         #expect(names["service.name"] == "orders-in-code" && names["team"] == "core")
     }
 
+    /// The spans the collector decoded from taken requests, each with its resource's
+    /// `service.name` (as "service").
+    static func spans(_ collector: CollectorProcess) throws -> [[String: Any]] {
+        var out: [[String: Any]] = []
+        let taken = try collector.rawRequests().filter { ($0["response"] as? [String: Any])?["status"] as? Int ?? 200 < 300 }
+        for resourceSpans in taken.compactMap({ $0["otlp"] as? [String: Any] })
+            .flatMap({ ($0["resource_spans"] as? [[String: Any]]) ?? [] }) {
+            let service = ((resourceSpans["resource"] as? [String: Any])?["attributes"] as? [[String: Any]] ?? [])
+                .first { $0["key"] as? String == "service.name" }
+                .flatMap { ($0["value"] as? [String: Any])?["string_value"] as? String }
+            for scope in resourceSpans["scope_spans"] as? [[String: Any]] ?? [] {
+                for var span in scope["spans"] as? [[String: Any]] ?? [] {
+                    span["service"] = service
+                    out.append(span)
+                }
+            }
+        }
+        return out
+    }
+
+    /// A trace across two processes: a service gets a request carrying `traceparent`
+    /// and `tracestate`, serves it in a server span, calls a second service (a process
+    /// of its own) from a client span with the headers `withOutbound` gives, and that
+    /// service serves the call in its own server span. Three levels under the upstream
+    /// caller's span, one trace id, each span's parent the one above, kinds SERVER,
+    /// CLIENT, SERVER, the trace state and the random flag carried through, and each
+    /// service's events under its own span; decoded with the official definitions.
+    @Test(arguments: ["http/protobuf", "http/json"])
+    func spanTreeAcrossTwoProcesses(_ proto: String) throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let dir = try TemporaryDirectory("cairn-otlp")
+        let upstreamTrace = "4bf92f3577b34da6a3ce929d0e0e4736", upstreamSpan = "00f067aa0ba902b7"
+        let r = try runToEnd(productsDirectory + "/cairn-service-child", ["trace-parent", "0"],
+                             environment: Self.env(dir.path, [
+                                 "OTEL_EXPORTER_OTLP_ENDPOINT": collector.baseURL, "OTEL_SERVICE_NAME": "checkout",
+                                 "OTEL_EXPORTER_OTLP_PROTOCOL": proto, "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+                                 "CAIRN_TEST_TRACEPARENT": "00-\(upstreamTrace)-\(upstreamSpan)-03",
+                                 "CAIRN_TEST_TRACESTATE": "congo=t61rcWkgMzE, rojo=00f067aa0ba902b7"]),
+                             timeout: 60)
+        #expect(r.status == 0 && r.out.contains("callee 201"), "\(r.out) \(r.err)")
+        let attempts = try collector.rawRequests()
+        #expect(attempts.allSatisfy { $0["error"] is NSNull }, "\(attempts.compactMap { $0["error"] as? String })")
+        let spans = try Self.spans(collector)
+        func one(_ name: String) throws -> [String: Any] {
+            let found = spans.filter { $0["name"] as? String == name }
+            try #require(found.count == 1, "\(name): \(spans.map { $0["name"] ?? "" })")
+            return found[0]
+        }
+        let server = try one("GET /checkout/:id"), client = try one("http.client"), callee = try one("POST /pay")
+        for span in [server, client, callee] {
+            #expect(span["trace_id"] as? String == upstreamTrace)
+            #expect(span["trace_state"] as? String == "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+            // Sampled (0x01), random (0x02) from the header, and the parent remote (0x100|0x200)
+            // for the server spans only.
+            let flags = span["flags"] as? Int ?? 0
+            #expect(flags & 0xFF == 0x03, "\(span["name"] ?? ""): \(flags)")
+        }
+        #expect(server["parent_span_id"] as? String == upstreamSpan && server["kind"] as? String == "SPAN_KIND_SERVER")
+        #expect(client["parent_span_id"] as? String == server["span_id"] as? String
+                && client["kind"] as? String == "SPAN_KIND_CLIENT")
+        #expect(callee["parent_span_id"] as? String == client["span_id"] as? String
+                && callee["kind"] as? String == "SPAN_KIND_SERVER")
+        #expect(server["service"] as? String == "checkout" && client["service"] as? String == "checkout"
+                && callee["service"] as? String == "payments")
+        #expect((server["flags"] as? Int ?? 0) & 0x300 == 0x300 && (callee["flags"] as? Int ?? 0) & 0x300 == 0x300)
+        #expect((client["flags"] as? Int ?? 0) & 0x300 == 0x100, "a local parent")
+        // Each service's event under its own server span.
+        let records = try Self.logRecords(collector)
+        let started = records.first { $0["event_name"] as? String == "checkout_started" }
+        let taken = records.first { $0["event_name"] as? String == "payment_taken" }
+        #expect(started?["span_id"] as? String == server["span_id"] as? String
+                && started?["trace_id"] as? String == upstreamTrace)
+        #expect(taken?["span_id"] as? String == callee["span_id"] as? String && taken?["trace_id"] as? String == upstreamTrace)
+    }
+
     /// A collector that answers 503, then 429 with a Retry-After in seconds, then 502,
     /// then takes it: the request is kept on disk and sent again by the next starts,
     /// with the same bytes every time, every event once. One that answers 400: the

@@ -49,7 +49,8 @@
 // starts with Cairn.startOrDisabled (a start error leaves a disabled SDK);
 // CAIRN_TEST_IGNORE_SIGTERM=1 ignores SIGTERM before starting; CAIRN_TEST_UMASK=<octal>
 // sets the umask first.
-// CAIRN_TEST_OTLP_IN_CODE sets options.otlp (see below). CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_DENY=a,b denies
+// trace-parent calls trace-callee (a second process) inside a server span, with the
+// trace headers (see below). CAIRN_TEST_OTLP_IN_CODE sets options.otlp (see below). CAIRN_TEST_STORE_BYTES sets the snapshot store's size cap. CAIRN_TEST_DENY=a,b denies
 // those event names (the filter's deny list). CAIRN_TEST_RECORDER=1 adds a
 // RecordingDestination, whose events are printed after the final shutdown, one line
 // each: "recorded <type> <name>". CAIRN_TEST_BREADCRUMB is
@@ -159,6 +160,45 @@ case "run":
         var properties: [String: CairnValue] = ["i": .int(Int64(i))]
         if pad > 0 { properties["pad"] = .string(String((0..<pad).map { _ in "0123456789abcdef".randomElement()! })) }
         cairn.track(eventName, properties: properties)
+    }
+case "trace-parent":
+    // A service serving a request that came with CAIRN_TEST_TRACEPARENT/TRACESTATE,
+    // which calls another service (this program as "trace-callee", with its own data
+    // directory and service name) with the headers withOutbound gives.
+    let incoming = [("traceparent", env["CAIRN_TEST_TRACEPARENT"] ?? ""), ("tracestate", env["CAIRN_TEST_TRACESTATE"] ?? "")]
+    cairn.withIncomingRequest(method: "GET", route: "/checkout/:id", headers: incoming.filter { !$0.1.isEmpty }) {
+        cairn.track("checkout_started")
+        let status = cairn.withOutbound(method: "POST", url: "http://payments.internal/pay") { headers in
+            let callee = Process()
+            callee.executableURL = URL(fileURLWithPath: "/proc/self/exe")
+            callee.arguments = ["trace-callee"]
+            var calleeEnv = env
+            calleeEnv["CAIRN_DATA_DIR"] = (env["CAIRN_DATA_DIR"] ?? ".cairn") + "/callee"
+            calleeEnv["OTEL_SERVICE_NAME"] = "payments"
+            calleeEnv["CAIRN_APP_ID"] = "payments"
+            calleeEnv["CAIRN_TEST_HEADERS"] = headers.map { "\($0.name)=\($0.value)" }.joined(separator: "\n")
+            callee.environment = calleeEnv
+            do {
+                try callee.run()
+                callee.waitUntilExit()
+            } catch {
+                return (0, status: nil)
+            }
+            let answered = callee.terminationStatus == 0 ? 201 : 502
+            return (answered, status: answered)
+        }
+        say("callee \(status)")
+        return ((), status: 200)
+    }
+case "trace-callee":
+    // The called service: serves POST /pay with the headers the caller sent.
+    let headers = (env["CAIRN_TEST_HEADERS"] ?? "").split(separator: "\n").compactMap { line -> (name: String, value: String)? in
+        let parts = line.split(separator: "=", maxSplits: 1)
+        return parts.count == 2 ? (String(parts[0]), String(parts[1])) : nil
+    }
+    cairn.withIncomingRequest(method: "POST", route: "/pay", headers: headers) {
+        cairn.track("payment_taken")
+        return ((), status: 201)
     }
 case "install":
     cairn.track("app_install")
