@@ -177,6 +177,128 @@ import Testing
         #expect(taken?["span_id"] as? String == callee["span_id"] as? String && taken?["trace_id"] as? String == upstreamTrace)
     }
 
+    /// OTLP's answers across kills and restarts, one data directory throughout:
+    /// 1. the collector wants a key the service does not have (401): the request is kept;
+    ///    the service is killed (SIGKILL);
+    /// 2. restarted with the rotated key (`OTEL_EXPORTER_OTLP_HEADERS`): 503, 429 with a
+    ///    `Retry-After` in seconds, 429 with one as an HTTP date (each waited out), then an
+    ///    attempt killed while the collector holds it;
+    /// 3. restarted: a 400 (dropped), a partial success, then everything taken.
+    /// Every refused request is sent again with the same bytes and taken; no request is
+    /// taken twice and no event arrives twice; every event arrives or is in the request
+    /// refused for good, counted as `otlp_rejected`; the partial success's rejected
+    /// records are counted as `otlp_partial`.
+    @Test func killAndRestartMatrix() throws {
+        let collector = try CollectorProcess()
+        defer { collector.stop() }
+        let dir = try TemporaryDirectory("cairn-otlp")
+        try collector.expect(["api_key": "new"])
+        func env(_ key: String, _ name: String, _ extra: [String: String] = [:]) -> [String: String] {
+            Self.env(dir.path, ["CAIRN_APP_ID": "orders", "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": collector.baseURL + "/v1/logs",
+                                "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20\(key)",
+                                "CAIRN_TEST_EVENT_NAME": name, "CAIRN_BATCH_EVENTS": "1000",
+                                "CAIRN_TEST_PRINT_DROPS": "1"].merging(extra) { $1 })
+        }
+        func attempts() throws -> [[String: Any]] { try collector.rawRequests().filter { $0["path"] as? String == "/v1/logs" } }
+        func status(_ a: [String: Any]) -> Int { (a["response"] as? [String: Any])?["status"] as? Int ?? 200 }
+        func waitFor(_ what: String, _ condition: ([[String: Any]]) -> Bool) throws {
+            let deadline = Date().addingTimeInterval(60)
+            while try !condition(attempts()) {
+                let seen = try attempts().map(status)
+                try #require(Date() < deadline, "waited 60 s for \(what): \(seen)")
+                usleep(50_000)
+            }
+        }
+
+        // 1. The wrong key: held, then killed.
+        let first = try ChildProcess(productsDirectory + "/cairn-service-child", ["serve", "30"], environment: env("old", "s1"))
+        try waitFor("a 401") { $0.contains { status($0) == 401 } }
+        usleep(300_000)
+        first.signal(SIGKILL)
+        #expect(first.finish(timeout: 30).signaled)
+
+        // 2. The rotated key; 503, 429 (seconds), 429 (an HTTP date), then killed while
+        // an attempt is out.
+        try collector.expect([:])
+        let dateEpoch = (Date().timeIntervalSince1970 + 8).rounded(.up)
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let httpDate = formatter.string(from: Date(timeIntervalSince1970: dateEpoch))
+        try collector.script([["status": 503], ["status": 429, "retry_after": "2"],
+                              ["status": 429, "retry_after": httpDate], ["status": 503, "stall": 5]])
+        let before = try attempts().count
+        let second = try ChildProcess(productsDirectory + "/cairn-service-child", ["serve", "30"], environment: env("new", "s2"))
+        try waitFor("the held attempt") { $0.count >= before + 4 }  // one at a time after the first pause
+        usleep(200_000)
+        second.signal(SIGKILL)
+        #expect(second.finish(timeout: 30).signaled)
+        // Each 429's wait is kept: no attempt starts after its answer until the time it
+        // names (attempts already out when it came, arriving within 0.3 s, aside), and
+        // one starts after it.
+        let times = try attempts()[before...].map { (time: $0["time"] as? Double ?? 0, status: status($0),
+                                                    after: ($0["response"] as? [String: Any])?["retry_after"] as? String) }
+        let pauses = times.filter { $0.status == 429 }.map { ($0.time, $0.after == "2" ? $0.time + 2 : dateEpoch) }
+        #expect(pauses.count == 2)
+        for (answered, until) in pauses {
+            #expect(!times.contains { $0.time > answered + 0.3 && $0.time < until - 0.05 }, "\(times) \(pauses)")
+            #expect(times.contains { $0.time >= until - 0.05 }, "\(times) \(pauses)")
+        }
+
+        // 3. A 400 (dropped for good), a partial success, then 200s.
+        // ExportLogsServiceResponse { partial_success { rejected_log_records: 3, error_message: "3 too old" } }
+        let partial = "0a0d080312093320746f6f206f6c64"
+        try collector.script([["status": 400, "body": "bad"],
+                              ["status": 200, "body_hex": partial, "content_type": "application/x-protobuf"]])
+        let third = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "20"],
+                                 environment: env("new", "s3", ["CAIRN_TEST_PAUSE_MS": "3000", "CAIRN_BATCH_EVENTS": "10"]),
+                                 timeout: 90)
+        #expect(third.status == 0, "\(third.err)")
+
+        let all = try attempts()
+        func header(_ a: [String: Any], _ name: String) -> String? {
+            (a["headers"] as? [[String]] ?? []).first { $0.first?.lowercased() == name }?.last
+        }
+        #expect(all.filter { status($0) == 401 }.allSatisfy { header($0, "authorization") == "Bearer old" })
+        let taken = all.filter { status($0) < 300 }
+        #expect(taken.allSatisfy { header($0, "authorization") == "Bearer new" && $0["error"] is NSNull })
+        let takenBodies = taken.compactMap { $0["body_sha256"] as? String }
+        // (The 400 may fall on a request refused before: then it is refused for good.)
+        let refusedForGood = Set(all.filter { status($0) == 400 }.compactMap { $0["body_sha256"] as? String })
+        let refusedBodies = Set(all.filter { [401, 429, 503].contains(status($0)) }.compactMap { $0["body_sha256"] as? String })
+            .subtracting(refusedForGood)
+        #expect(!refusedBodies.isEmpty && refusedBodies.isSubset(of: Set(takenBodies)),
+                "every request refused for a while was sent again with the same bytes, and taken")
+        #expect(Set(takenBodies).isDisjoint(with: refusedForGood))
+        #expect(Set(takenBodies).count == takenBodies.count, "no request taken twice")
+        func records(_ attempts: [[String: Any]]) -> [[String: Any]] {
+            attempts.compactMap { $0["otlp"] as? [String: Any] }
+                .flatMap { ($0["resource_logs"] as? [[String: Any]]) ?? [] }
+                .flatMap { ($0["scope_logs"] as? [[String: Any]]) ?? [] }
+                .flatMap { ($0["log_records"] as? [[String: Any]]) ?? [] }
+        }
+        func uid(_ r: [String: Any]) -> String? {
+            (r["attributes"] as? [[String: Any]] ?? []).first { $0["key"] as? String == "log.record.uid" }
+                .flatMap { ($0["value"] as? [String: Any])?["string_value"] as? String }
+        }
+        let arrived = records(taken)
+        let uids = arrived.compactMap(uid)
+        #expect(uids.count == arrived.count && Set(uids).count == uids.count, "no event arrives twice")
+        let rejected = records(all.filter { status($0) == 400 })
+        for name in ["s1", "s2", "s3"] {
+            let got = arrived.filter { $0["event_name"] as? String == name }.compactMap(Self.index)
+            let lost = rejected.filter { $0["event_name"] as? String == name }.compactMap(Self.index)
+            #expect((got + lost).sorted() == Array(0..<(name == "s3" ? 20 : 30)), "\(name): \(got.sorted()) + \(lost.sorted())")
+        }
+        func dropped(_ reason: String) -> Int {
+            third.out.split(separator: "\n").first { $0.hasPrefix("dropped \(reason) ") }
+                .flatMap { $0.split(separator: " ").last }.flatMap { Int($0) } ?? 0
+        }
+        #expect(!rejected.isEmpty && dropped("otlp_rejected") == rejected.count, "\(third.out)")
+        #expect(dropped("otlp_partial") == 3, "\(third.out)")
+    }
+
     /// A collector that answers 503, then 429 with a Retry-After in seconds, then 502,
     /// then takes it: the request is kept on disk and sent again by the next starts,
     /// with the same bytes every time, every event once. One that answers 400: the
