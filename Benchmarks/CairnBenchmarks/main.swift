@@ -685,7 +685,11 @@ final class Sink: @unchecked Sendable {
                 if n <= 0 { close(c); return }
                 have += n
             }
-            let events = (try? FrameDecoder.info(of: Array(buffer[headerEnd..<need])).recordCount).map(Int.init) ?? 0
+            // An OTLP export (uncompressed protobuf): its log records or spans.
+            let otlp = head.hasPrefix("post ") && (head.split(separator: " ").dropFirst().first?.hasSuffix("/v1/logs") == true
+                || head.split(separator: " ").dropFirst().first?.hasSuffix("/v1/traces") == true)
+            let events = otlp ? Self.otlpRecords(buffer[headerEnd..<need])
+                : (try? FrameDecoder.info(of: Array(buffer[headerEnd..<need])).recordCount).map(Int.init) ?? 0
             received.wrappingAdd(events, ordering: .relaxed)
             if delay > 0 { usleep(delay) }
             _ = ok.withUnsafeBytes { write(c, $0.baseAddress, $0.count) }
@@ -694,6 +698,44 @@ final class Sink: @unchecked Sendable {
             have -= need
             need = 0
         }
+    }
+}
+
+extension Sink {
+    /// The log records (or spans) of an OTLP export request in protobuf: the third level
+    /// of length-delimited fields (resource_logs 1 > scope_logs 2 > log_records 2, or
+    /// resource_spans 1 > scope_spans 2 > spans 2). Read here without Cairn's code.
+    static func otlpRecords(_ body: ArraySlice<UInt8>) -> Int {
+        /// The length-delimited fields numbered `field` of a message: their byte ranges.
+        func fields(_ m: ArraySlice<UInt8>, _ field: UInt64) -> [ArraySlice<UInt8>] {
+            var out: [ArraySlice<UInt8>] = []
+            var i = m.startIndex
+            func varint() -> UInt64? {
+                var v: UInt64 = 0, shift: UInt64 = 0
+                while i < m.endIndex, shift < 64 {
+                    let b = m[i]
+                    i += 1
+                    v |= UInt64(b & 0x7F) << shift
+                    if b < 0x80 { return v }
+                    shift += 7
+                }
+                return nil
+            }
+            while i < m.endIndex, let key = varint() {
+                switch key & 7 {
+                case 0: guard varint() != nil else { return out }
+                case 1: i += 8
+                case 5: i += 4
+                case 2:
+                    guard let n = varint(), i + Int(n) <= m.endIndex else { return out }
+                    if key >> 3 == field { out.append(m[i..<(i + Int(n))]) }
+                    i += Int(n)
+                default: return out
+                }
+            }
+            return out
+        }
+        return fields(body, 1).flatMap { fields($0, 2) }.reduce(0) { $0 + fields($1, 2).count }
     }
 }
 

@@ -73,8 +73,15 @@ extension Uploader {
     /// ring's pages, which go as soon as it is framed: at 100k events a second and
     /// every slot out for a 50 ms round trip, the ring otherwise holds 2 MiB or more
     /// unframed. While the collector fails, no more than the requests allowed out.
+    /// OTLP requests sent uncompressed (the specification's default) are ten times
+    /// the size: none is framed ahead.
     var maxFormed: Int {
-        state.withLock { $0.collectorFailing } ? maxInFlight : min(2 * maxInFlight, RingBatchMark.slots)
+        state.withLock { $0.collectorFailing } || otlpUncompressed ? maxInFlight : min(2 * maxInFlight, RingBatchMark.slots)
+    }
+
+    /// Whether an OTLP signal is sent uncompressed.
+    var otlpUncompressed: Bool {
+        [options.otlp?.logs, options.otlp?.traces].contains { $0?.compression == OTLPConfiguration.Compression.none }
     }
 
     /// Forms batches from the ring while fewer than ``maxFormed`` are formed and not yet
@@ -172,6 +179,7 @@ extension Uploader {
         guard framedSinceRelease > 0, now - lastRelease >= Self.bufferReleaseDelay else { return }
         encoder = nil
         otlpEncoders.removeAll()
+        otlpZstd = nil
         peeked = Ring.Run()
         framing = RingContexts.Batch()
         framedSinceRelease = 0
@@ -285,7 +293,11 @@ extension Uploader {
     /// compressed as its signal asks. Records that are not events are counted
     /// (`unframeable`).
     func otlpRequests(_ otlp: OTLPConfiguration) -> [UploadRequest] {
+        if otlpZstd == nil, [otlp.logs, otlp.traces].contains(where: { $0?.compression == .zstd }) {
+            otlpZstd = ZstdContext()
+        }
         let built = Self.otlpRequests(otlp, settings: options.otlpResource, sdkVersion: options.sdkVersion,
+                                      zstd: otlpZstd,
                                       encoder: { encoding in
                                           if let kept = otlpEncoders.first(where: { $0.settings.encoding == encoding }) {
                                               return kept
@@ -305,7 +317,7 @@ extension Uploader {
     /// completion, or a whole one), encoded by the encoders `encoder` gives, one per
     /// encoding the signals use; and how many records were not events.
     static func otlpRequests(_ otlp: OTLPConfiguration, settings: OTLPEncoder.Settings, sdkVersion: String,
-                             encoder: (OTLPEncoder.Encoding) -> OTLPEncoder,
+                             zstd: ZstdContext? = nil, encoder: (OTLPEncoder.Encoding) -> OTLPEncoder,
                              records: ((UnsafeRawBufferPointer, UnsafeRawBufferPointer?) -> Void) -> Void)
         -> (requests: [UploadRequest], refused: Int)
     {
@@ -325,10 +337,10 @@ extension Uploader {
             if k == 0 { refusedFirst = refused }
             let (logs, traces) = encoder.finish()
             if let signal = otlp.logs, signal.encoding == encoding {
-                out += logs.map { otlpRequest($0, signal, .otlpLogs, sdkVersion: sdkVersion) }
+                out += logs.map { otlpRequest($0, signal, .otlpLogs, sdkVersion: sdkVersion, zstd: zstd) }
             }
             if let signal = otlp.traces, signal.encoding == encoding {
-                out += traces.map { otlpRequest($0, signal, .otlpTraces, sdkVersion: sdkVersion) }
+                out += traces.map { otlpRequest($0, signal, .otlpTraces, sdkVersion: sdkVersion, zstd: zstd) }
             }
         }
         return (out, refusedFirst)
@@ -336,7 +348,8 @@ extension Uploader {
 
     /// One OTLP request (docs/FORMATS.md, "OTLP export", "Requests").
     static func otlpRequest(_ built: OTLPEncoder.Request, _ signal: OTLPConfiguration.Signal,
-                            _ destination: UploadDestination, sdkVersion: String) -> UploadRequest {
+                            _ destination: UploadDestination, sdkVersion: String,
+                            zstd context: ZstdContext? = nil) -> UploadRequest {
         var headers = [HTTPHeader("Content-Type", signal.encoding == .protobuf ? "application/x-protobuf" : "application/json"),
                        HTTPHeader("User-Agent", "cairn-swift/\(sdkVersion)")]
         var body = built.body
@@ -348,7 +361,7 @@ extension Uploader {
                 headers.append(HTTPHeader("Content-Encoding", "gzip"))
             }
         case .zstd:
-            if let compressed = Self.zstd(body) {
+            if let compressed = Self.zstd(body, context: context) {
                 body = compressed
                 headers.append(HTTPHeader("Content-Encoding", "zstd"))
             }
@@ -360,19 +373,34 @@ extension Uploader {
                              destination: destination, records: built.records)
     }
 
-    /// `bytes` as one zstd frame (with its checksum), or nil when zstd fails.
-    static func zstd(_ bytes: [UInt8]) -> [UInt8]? {
+    /// `bytes` as one zstd frame (level 3), or nil when zstd fails; with `context`
+    /// (kept between batches, its tables not allocated for each), else a context of
+    /// its own.
+    static func zstd(_ bytes: [UInt8], context: ZstdContext? = nil) -> [UInt8]? {
         var out = [UInt8](repeating: 0, count: ZSTD_compressBound(bytes.count))
         let n = out.withUnsafeMutableBytes { o in
-            bytes.withUnsafeBytes { ZSTD_compress(o.baseAddress, o.count, $0.baseAddress, $0.count, 3) }
+            bytes.withUnsafeBytes { b in
+                if let cctx = context?.cctx {
+                    return ZSTD_compressCCtx(cctx, o.baseAddress, o.count, b.baseAddress, b.count, 3)
+                }
+                return ZSTD_compress(o.baseAddress, o.count, b.baseAddress, b.count, 3)
+            }
         }
         guard ZSTD_isError(n) == 0 else { return nil }
-        out.removeSubrange(n...)
-        return out
+        // At its size: the request keeps it while it is out (the bound is the input's size).
+        return Array(out[..<n])
     }
 
     func add(_ f: Flight) {
         flights.append(f)
         keepMarks()
     }
+}
+
+/// A zstd compression context, kept while batches are framed (its tables are a
+/// megabyte or more: allocated once, not for each request).
+final class ZstdContext {
+    let cctx: OpaquePointer?
+    init() { cctx = ZSTD_createCCtx() }
+    deinit { ZSTD_freeCCtx(cctx) }
 }

@@ -92,6 +92,8 @@ package final class Uploader: @unchecked Sendable {
     var encoder: FrameEncoder?
     /// The OTLP encoders, one per encoding the signals use (worker-only).
     var otlpEncoders: [OTLPEncoder] = []
+    /// The zstd context of OTLP requests compressed with zstd (worker-only).
+    var otlpZstd: ZstdContext?
     /// The partial-success messages said so far (worker-only; each is said once).
     var partialMessages = Set<String>()
     /// The contexts of bare records (``RingContexts``).

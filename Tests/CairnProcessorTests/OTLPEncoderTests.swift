@@ -292,6 +292,39 @@ import Testing
             .resource["service.name"] as? String == "orders-api")
     }
 
+    /// An encoder reused across batches (its buffers kept between them) gives each
+    /// batch the bytes a new encoder gives it: batches of several groups, then of one,
+    /// then of spans and logs, then one cut into several requests.
+    @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
+    func reusedAcrossBatches(encoding: OTLPEncoder.Encoding) throws {
+        let other = Processor(common: { var c = EventGoldenTests.common; c.appID = "billing"; return c }(),
+                              sdkVersion: "0.1.0", clock: EventClock(fixedOffsetMinutes: 0))
+        let e = Event(name: "x", timeMillis: Self.millis, identity: Identity(distinctID: "h"), sessionID: Self.session)
+        let span = Event(type: .span, name: "charge", properties: ["duration_ms": 3.5, "status": "ok"],
+                         timeMillis: Self.millis, identity: Identity(distinctID: "h"), sessionID: Self.session,
+                         span: SpanContext(traceID: .random(), spanID: .random()))
+        let batches: [[[UInt8]]] = [
+            [Self.record(.track, "a"), other.record(e), Self.record(.track, "b", session: "s-2"), Self.record(.track, "c")],
+            [Self.record(.track, "d", ["k": 1])],
+            [Self.processor.record(span), Self.record(.track, "e", ["nested": ["x": [1, 2]]])],
+            (0..<40).map { Self.record(.track, "f\($0)", ["pad": .string(String(repeating: "x", count: 200))]) },
+        ]
+        var settings = OTLPEncoder.Settings(encoding: encoding, hostID: "4c4c4544004d3510")
+        settings.maxRequestBytes = 4096
+        let reused = OTLPEncoder(settings: settings)
+        for (k, batch) in batches.enumerated() {
+            for r in batch { #expect(reused.add(r, observedNanos: Self.observed)) }
+            let got = reused.finish()
+            let fresh = OTLPEncoder(settings: settings)
+            for r in batch { #expect(fresh.add(r, observedNanos: Self.observed)) }
+            let want = fresh.finish()
+            #expect(got.logs.map(\.body) == want.logs.map(\.body) && got.traces.map(\.body) == want.traces.map(\.body),
+                    "batch \(k)")
+            #expect(!got.logs.isEmpty && (k != 3 || got.logs.count > 1))
+            _ = try Self.decode(got.logs, signal: "logs", encoding: encoding)
+        }
+    }
+
     /// A batch over the size limit is cut into requests of whole records, each under it.
     @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
     func largeBatchIsCut(encoding: OTLPEncoder.Encoding) throws {

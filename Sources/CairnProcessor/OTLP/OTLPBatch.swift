@@ -50,16 +50,29 @@ struct OTLPBatch<Out: OTLPOutput> {
     private var last = -1
     /// Buffers kept between records.
     private var keyScratch: [UInt8] = []
+    /// The finished groups' buffers, emptied, for the next batch's groups: a batch's
+    /// buffers are reused, not allocated and given back each time (large blocks given
+    /// back raise glibc's mmap threshold, and the heap then keeps what they took).
+    private var spare: [(logs: Out, spans: Out)] = []
+    /// Where a request is put together before its body is copied out at its size.
+    private var assembly = Out()
 
     init(settings: OTLPEncoder.Settings) { self.settings = settings }
 
-    /// Gives back the storage of the records added and not finished (the encoder's end).
+    /// Gives back the storage of the records added and not finished, and the buffers
+    /// kept for reuse (the encoder's end).
     mutating func free() {
         for k in groups.indices {
             groups[k].logs.free()
             groups[k].spans.free()
         }
         groups.removeAll()
+        for k in spare.indices {
+            spare[k].logs.free()
+            spare[k].spans.free()
+        }
+        spare.removeAll()
+        assembly.free()
     }
 
     /// The top-level members of the record being read (their JSON text: a string's
@@ -256,6 +269,10 @@ struct OTLPBatch<Out: OTLPOutput> {
             : Group(key: [], context: Array(key), session: Array(session)) else { return nil }
         group.key = [kind]
         group.key.append(contentsOf: key)
+        if let (logs, spans) = spare.popLast() {
+            group.logs = logs
+            group.spans = spans
+        }
         groups.append(group)
         last = groups.count - 1
         return last
@@ -610,9 +627,17 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     mutating func finish() -> (logs: [OTLPEncoder.Request], traces: [OTLPEncoder.Request]) {
         defer {
+            // The groups' buffers kept for the next batch (a few: a batch rarely has more
+            // than one group, the service's current run).
             for k in groups.indices {
-                groups[k].logs.free()
-                groups[k].spans.free()
+                if spare.count < 4 {
+                    groups[k].logs.reset()
+                    groups[k].spans.reset()
+                    spare.append((groups[k].logs, groups[k].spans))
+                } else {
+                    groups[k].logs.free()
+                    groups[k].spans.free()
+                }
             }
             groups.removeAll(keepingCapacity: true)
             last = -1
@@ -624,7 +649,7 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     /// The requests of one signal: the groups' records, cut where a request would pass
     /// the size limit.
-    private func requests(logs: Bool, resources: [Resource]) -> [OTLPEncoder.Request] {
+    private mutating func requests(logs: Bool, resources: [Resource]) -> [OTLPEncoder.Request] {
         var result: [OTLPEncoder.Request] = []
         // The pieces of the request being formed: group, and its records from..<to.
         var pieces: [(group: Int, from: Int, to: Int)] = []
@@ -662,9 +687,12 @@ struct OTLPBatch<Out: OTLPOutput> {
         return result
     }
 
-    private func request(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
-                         resources: [Resource]) -> OTLPEncoder.Request {
-        var out = Out()
+    private mutating func request(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+                                  resources: [Resource]) -> OTLPEncoder.Request {
+        var out = assembly
+        assembly = Out()  // (the one storage is not shared while it is written)
+        out.reset()
+        defer { assembly = out }
         var records = 0
         out.openList(1, logs ? "resourceLogs" : "resourceSpans")
         for piece in pieces {
@@ -691,8 +719,7 @@ struct OTLPBatch<Out: OTLPOutput> {
             out.close(e)
         }
         out.closeList()
-        defer { out.free() }
-        return OTLPEncoder.Request(body: Self.wrap(out.bytes.array), records: records)
+        return OTLPEncoder.Request(body: Self.body(out.bytes), records: records)
     }
 
     static func writeResource(_ attributes: [(String, ResourceValue)], into out: inout Out) {
@@ -724,9 +751,21 @@ struct OTLPBatch<Out: OTLPOutput> {
     }
 
     /// The message as a whole document: JSON needs its outer braces.
-    static func wrap(_ bytes: [UInt8]) -> [UInt8] {
-        guard Out.self == OTLPJSONOutput.self else { return bytes }
-        return [0x7B] + bytes + [0x7D]
+    /// A request's body from its message's bytes, allocated once at its size (in
+    /// braces for JSON).
+    static func body(_ bytes: OutputBytes) -> [UInt8] {
+        let json = Out.self == OTLPJSONOutput.self
+        return bytes.withUnsafeBytes { b in
+            [UInt8](unsafeUninitializedCapacity: b.count + (json ? 2 : 0)) { buffer, initialized in
+                guard let to = buffer.baseAddress else { return }
+                var at = 0
+                if json { to[0] = 0x7B; at = 1 }
+                if let from = b.baseAddress { UnsafeMutableRawPointer(to + at).copyMemory(from: from, byteCount: b.count) }
+                at += b.count
+                if json { to[at] = 0x7D; at += 1 }
+                initialized = at
+            }
+        }
     }
 
     // MARK: Resource
