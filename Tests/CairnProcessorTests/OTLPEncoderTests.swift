@@ -308,9 +308,13 @@ import Testing
             [Self.record(.track, "d", ["k": 1])],
             [Self.processor.record(span), Self.record(.track, "e", ["nested": ["x": [1, 2]]])],
             (0..<40).map { Self.record(.track, "f\($0)", ["pad": .string(String(repeating: "x", count: 200))]) },
+            // Records of 16 KiB and more (a length of three bytes).
+            [Self.record(.track, "g", ["pad": .string(String(repeating: "y", count: 20_000))]),
+             Self.record(.track, "h", ["pad": .string(String(repeating: "z", count: 17_000))])],
         ]
         var settings = OTLPEncoder.Settings(encoding: encoding, hostID: "4c4c4544004d3510")
         settings.maxRequestBytes = 4096
+        // (a record over the limit goes alone)
         let reused = OTLPEncoder(settings: settings)
         for (k, batch) in batches.enumerated() {
             for r in batch { #expect(reused.add(r, observedNanos: Self.observed)) }

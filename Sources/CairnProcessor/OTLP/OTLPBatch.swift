@@ -285,7 +285,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         let type = f.type!
         let crash = eq(type, "crash")
         let previousRun = crash || eq(type, "session")
-        let t = out.openElement(2)
+        let t = out.openRecord(2)
         out.fixed64(1, "timeUnixNano", f.nanos)
         var crashProperties: CairnValue?
         if crash, let p = f.properties { crashProperties = CairnValue(json: Array(p)) }
@@ -380,7 +380,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         }
         let client = f.spanKind == nil ? has(f.name, "http.client") : has(f.spanKind, "client")
         let server = has(f.spanKind, "server")
-        let t = out.openElement(2)
+        let t = out.openRecord(2)
         out.id(1, "traceId", hex: f.traceID!)
         out.id(2, "spanId", hex: f.spanID!)
         if let state = f.traceState, !state.isEmpty { out.string(3, "traceState", json: state) }
@@ -689,6 +689,7 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     private mutating func request(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
                                   resources: [Resource]) -> OTLPEncoder.Request {
+        if Out.self == ProtobufOutput.self { return protobufRequest(logs: logs, pieces: pieces, resources: resources) }
         var out = assembly
         assembly = Out()  // (the one storage is not shared while it is written)
         out.reset()
@@ -751,6 +752,80 @@ struct OTLPBatch<Out: OTLPOutput> {
     }
 
     /// The message as a whole document: JSON needs its outer braces.
+    /// A protobuf request written straight into its body, allocated once at its size:
+    /// the messages around the records are small, and their lengths follow from the
+    /// records' (the same bytes as the general path writes: fields in number order,
+    /// each length a canonical varint).
+    private mutating func protobufRequest(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+                                          resources: [Resource]) -> OTLPEncoder.Request {
+        func varintSize(_ v: Int) -> Int {
+            var v = UInt64(v), n = 1
+            while v >= 0x80 { v >>= 7; n += 1 }
+            return n
+        }
+        // `resource` (field 1 of ResourceLogs/ResourceSpans) and `scope` (field 1 of
+        // ScopeLogs/ScopeSpans), as the general path writes them.
+        var head = Out()
+        defer { head.free() }
+        var parts: [(resourceEnd: Int, scopeEnd: Int, records: UnsafeRawBufferPointer, scopeLogs: Int, resourceLogs: Int)] = []
+        var total = 0
+        var records = 0
+        for piece in pieces {
+            let group = groups[piece.group]
+            let ends = logs ? group.logEnds : group.spanEnds
+            Self.writeResource(resources[piece.group].attributes, into: &head)
+            let resourceEnd = head.bytes.count
+            let scope = head.openMessage(1, "scope")
+            head.string(1, "name", literal: "cairn")
+            head.string(2, "version", cairnVersion)
+            head.close(scope)
+            let start = piece.from == 0 ? 0 : ends[piece.from - 1]
+            let slice = (logs ? group.logs : group.spans).bytes.withUnsafeBytes {
+                UnsafeRawBufferPointer(rebasing: $0[start..<ends[piece.to - 1]])
+            }
+            let scopeLogs = (head.bytes.count - resourceEnd) + slice.count
+            let resourceLogs = (resourceEnd - (parts.last?.scopeEnd ?? 0)) + 1 + varintSize(scopeLogs) + scopeLogs
+            total += 1 + varintSize(resourceLogs) + resourceLogs
+            parts.append((resourceEnd, head.bytes.count, slice, scopeLogs, resourceLogs))
+            records += piece.to - piece.from
+        }
+        let body = head.bytes.withUnsafeBytes { h in
+            [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
+                guard let to = buffer.baseAddress else { return }
+                var at = 0
+                func put(_ bytes: UnsafeRawBufferPointer) {
+                    if let from = bytes.baseAddress, !bytes.isEmpty {
+                        UnsafeMutableRawPointer(to + at).copyMemory(from: from, byteCount: bytes.count)
+                    }
+                    at += bytes.count
+                }
+                func put(field: UInt8, length: Int) {
+                    to[at] = field << 3 | 2
+                    at += 1
+                    var v = UInt64(length)
+                    while v >= 0x80 {
+                        to[at] = UInt8(truncatingIfNeeded: v) | 0x80
+                        at += 1
+                        v >>= 7
+                    }
+                    to[at] = UInt8(v)
+                    at += 1
+                }
+                var headAt = 0
+                for part in parts {
+                    put(field: 1, length: part.resourceLogs)
+                    put(UnsafeRawBufferPointer(rebasing: h[headAt..<part.resourceEnd]))
+                    put(field: 2, length: part.scopeLogs)
+                    put(UnsafeRawBufferPointer(rebasing: h[part.resourceEnd..<part.scopeEnd]))
+                    put(part.records)
+                    headAt = part.scopeEnd
+                }
+                initialized = at
+            }
+        }
+        return OTLPEncoder.Request(body: body, records: records)
+    }
+
     /// A request's body from its message's bytes, allocated once at its size (in
     /// braces for JSON).
     static func body(_ bytes: OutputBytes) -> [UInt8] {

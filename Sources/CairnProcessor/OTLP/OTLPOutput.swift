@@ -27,6 +27,9 @@ protocol OTLPOutput {
     mutating func openList(_ field: UInt32, _ name: StaticString)
     /// One element of the list being written (closed with ``close(_:)``).
     mutating func openElement(_ field: UInt32) -> Int
+    /// An element expected to take 128 bytes or more (a log record, a span): the same
+    /// as ``openElement(_:)``, with room for its length made for that size.
+    mutating func openRecord(_ field: UInt32) -> Int
     mutating func closeList()
     /// Elements another output of the same kind encoded (with ``openElement(_:)``, at
     /// the top level), appended as they are inside the open list.
@@ -159,7 +162,34 @@ struct ProtobufOutput: OTLPOutput {
         return bytes.count
     }
 
+    /// Set in a token whose length has two bytes reserved (``openRecord(_:)``).
+    private static let wide = 1 << 62
+
+    mutating func openRecord(_ field: UInt32) -> Int {
+        header(field, 0x80)  // two bytes, filled in by `close`
+        return bytes.count | Self.wide
+    }
+
     mutating func close(_ token: Int) {
+        if token & Self.wide != 0 {
+            let start = token & ~Self.wide
+            let length = bytes.count - start
+            if length >= 0x80 && length < 0x4000 {
+                bytes[start - 2] = UInt8(truncatingIfNeeded: length) | 0x80
+                bytes[start - 1] = UInt8(length >> 7)
+                return
+            }
+            if length < 0x80 {
+                // Smaller than expected: one byte of length, the content moved back.
+                bytes.close(gap: 1, at: start)
+                bytes[start - 2] = UInt8(length)
+                return
+            }
+            // 16 KiB or more: as a token with one byte reserved, a byte further on.
+            bytes.close(gap: 1, at: start)
+            close(start - 1)
+            return
+        }
         let length = bytes.count - token
         if length < 0x80 {
             bytes[token - 1] = UInt8(length)
@@ -366,6 +396,8 @@ struct OTLPJSONOutput: OTLPOutput {
         bytes.append(0x5B)
         needsComma = false
     }
+
+    mutating func openRecord(_ field: UInt32) -> Int { openElement(field) }
 
     mutating func openElement(_ field: UInt32) -> Int {
         if needsComma { bytes.append(0x2C) }

@@ -80,6 +80,14 @@ struct OutputBytes {
         count += gap
     }
 
+    /// Moves the bytes from `at` on back by `gap` bytes (over the ones before them).
+    mutating func close(gap: Int, at: Int) {
+        let moving = count - at
+        let start = base.unsafelyUnwrapped + at
+        (start - gap).copyMemory(from: start, byteCount: moving)
+        count -= gap
+    }
+
     /// Empties it, keeping its storage.
     mutating func removeAll() { count = 0 }
 
