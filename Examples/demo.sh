@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: a service crashes, restarts and reports the crash, end to end, against
-# the local test collector. Everything runs on 127.0.0.1 in a temporary directory.
+# the local test collector; then the same service, configured only by the standard
+# OpenTelemetry variables, exports the same story as OTLP, which the collector decodes
+# with the official definitions. Everything runs on 127.0.0.1 in a temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(swift build --show-bin-path)
@@ -34,3 +36,20 @@ echo "== run 2: the next start reports run 1's crash, handles two orders, shuts 
 echo
 echo "== what the collector on 127.0.0.1:$PORT received"
 python3 Examples/show_events.py "http://127.0.0.1:$PORT" "$ARRIVED"
+
+echo
+echo "== the same over OTLP: only OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SERVICE_NAME set"
+python3 -c 'import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], data=b"", method="POST"))' \
+        "http://127.0.0.1:$PORT/_control/reset"
+unset CAIRN_APP_ID CAIRN_UPLOAD_URL
+export OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$PORT" OTEL_SERVICE_NAME=orders \
+       OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=demo" CAIRN_DATA_DIR="$WORK/cairn-otlp"
+echo "== run 1 (OTLP): two orders, then the trap"
+set +e
+"$BIN/orders-service" --crash
+set -e
+echo "== run 2 (OTLP): reports run 1's crash, two orders, shuts down"
+"$BIN/orders-service"
+echo
+echo "== what the OTLP receiver on 127.0.0.1:$PORT decoded (/v1/logs, /v1/traces)"
+python3 Examples/show_otlp.py "http://127.0.0.1:$PORT"

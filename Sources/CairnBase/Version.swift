@@ -3,3 +3,19 @@
 /// written here again so that the Swift layers need no C; a test
 /// (`VersionTests.theSwiftAndCVersionsAgree`) checks that the two never differ.
 public let cairnVersion = "0.2.0"
+
+/// The version of the Swift compiler that built Cairn (and so the service, which builds
+/// it from source), major.minor: OTLP's `process.runtime.version`.
+package let swiftCompilerVersion: String = {
+    #if compiler(>=6.4)
+    return "6.4"
+    #elseif compiler(>=6.3)
+    return "6.3"
+    #elseif compiler(>=6.2)
+    return "6.2"
+    #elseif compiler(>=6.1)
+    return "6.1"
+    #else
+    return "6.0"
+    #endif
+}()
