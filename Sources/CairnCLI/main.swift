@@ -175,12 +175,15 @@ case "status":
     } else {
         out("stored requests: none (no snapshot store)")
     }
-    if let saved = inspection?.metadata.first(where: { $0.key == DeliveryStatus.metadataKey })
-        .flatMap({ DeliveryStatus.Saved($0.value) }) {
-        out("delivery: \(saved.description)")
-    } else {
-        out("delivery: no failure recorded")
+    // One state per destination: the native upload's, then each OTLP signal's.
+    var saidDelivery = false
+    for destination in UploadDestination.allCases {
+        guard let saved = inspection?.metadata.first(where: { $0.key == DeliveryStatus.metadataKey(for: destination) })
+            .flatMap({ DeliveryStatus.Saved($0.value) }) else { continue }
+        out("delivery\(destination == .native ? "" : " (\(destination.rawValue))"): \(saved.description)")
+        saidDelivery = true
     }
+    if !saidDelivery { out("delivery: no failure recorded") }
     let ringPath = DataDirectory(dataDir).ring
     let ring = RingLook(ringPath)
     switch ring {

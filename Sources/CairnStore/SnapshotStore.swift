@@ -455,13 +455,14 @@ package final class SnapshotStore: @unchecked Sendable {
         })
     }
 
-    /// Records a failed attempt: increments the attempt count and sets the time of the
-    /// next one. The request bytes are untouched.
-    package func recordAttempt(_ id: SnapshotID, nextAttemptAt: UInt64) throws(StoreError) {
+    /// Records a failed attempt: increments the attempt count (unless
+    /// `countingAttempt` is false: the request was put off, not tried) and sets the time
+    /// of the next one. The request bytes are untouched.
+    package func recordAttempt(_ id: SnapshotID, nextAttemptAt: UInt64, countingAttempt: Bool = true) throws(StoreError) {
         try write { txn throws(StoreError) in
             guard let value = try Self.get(txn, self.snapshots, key: id.bytes),
                   var s = SnapshotCodec.decode(id: id, value) else { return }
-            s.attempts &+= 1
+            if countingAttempt { s.attempts &+= 1 }
             s.nextAttemptAt = nextAttemptAt
             try Self.put(txn, self.snapshots, key: id.bytes, value: SnapshotCodec.encode(s))
         }

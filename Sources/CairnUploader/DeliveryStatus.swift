@@ -10,8 +10,14 @@ import CairnBase
 /// timeouts, 5xx) once ``failuresBeforeNotice`` attempts in a row have failed, so a
 /// single lost connection says nothing.
 package struct DeliveryStatus {
-    /// The snapshot store's metadata key of the state.
+    /// The snapshot store's metadata key of the native upload's state.
     package static let metadataKey = "delivery_status"
+
+    /// The metadata key of `destination`'s state: `delivery_status`, then
+    /// `delivery_status.otlp-logs` and `delivery_status.otlp-traces`.
+    package static func metadataKey(for destination: UploadDestination) -> String {
+        destination == .native ? metadataKey : metadataKey + "." + destination.rawValue
+    }
     /// Attempts in a row that must fail before a transient failure is said.
     static let failuresBeforeNotice = 3
     /// A change of reason while failing is said at most this often.
@@ -29,8 +35,8 @@ package struct DeliveryStatus {
 
     /// The line to say after an attempt, if its outcome changes the state; `waiting` is
     /// how many requests wait on disk (asked only when a line is said).
-    mutating func record(_ action: DeliveryAction, _ result: TransportResult, url: String, now: UInt64,
-                         waiting: () -> Int?) -> String? {
+    mutating func record(_ action: DeliveryAction, _ result: TransportResult, url: String, otlp: Bool = false,
+                         now: UInt64, waiting: () -> Int?) -> String? {
         if action == .delivered {
             failuresInARow = 0
             guard let since = failingSince else { return nil }
@@ -54,8 +60,10 @@ package struct DeliveryStatus {
         reasonSaidAt = now
         let kept = waiting().map { " (\(Self.requests($0)) on disk)" } ?? ""
         if action == .hold {
+            let change = otlp ? "the OTLP endpoint or its headers (OTEL_EXPORTER_OTLP_HEADERS) change"
+                : "the upload URL or API key changes"
             return "delivery to \(Self.display(url)) refused: \(text); nothing is dropped: requests are kept"
-                + " on disk until the upload URL or API key changes, and retried\(kept)"
+                + " on disk until \(change), and retried\(kept)"
         }
         return "delivery to \(Self.display(url)) failing since \(Self.time(failingSince ?? now)): \(text); "
             + "retried with backoff\(kept)"

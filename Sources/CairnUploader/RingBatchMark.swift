@@ -127,3 +127,44 @@ struct DropReport: Equatable, Sendable {
     var slot: Int32
     var counted: UInt64
 }
+
+/// Which requests (legs) of a marked batch with more than one are done (delivered,
+/// dropped by their destination's rules, or stored), kept in the snapshot store's
+/// metadata beside the batch's mark under `ring_batch_legs` (slot 0), `ring_batch_legs.1`
+/// ... (docs/FORMATS.md, "Snapshot store"), so a process killed between two legs rebuilds
+/// only the others. A separate key, not a new mark version: a reader that does not know
+/// it rebuilds every leg, as before.
+struct RingBatchLegs: Equatable, Sendable {
+    static let version: UInt8 = 1
+    /// The metadata key of slot `slot`.
+    static func metadataKey(slot: Int) -> String { slot == 0 ? "ring_batch_legs" : "ring_batch_legs.\(slot)" }
+
+    /// The batch id of the mark it belongs to (another batch's in the slot: ignored).
+    var batchID: UInt64
+    /// How many legs the batch was built into (the same again, or the bits are ignored).
+    var count: UInt8
+    /// Bit k: leg k (native first, then the OTLP logs requests, then the traces ones).
+    var done: UInt64
+
+    /// u8 version, u8 count, u64 batch id, u64 done bits; little-endian.
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = [Self.version, count]
+        LittleEndian.append(&out, batchID, bytes: 8)
+        LittleEndian.append(&out, done, bytes: 8)
+        return out
+    }
+
+    init(batchID: UInt64, count: UInt8, done: UInt64) {
+        self.batchID = batchID
+        self.count = count
+        self.done = done
+    }
+
+    /// Decodes one; nil for anything that is not a whole version-1 value.
+    init?(_ b: [UInt8]) {
+        var r = LittleEndian.Reader(bytes: b)
+        guard let version = r.u8(), version == Self.version, let count = r.u8(), count <= 64,
+              let batchID = r.u64(), let done = r.u64(), r.atEnd else { return nil }
+        self.init(batchID: batchID, count: count, done: done)
+    }
+}

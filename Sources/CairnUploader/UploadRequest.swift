@@ -2,7 +2,7 @@ import CairnBase
 package import CairnStore
 
 /// Where a request goes: the native upload, or an OTLP signal's URL.
-package enum UploadDestination: String, Sendable, Equatable {
+package enum UploadDestination: String, Sendable, Equatable, CaseIterable {
     /// The native upload (docs/FORMATS.md, "Upload request").
     case native
     /// OTLP logs (`/v1/logs`).
@@ -12,6 +12,15 @@ package enum UploadDestination: String, Sendable, Equatable {
 
     /// Whether it is an OTLP signal.
     package var isOTLP: Bool { self != .native }
+
+    /// Its place in ``allCases`` (the uploader's state per destination).
+    var index: Int {
+        switch self {
+        case .native: 0
+        case .otlpLogs: 1
+        case .otlpTraces: 2
+        }
+    }
 }
 
 /// One HTTP header, kept in the order it was added.

@@ -76,7 +76,7 @@ extension Uploader {
     /// OTLP requests sent uncompressed (the specification's default) are ten times
     /// the size: none is framed ahead.
     var maxFormed: Int {
-        state.withLock { $0.collectorFailing } || otlpUncompressed ? maxInFlight : min(2 * maxInFlight, RingBatchMark.slots)
+        anyRouteFailing || otlpUncompressed ? maxInFlight : min(2 * maxInFlight, RingBatchMark.slots)
     }
 
     /// Whether an OTLP signal is sent uncompressed.
@@ -278,6 +278,17 @@ extension Uploader {
             guard !legs.isEmpty else {
                 add(Flight(mark: nothingToSend, slot: slot, events: 0, reported: [], legs: []))
                 return
+            }
+            // Resumed: the legs the last process had done are not sent again (when the
+            // batch was built into the same legs).
+            if resumed, legs.count > 1, let store,
+               let bytes = try? store.metadata(RingBatchLegs.metadataKey(slot: slot)), let done = RingBatchLegs(bytes),
+               done.batchID == mark.batchID, Int(done.count) == legs.count {
+                for (k, leg) in legs.enumerated() where done.done & (1 << UInt64(k)) != 0 {
+                    leg.done = true
+                    if leg.reportsDrops { markReported(reported) }
+                }
+                state.withLock { $0.stats.legsResumedDone += legs.filter(\.done).count }
             }
             add(Flight(mark: mark, slot: slot, events: framing.events, reported: reported, legs: legs))
         } catch {

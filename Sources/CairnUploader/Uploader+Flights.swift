@@ -46,10 +46,12 @@ extension Uploader {
             }
             for leg in f.legs where !leg.done && !leg.sending {
                 let now = clock.now
-                let paused = state.withLock { ($0.pausedUntil ?? now) > now }
-                // Paused while a flush waits, or the breaker open: store now rather than
-                // wait (unless the store refused it a moment ago).
-                if options.storeOnly || paused || leg.attempts >= options.attempts || !breaker.allows(at: now) {
+                let r = leg.request.destination.index
+                // Its destination paused (a flush waits, or another destination is not),
+                // or its breaker open: store now rather than wait (unless the store
+                // refused it a moment ago).
+                if options.storeOnly || routes[r].paused(at: now) || leg.attempts >= options.attempts
+                    || !routes[r].breaker.allows(at: now) {
                     if let t = leg.storeDue, t > now {
                         next = min(next ?? t, t)
                     } else {
@@ -61,7 +63,8 @@ extension Uploader {
                     next = min(next ?? leg.due, leg.due)
                     continue
                 }
-                if !canSendAnother { break flights }
+                guard canSendAnother else { break flights }
+                guard canSend(to: leg.request.destination) else { continue }
                 leg.sending = true
                 dispatch(token: leg.token, leg.request, attempt: leg.attempts)
                 leg.attempts += 1
@@ -70,14 +73,21 @@ extension Uploader {
         return next
     }
 
-    /// Whether another attempt may start now: several at once while the collector
-    /// answers, one at a time while it fails (and while the breaker probes); none once
+    /// Whether another attempt may start now: up to ``maxInFlight`` at once; none once
     /// the uploader is stopping (its flush is over: an attempt started now could not be
     /// waited for, and its outcome would not be taken in).
     var canSendAnother: Bool {
         let sending = flights.reduce(0) { n, f in n + f.legs.filter(\.sending).count } + (replaying == nil ? 0 : 1)
-        let (failing, stopping) = state.withLock { ($0.collectorFailing, $0.stopping) }
-        return !stopping && sending < maxInFlight && (sending == 0 || !failing)
+        return !state.withLock({ $0.stopping }) && sending < maxInFlight
+    }
+
+    /// Whether another attempt to `destination` may start now (with ``canSendAnother``):
+    /// several at once while its collector answers, one at a time while it fails (and
+    /// while its breaker probes).
+    func canSend(to destination: UploadDestination) -> Bool {
+        guard routes[destination.index].failing else { return true }
+        let out = flights.reduce(0) { n, f in n + f.legs.filter { $0.sending && $0.request.destination == destination }.count }
+        return out == 0 && replaying?.request.destination != destination
     }
 
     /// Keeps a leg's exact request in the store (its flight's records are released in
@@ -114,9 +124,15 @@ extension Uploader {
             mark.stored = true
             let lastLeg = f.legs.allSatisfy { $0 === leg || $0.done }
             for (i, request) in requests.enumerated() {
-                let last = i == requests.count - 1 && lastLeg
+                // With the last request: the batch's mark, stored, once no other leg is
+                // left; else which legs are done, this one with them.
+                var metadata: [(String, [UInt8])] = []
+                if i == requests.count - 1 {
+                    metadata = lastLeg ? [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())]
+                        : legsDone(f, with: leg).map { [$0] } ?? []
+                }
                 try store.put(request.record, priority: options.priority, attempts: UInt32(leg.attempts),
-                              metadata: last ? [(RingBatchMark.metadataKey(slot: f.slot), mark.encoded())] : [])
+                              metadata: metadata)
             }
             if leg.reportsDrops { markReported(f.reported) }
             leg.done = true
@@ -132,6 +148,24 @@ extension Uploader {
             leg.due = clock.now + wait
             leg.attempts = min(leg.attempts, max(0, options.attempts - 1))
         }
+    }
+
+    /// The metadata entry saying which legs of flight `f` are done, `leg` with them;
+    /// nil for a flight of one leg (its mark says it all).
+    func legsDone(_ f: Flight, with leg: Leg? = nil) -> (String, [UInt8])? {
+        guard f.legs.count > 1, f.legs.count <= 64 else { return nil }
+        var bits: UInt64 = 0
+        for (k, l) in f.legs.enumerated() where l.done || l === leg { bits |= 1 << UInt64(k) }
+        return (RingBatchLegs.metadataKey(slot: f.slot),
+                RingBatchLegs(batchID: f.mark.batchID, count: UInt8(f.legs.count), done: bits).encoded())
+    }
+
+    /// Keeps which legs of `f` are done (a leg delivered or dropped), so that a process
+    /// killed before the others are rebuilds only them. A failed write is ignored: the
+    /// leg is then sent again after a kill (the native one under its key).
+    func keepLegsDone(_ f: Flight) {
+        guard let store, let (key, value) = legsDone(f) else { return }
+        try? store.setMetadata(key, value)
     }
 
     /// Logs the start of an attempt and hands it to a sender thread. While a flush
@@ -181,6 +215,7 @@ extension Uploader {
             case .delivered:
                 if leg.reportsDrops { markReported(f.reported) }
                 leg.done = true
+                keepLegsDone(f)
                 let events = leg.request.records ?? f.events
                 state.withLock { $0.stats.deliveredBatches += 1; $0.stats.deliveredEvents += events }
             case .drop(let reason):
@@ -188,6 +223,7 @@ extension Uploader {
                 if reason == .rejected(status: 413), storeHalves(of: leg, of: f) { continue }
                 // Refused: its drop counts were not taken, the next batch reports them.
                 leg.done = true
+                keepLegsDone(f)
                 count(drop: reason, leg.request.records ?? f.events)
             case .pauseAndRetry, .hold:
                 store(leg, of: f)
@@ -231,41 +267,43 @@ extension Uploader {
             if options.debugLogging { writeStandardError((finished.description + "\n")) }
         }
 
+        // What it means for its destination alone.
         let now = clock.now
+        let r = outcome.job.request.destination.index
         switch action {
         case .delivered, .drop:
-            holds = 0
-            breaker.succeeded()
-            state.withLock { $0.collectorFailing = false }
+            routes[r].holds = 0
+            routes[r].breaker.succeeded()
+            routes[r].failing = false
         case .hold:
-            // Nothing is sent (stored requests wait) until one probe after the wait.
-            holds += 1
-            let wait = options.holdBackoff.delay(afterAttempt: holds - 1, random: Double.random(in: 0.5..<1))
-            heldUntil = SnapshotStore.nowMillis() + milliseconds(wait)
-            let before = breaker.openings
-            breaker.hold(until: now + wait)
+            // Nothing is sent to it (its stored requests wait) until one probe after the wait.
+            routes[r].holds += 1
+            let wait = options.holdBackoff.delay(afterAttempt: routes[r].holds - 1, random: Double.random(in: 0.5..<1))
+            routes[r].heldUntil = SnapshotStore.nowMillis() + milliseconds(wait)
+            let before = routes[r].breaker.openings
+            routes[r].breaker.hold(until: now + wait)
+            routes[r].failing = true
+            let opened = routes[r].breaker.openings > before
             state.withLock {
-                $0.collectorFailing = true
                 $0.stats.failedAttempts += 1
                 $0.stats.holds += 1
-                if breaker.openings > before { $0.stats.breakerOpenings += 1 }
+                if opened { $0.stats.breakerOpenings += 1 }
             }
         case .retry, .pauseAndRetry:
-            let before = breaker.openings
-            breaker.failed(at: now)
+            let before = routes[r].breaker.openings
+            routes[r].breaker.failed(at: now)
+            routes[r].failing = true
+            let opened = routes[r].breaker.openings > before
             state.withLock {
-                $0.collectorFailing = true
                 $0.stats.failedAttempts += 1
-                if breaker.openings > before { $0.stats.breakerOpenings += 1 }
+                if opened { $0.stats.breakerOpenings += 1 }
             }
         }
         noteDeliveryState(action, outcome)
         if let pause {
             let until = now + min(pause, options.maxPause)
-            state.withLock { s in
-                s.pausedUntil = max(s.pausedUntil ?? until, until)
-                s.stats.pauses += 1
-            }
+            routes[r].pausedUntil = max(routes[r].pausedUntil ?? until, until)
+            state.withLock { $0.stats.pauses += 1 }
         }
         return action
     }
@@ -286,10 +324,13 @@ extension Uploader {
     /// state in the store for `cairn status`.
     func noteDeliveryState(_ action: DeliveryAction, _ outcome: Outcome) {
         let nowMillis = SnapshotStore.nowMillis()
-        guard let line = deliveryStatus.record(action, outcome.result, url: outcome.job.request.url, now: nowMillis,
-                                               waiting: { store?.stats.count })
+        let destination = outcome.job.request.destination
+        guard let line = routes[destination.index].status.record(action, outcome.result, url: outcome.job.request.url,
+                                                                 otlp: destination.isOTLP, now: nowMillis,
+                                                                 waiting: { store?.stats.count })
         else { return }
         options.notice?("[cairn] " + line)
-        try? store?.setMetadata(DeliveryStatus.metadataKey, deliveryStatus.encoded(now: nowMillis))
+        try? store?.setMetadata(DeliveryStatus.metadataKey(for: destination),
+                                routes[destination.index].status.encoded(now: nowMillis))
     }
 }

@@ -21,28 +21,37 @@ extension Uploader {
     var replayReadyAt: UInt64 { replayAllDue ? .max : SnapshotStore.nowMillis() }
 
     /// Sends the oldest stored snapshot that is due, when no replay is out and a sender
-    /// is free.
+    /// is free; the due ones before it whose destination cannot take them now are put
+    /// off (a few in one pass).
     func replayIfDue() {
-        guard replaying == nil, !options.storeOnly, let store,
-              !state.withLock({ ($0.pausedUntil ?? clock.now) > clock.now }) else { return }
+        for _ in 0..<16 {
+            guard replayOldest() else { return }
+        }
+    }
+
+    /// Sends the oldest stored snapshot that is due; true when it was put off instead
+    /// (its destination cannot take it now) and the next may be looked at.
+    private func replayOldest() -> Bool {
+        guard replaying == nil, !options.storeOnly, let store else { return false }
         if !deliveredUndeleted.isEmpty && clock.now >= undeletedRetry {
             deliveredUndeleted.removeAll { (try? store.delete($0)) != nil }
             undeletedRetry = clock.now + .seconds(1)
         }
-        // The breaker first: while the collector is down, a pass must not read the
-        // store's keys looking for a due request that could not be sent anyway.
+        // The destinations first: while every one is down or paused, a pass must not
+        // read the store's keys looking for a due request that could not be sent anyway.
         // An empty store is not read: an idle service's passes touch neither LMDB nor
         // the store's code (which then stays out of memory, see Cairn's page releases).
-        guard canSendAnother, store.count > 0, breaker.wouldAllow(at: clock.now),
+        let now = clock.now
+        guard canSendAnother, store.count > 0, destinations.contains(where: { routes[$0.index].available(at: now) }),
               let snapshot = try? store.oldest(limit: deliveredUndeleted.count + parked.count + 1, readyAt: replayReadyAt)
-                  .first(where: { !deliveredUndeleted.contains($0.id) && !parked.contains($0.id) }),
-              breaker.allows(at: clock.now) else { return }
+                  .first(where: { !deliveredUndeleted.contains($0.id) && !parked.contains($0.id) })
+        else { return false }
         guard let request = UploadRequest(record: snapshot.record) else {
             // Not a request (written by something else, or damaged where no check
             // could see it): one request's worth of events lost, counted.
             try? store.delete(snapshot.id)
             count(drop: .storeCorrupt, 1)
-            return
+            return false
         }
         // A destination this process does not send to (the native upload without an
         // upload URL): the request waits on disk, looked at again in an hour, for a
@@ -50,11 +59,25 @@ extension Uploader {
         if request.destination == .native && !options.native {
             try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + 3_600_000)
             if parked.count < Self.maxUndeleted { parked.insert(snapshot.id) }
-            return
+            return false
+        }
+        // Its destination cannot take it now (paused, its breaker open, or failing with
+        // an attempt out): it waits on disk until then, no attempt counted, and the
+        // next one is looked at (another destination's requests go on).
+        let r = request.destination.index
+        guard routes[r].available(at: now), canSend(to: request.destination), routes[r].breaker.allows(at: now) else {
+            // (A flush then waits only for what is due: as after a failed attempt.)
+            replayAllDue = false
+            let wait = max(.seconds(1), (routes[r].availableFrom(now) ?? now) - now)
+            guard (try? store.recordAttempt(snapshot.id, nextAttemptAt: SnapshotStore.nowMillis() + milliseconds(wait),
+                                            countingAttempt: false)) != nil else { return false }
+            progressed = true
+            return true
         }
         nextToken += 1
         replaying = Replaying(token: nextToken, snapshot: snapshot, request: request)
         dispatch(token: nextToken, request, attempt: Int(snapshot.attempts))
+        return false
     }
 
     /// What one replay's outcome means for the stored request.
@@ -94,7 +117,7 @@ extension Uploader {
             for (r, n) in request.reportedDrops { count(drop: DropReason(name: r), n, inStats: false) }
         case .hold:
             replayAllDue = false
-            try? store.recordAttempt(snapshot.id, nextAttemptAt: heldUntil)
+            try? store.recordAttempt(snapshot.id, nextAttemptAt: routes[request.destination.index].heldUntil)
         case .retry, .pauseAndRetry:
             replayAllDue = false
             // Half to full backoff, so replays of many snapshots do not bunch up.

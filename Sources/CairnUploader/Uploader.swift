@@ -30,7 +30,6 @@ package final class Uploader: @unchecked Sendable {
 
     struct Shared {
         var stats = UploaderStats()
-        var pausedUntil: ContinuousClock.Instant?
         var flushRequests = 0
         var stopping = false
         var started = false
@@ -45,9 +44,6 @@ package final class Uploader: @unchecked Sendable {
         var passes = 0
         /// The latest deadline of the flushes waiting now: attempts made for them end by then.
         var flushDeadline: ContinuousClock.Instant?
-        /// The last attempt failed: stored requests are safe where they are, and a flush
-        /// need not wait for their replay.
-        var collectorFailing = false
     }
 
     let ring: Ring
@@ -82,13 +78,10 @@ package final class Uploader: @unchecked Sendable {
     var mostSenders = 0
     let outcomes = Locked<[Outcome]>([])
 
-    var breaker: CircuitBreaker
-    /// Refusals of the configuration in a row (``DeliveryAction/hold``).
-    var holds = 0
-    /// Until when the last refusal holds stored requests (milliseconds since 1970).
-    var heldUntil: UInt64 = 0
-    /// What the operator was last told about delivery.
-    var deliveryStatus = DeliveryStatus()
+    /// Each destination's delivery state (worker-only), by ``UploadDestination/index``:
+    /// one destination failing, paused or refusing the credentials never slows another's
+    /// requests (docs/ARCHITECTURE.md, "Export destinations").
+    var routes: [Route]
     var encoder: FrameEncoder?
     /// The OTLP encoders, one per encoding the signals use (worker-only).
     var otlpEncoders: [OTLPEncoder] = []
@@ -148,7 +141,7 @@ package final class Uploader: @unchecked Sendable {
         self.store = store
         self.transport = transport
         self.options = options
-        self.breaker = options.breaker
+        self.routes = UploadDestination.allCases.map { _ in Route(breaker: options.breaker) }
         self.maxInFlight = min(max(1, options.maxInFlight), RingBatchMark.slots)
         self.lastSync = ContinuousClock().now
         contexts = RingContexts(sdkVersion: options.sdkVersion, current: options.currentContext)
@@ -398,7 +391,9 @@ package final class Uploader: @unchecked Sendable {
         if let d = store?.stats.damage { count(drop: .storeCorrupt, d.lost ?? 1) }
         _ = try? store?.evictExpired()
         dropSessions = noteDropSession()
-        deliveryStatus.restore(try? store?.metadata(DeliveryStatus.metadataKey))
+        for d in UploadDestination.allCases {
+            routes[d.index].status.restore(try? store?.metadata(DeliveryStatus.metadataKey(for: d)))
+        }
         contexts.restore(from: store, ring: ring)
         resumeMarkedBatches()
         while !state.withLock({ $0.passes += 1; return $0.stopping }) {
@@ -412,10 +407,10 @@ package final class Uploader: @unchecked Sendable {
             collectOutcomes()
             releaseDone()
             var wake: [ContinuousClock.Instant] = []
-            let paused = state.withLock { s in s.pausedUntil.flatMap { $0 > now ? $0 : nil } }
+            let paused = pausedEverywhere(now)
             if let paused, !flushing {
-                // Nothing is formed or sent while paused, unless a flush waits (then
-                // batches are stored at once).
+                // Nothing is formed or sent while every destination is paused, unless a
+                // flush waits (then batches are stored at once).
                 wake.append(paused)
             } else {
                 // New events first, so a backlog of stored requests never starves the ring.
@@ -478,7 +473,7 @@ package final class Uploader: @unchecked Sendable {
     func markIdle(_ generation: Int) {
         // Stored requests wait for a replay, except in store-only mode, where they stay,
         // and while the collector fails, when they are safe where they are.
-        let failing = state.withLock { $0.collectorFailing } || !breaker.allows(at: clock.now)
+        let failing = everyRouteFailing
         let idle = flights.isEmpty && replaying == nil && (options.storeOnly || store == nil || failing
             || store?.count == 0 || ((try? store?.oldest(limit: 1, readyAt: replayReadyAt).isEmpty) ?? true))
         // No signal here: it would wake this very worker, which would find nothing to do,
@@ -521,4 +516,68 @@ func milliseconds(_ d: Duration) -> UInt64 {
     let c = d.components
     guard c.seconds >= 0 else { return 0 }
     return UInt64(c.seconds) * 1000 + UInt64(max(0, c.attoseconds) / 1_000_000_000_000_000)
+}
+
+/// One destination's delivery state: its circuit breaker, the pause its collector asked
+/// for, the hold of a refused configuration, and what the operator was last told.
+struct Route {
+    var breaker: CircuitBreaker
+    /// Refusals of the configuration in a row (``DeliveryAction/hold``).
+    var holds = 0
+    /// Until when the last refusal holds stored requests (milliseconds since 1970).
+    var heldUntil: UInt64 = 0
+    /// Until when the collector asked for no requests (429, 503 with `Retry-After`).
+    var pausedUntil: ContinuousClock.Instant?
+    /// Its last attempt failed: its stored requests are safe where they are, a flush
+    /// need not wait for their replay, and one attempt at a time goes to it.
+    var failing = false
+    /// What the operator was last told about its delivery.
+    var status = DeliveryStatus()
+
+    /// Whether a pause is on at `now`.
+    func paused(at now: ContinuousClock.Instant) -> Bool { (pausedUntil ?? now) > now }
+
+    /// Whether an attempt may go to it at `now` (neither paused nor its breaker open).
+    func available(at now: ContinuousClock.Instant) -> Bool { !paused(at: now) && breaker.wouldAllow(at: now) }
+
+    /// When it may take an attempt again, if not at `now`: the end of its pause and of
+    /// its breaker's open time (a probe out: a second from now).
+    func availableFrom(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        var from = paused(at: now) ? pausedUntil : nil
+        switch breaker.state {
+        case .closed: break
+        case .halfOpen: from = max(from ?? now, now + .seconds(1))
+        case .open(let until): if until > now { from = max(from ?? until, until) }
+        }
+        return from
+    }
+}
+
+extension Uploader {
+    /// The destinations this uploader sends to.
+    var destinations: [UploadDestination] {
+        guard !options.storeOnly else { return [] }
+        var out: [UploadDestination] = options.native ? [.native] : []
+        if options.otlp?.logs != nil { out.append(.otlpLogs) }
+        if options.otlp?.traces != nil { out.append(.otlpTraces) }
+        return out
+    }
+
+    /// When the first of their pauses ends, if every destination is paused at `now`.
+    func pausedEverywhere(_ now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        let used = destinations.map { routes[$0.index] }
+        guard !used.isEmpty, used.allSatisfy({ $0.paused(at: now) }) else { return nil }
+        return used.compactMap(\.pausedUntil).min()
+    }
+
+    /// Whether every destination fails (its last attempt failed, or its breaker is
+    /// open): stored requests are then safe where they are.
+    var everyRouteFailing: Bool {
+        let now = clock.now
+        let used = destinations
+        return !used.isEmpty && used.allSatisfy { routes[$0.index].failing || !routes[$0.index].breaker.wouldAllow(at: now) }
+    }
+
+    /// Whether any destination fails.
+    var anyRouteFailing: Bool { destinations.contains { routes[$0.index].failing } }
 }

@@ -138,6 +138,9 @@ package struct UploaderStats: Sendable, Equatable {
     /// Events (or stored requests) dropped, by reason (`.rejected(status: 400)`,
     /// `.storeSize`, ...).
     package var dropped: [DropReason: Int] = [:]
+    /// Legs of batches resumed after a kill that the last process had done (not sent
+    /// again).
+    package var legsResumedDone = 0
     /// Times the circuit breaker opened.
     package var breakerOpenings = 0
     /// Attempts whose answer refused the configuration (``DeliveryAction/hold``): their

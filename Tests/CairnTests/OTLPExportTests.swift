@@ -121,6 +121,56 @@ import Testing
         return out
     }
 
+    /// Each destination has its own delivery state. The native collector refuses the key
+    /// (401, held) while the OTLP collector takes everything: OTLP gets every event at
+    /// once, the operator is told of the native refusal only, and the held native
+    /// requests wait on disk. Then the reverse, after a restart with the key fixed: the
+    /// OTLP collector answers 503 to everything (its breaker opens) while the native
+    /// collector takes the stored requests and the new events; nothing arrives twice.
+    @Test func oneDestinationFailingDoesNotHoldTheOther() throws {
+        let native = try CollectorProcess(), otlp = try CollectorProcess()
+        defer {
+            native.stop()
+            otlp.stop()
+        }
+        try native.expect(["api_key": "right"])
+        let dir = try TemporaryDirectory("cairn-otlp")
+        func env(_ key: String, _ name: String) -> [String: String] {
+            Self.env(dir.path, ["CAIRN_APP_ID": "orders", "CAIRN_API_KEY": key,
+                                "CAIRN_UPLOAD_URL": native.baseURL + "/v1/batch",
+                                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": otlp.baseURL + "/v1/logs",
+                                "CAIRN_TEST_EVENT_NAME": name, "CAIRN_BATCH_EVENTS": "10"])
+        }
+        let first = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "40"],
+                                 environment: env("wrong", "first"), timeout: 60)
+        #expect(first.status == 0, "\(first.err)")
+        let otlpFirst = try Self.logRecords(otlp).filter { $0["event_name"] as? String == "first" }
+        #expect(otlpFirst.compactMap(Self.index).sorted() == Array(0..<40), "OTLP took every event while native was refused")
+        let refusals = first.err.split(separator: "\n").filter { $0.contains("refused") }
+        #expect(refusals.count == 1 && refusals[0].contains("/v1/batch") && refusals[0].contains("API key"), "\(first.err)")
+        #expect(!first.err.contains("/v1/logs"), "nothing said of the OTLP destination: \(first.err)")
+        #expect(try native.rawRequests().allSatisfy { ($0["response"] as? [String: Any])?["status"] as? Int == 401 })
+        #expect(try LifecycleTests.received(native).isEmpty)
+
+        // The reverse: the key fixed, the OTLP collector failing.
+        try native.expect([:])
+        try otlp.setDefault(["status": 503])
+        let before = try otlp.rawRequests().count
+        let second = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "40"],
+                                  environment: env("right", "second").merging(["CAIRN_TEST_PAUSE_MS": "1500"]) { $1 },
+                                  timeout: 90)
+        #expect(second.status == 0, "\(second.err)")
+        let arrived = try LifecycleTests.received(native)
+        for name in ["first", "second"] {
+            let got = arrived.filter { $0["name"] as? String == name }
+                .compactMap { ($0["properties"] as? [String: Any])?["i"] as? Int }
+            #expect(got.sorted() == Array(0..<40), "native got \(name)'s events once each: \(got.sorted())")
+        }
+        #expect(try otlp.rawRequests().count > before, "the OTLP collector was tried")
+        #expect(try Self.logRecords(otlp).filter { $0["event_name"] as? String == "second" }.isEmpty)
+        #expect(second.err.contains("/v1/logs") && !second.err.contains("/v1/batch refused"), "\(second.err)")
+    }
+
     /// A trace across two processes: a service gets a request carrying `traceparent`
     /// and `tracestate`, serves it in a server span, calls a second service (a process
     /// of its own) from a client span with the headers `withOutbound` gives, and that

@@ -183,3 +183,91 @@ import Testing
         up.shutdown(timeout: .seconds(2))
     }
 }
+
+/// A batch built into two requests (the native upload and OTLP logs), one done and the
+/// other in flight when the process is "killed" (its files copied as they are): the
+/// next process sends only the one that was not done, the native one under its key. The
+/// transport blocks one destination's request: a real collector cannot be made to
+/// stall one request on cue.
+@Suite(.serialized) struct BatchLegsAcrossAKillTests {
+    final class Recorder: Transport, @unchecked Sendable {
+        let lock = NSLock()
+        var sent: [(destination: UploadDestination, key: String, body: [UInt8])] = []
+        let blocking: UploadDestination?
+        let gate = DispatchSemaphore(value: 0)
+        let reached = DispatchSemaphore(value: 0)
+        init(blocking: UploadDestination?) { self.blocking = blocking }
+        func send(_ request: UploadRequest, attempt: Int, timeout: Duration) -> TransportResult {
+            lock.lock()
+            sent.append((request.destination, request.idempotencyKey, request.body))
+            lock.unlock()
+            if request.destination == blocking {
+                reached.signal()
+                gate.wait()
+            }
+            return .response(TransportResponse(status: 200))
+        }
+    }
+
+    func options() -> UploaderOptions {
+        var opts = UploaderOptions(url: "http://127.0.0.1:9/v1/batch", maxBatchEvents: 10, maxBatchAge: .milliseconds(10))
+        opts.otlp = OTLPConfiguration(
+            logs: .init(url: "http://127.0.0.1:9/v1/logs", headers: [], compression: .none, timeout: .seconds(5),
+                        encoding: .protobuf),
+            traces: nil, serviceName: nil, resourceAttributes: [])
+        opts.breaker = CircuitBreaker(threshold: 1000)
+        return opts
+    }
+
+    func run(blocking: UploadDestination) throws -> (a: Recorder, b: Recorder) {
+        let scratch = try TemporaryDirectory("cairn-legs")
+        let a = scratch.path + "/a", b = scratch.path + "/b"
+        try FileManager.default.createDirectory(atPath: a, withIntermediateDirectories: true)
+        let ring = try Ring(path: a + "/events.ring")
+        let store = try SnapshotStore(directory: a + "/store")
+        for r in OTLPTransportTests.records().prefix(5) { try ring.append(r) }
+        let ta = Recorder(blocking: blocking)
+        let up = Uploader(ring: ring, store: store, transport: ta, options: options())
+        up.start()
+        ta.reached.wait()
+        // The other leg done and kept: then the process is "killed".
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if let bytes = try store.metadata(RingBatchLegs.metadataKey(slot: 0)), let legs = RingBatchLegs(bytes),
+               legs.done != 0 { break }
+            usleep(10_000)
+        }
+        try ring.sync()
+        try store.sync()
+        try FileManager.default.createDirectory(atPath: b, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: a + "/events.ring", toPath: b + "/events.ring")
+        try BatchMarkTests().copyTree(a + "/store", b + "/store")
+        let tb = Recorder(blocking: nil)
+        let up2 = Uploader(ring: try Ring(path: b + "/events.ring"), store: try SnapshotStore(directory: b + "/store"),
+                           transport: tb, options: options())
+        up2.start()
+        #expect(up2.flush(timeout: .seconds(5)))
+        #expect(up2.stats.legsResumedDone == 1)
+        up2.shutdown(timeout: .seconds(2))
+        ta.gate.signal()
+        up.shutdown(timeout: .seconds(2))
+        return (ta, tb)
+    }
+
+    @Test func theNativeLegInFlightIsSentAloneUnderItsKey() throws {
+        let (a, b) = try run(blocking: .native)
+        let aNative = a.sent.filter { $0.destination == .native }
+        #expect(a.sent.count == 2 && aNative.count == 1)
+        #expect(b.sent.count == 1 && b.sent.first?.destination == .native, "\(b.sent.map(\.destination))")
+        #expect(b.sent.first?.key == aNative.first?.key && b.sent.first?.body == aNative.first?.body,
+                "the same request under the same key")
+    }
+
+    @Test func theOTLPLegInFlightIsSentAloneWithTheSameBytes() throws {
+        let (a, b) = try run(blocking: .otlpLogs)
+        let aLogs = a.sent.filter { $0.destination == .otlpLogs }
+        #expect(a.sent.count == 2 && aLogs.count == 1)
+        #expect(b.sent.count == 1 && b.sent.first?.destination == .otlpLogs, "the native request is not sent again")
+        #expect(b.sent.first?.body == aLogs.first?.body, "rebuilt with the same bytes")
+    }
+}
