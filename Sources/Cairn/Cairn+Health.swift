@@ -100,6 +100,8 @@ extension Cairn {
                 p["store_requests_salvaged"] = .int(Int64(damage.salvaged))
             }
         }
+        // What an OTLP collector said of its last partial success, since the last one.
+        if u.otlpMessages > ub.otlpMessages { p["otlp_message"] = .string(u.lastOTLPMessage) }
         if final { p["final"] = true }
         submit(Event(type: .health, name: "sdk_health", properties: p, timeMillis: EventClock.nowMillis(),
                      identity: currentIdentity(nil), sessionID: sessionID, tier: .important))

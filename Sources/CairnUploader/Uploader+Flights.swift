@@ -314,6 +314,13 @@ extension Uploader {
         let json = request.header("Content-Type") == "application/json"
         guard let partial = OTLPPartialSuccess(body: response.body, json: json) else { return }
         if partial.rejected > 0 { count(drop: .otlpPartial, Int(clamping: partial.rejected)) }
+        if !partial.message.isEmpty {
+            let message = String(decoding: partial.message.utf8.prefix(200), as: UTF8.self)
+            state.withLock {
+                $0.stats.otlpMessages += 1
+                $0.stats.lastOTLPMessage = message
+            }
+        }
         if !partial.message.isEmpty, partialMessages.insert(partial.message).inserted, partialMessages.count <= 16 {
             options.notice?("[cairn] the OTLP collector at \(DeliveryStatus.display(request.url)) took a request "
                 + "in part: \(partial.rejected) rejected: \(partial.message)")

@@ -138,6 +138,10 @@ package struct UploaderStats: Sendable, Equatable {
     /// Events (or stored requests) dropped, by reason (`.rejected(status: 400)`,
     /// `.storeSize`, ...).
     package var dropped: [DropReason: Int] = [:]
+    /// Partial successes with a message from an OTLP collector, and the latest message
+    /// (its first 200 bytes).
+    package var otlpMessages = 0
+    package var lastOTLPMessage = ""
     /// Legs of batches resumed after a kill that the last process had done (not sent
     /// again).
     package var legsResumedDone = 0

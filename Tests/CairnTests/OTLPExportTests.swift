@@ -347,6 +347,12 @@ import Testing
         }
         #expect(!rejected.isEmpty && dropped("otlp_rejected") == rejected.count, "\(third.out)")
         #expect(dropped("otlp_partial") == 3, "\(third.out)")
+        // The collector's message in the next sdk_health.
+        let health = arrived.filter { $0["event_name"] as? String == "sdk_health" }.map {
+            ($0["attributes"] as? [[String: Any]] ?? []).first { $0["key"] as? String == "otlp_message" }
+                .flatMap { ($0["value"] as? [String: Any])?["string_value"] as? String }
+        }
+        #expect(health.contains("3 too old"), "\(health)")
     }
 
     /// A collector that answers 503, then 429 with a Retry-After in seconds, then 502,
