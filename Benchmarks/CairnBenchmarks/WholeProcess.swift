@@ -380,20 +380,27 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
            "KiB", goal: "<= 2048", budget: budgetKB)
 }
 
+/// The host at `rate` for `seconds` against a sink that answers each request after
+/// 50 ms (its environment from the sink's port), with the baseline host beside it; and
+/// the records the sink received.
+func delayedSinkRun(rate: Int, seconds: Int, environment: (Int) -> [String: String])
+    -> (run: HostRun, baseline: HostRun, delivered: Int) {
+    let sink = Sink(delayMilliseconds: 50)
+    defer { sink.stop() }
+    guard let host = HostProcess("cairn-bench-host", ["rate", String(rate), String(seconds)],
+                                 env: environment(sink.port)),
+          let baseline = HostProcess("cairn-bench-baseline", ["rate", String(rate), String(seconds)], env: [:])
+    else { return (HostRun(), HostRun(), 0) }
+    let run = host.wait()
+    return (run, baseline.wait(), sink.received.load(ordering: .relaxed))
+}
+
 /// Throughput through `track()` with default options to a collector that answers each
 /// request after 50 ms: at 10k and 100k events a second, and flat out.
 @MainActor func benchDefaultThroughput() {
     let seconds = quick ? 10 : 30
-    /// The host at `rate` against the delayed sink, with the baseline host beside it.
     func run(rate: Int) -> (run: HostRun, baseline: HostRun, delivered: Int) {
-        let sink = Sink(delayMilliseconds: 50)
-        defer { sink.stop() }
-        guard let host = HostProcess("cairn-bench-host", ["rate", String(rate), String(seconds)],
-                                     env: hostEnvironment(uploadURL: "http://127.0.0.1:\(sink.port)/v1/batch")),
-              let baseline = HostProcess("cairn-bench-baseline", ["rate", String(rate), String(seconds)], env: [:])
-        else { return (HostRun(), HostRun(), 0) }
-        let run = host.wait()
-        return (run, baseline.wait(), sink.received.load(ordering: .relaxed))
+        delayedSinkRun(rate: rate, seconds: seconds) { hostEnvironment(uploadURL: "http://127.0.0.1:\($0)/v1/batch") }
     }
     let at10k = run(rate: 10_000)
     record("drops_at_10k_50ms", "events dropped at 10k/s, 50 ms collector, \(seconds) s", at10k.run.outcome("dropped"),
@@ -432,14 +439,7 @@ func spawnAndReap(_ path: String, _ arguments: [String], environment: [String]? 
 /// out, and the memory at 100k events a second against the native destination's budget.
 @MainActor func benchOTLPThroughput(seconds: Int) {
     func run(rate: Int) -> (run: HostRun, baseline: HostRun, delivered: Int) {
-        let sink = Sink(delayMilliseconds: 50)
-        defer { sink.stop() }
-        guard let host = HostProcess("cairn-bench-host", ["rate", String(rate), String(seconds)],
-                                     env: otlpHostEnvironment(endpoint: "http://127.0.0.1:\(sink.port)")),
-              let baseline = HostProcess("cairn-bench-baseline", ["rate", String(rate), String(seconds)], env: [:])
-        else { return (HostRun(), HostRun(), 0) }
-        let run = host.wait()
-        return (run, baseline.wait(), sink.received.load(ordering: .relaxed))
+        delayedSinkRun(rate: rate, seconds: seconds) { otlpHostEnvironment(endpoint: "http://127.0.0.1:\($0)") }
     }
     let flat = run(rate: 0)
     let elapsed = flat.run.outcome("elapsed_ms") / 1000
