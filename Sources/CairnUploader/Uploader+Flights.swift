@@ -51,7 +51,7 @@ extension Uploader {
                 // or its breaker open: store now rather than wait (unless the store
                 // refused it a moment ago).
                 if options.storeOnly || routes[r].paused(at: now) || leg.attempts >= options.attempts
-                    || !routes[r].breaker.allows(at: now) {
+                    || !routes[r].breaker.wouldAllow(at: now) {
                     if let t = leg.storeDue, t > now {
                         next = min(next ?? t, t)
                     } else {
@@ -64,7 +64,8 @@ extension Uploader {
                     continue
                 }
                 guard canSendAnother else { break flights }
-                guard canSend(to: leg.request.destination) else { continue }
+                // The breaker moved to half-open only by the attempt it lets through.
+                guard canSend(to: leg.request.destination), routes[r].breaker.allows(at: now) else { continue }
                 leg.sending = true
                 dispatch(token: leg.token, leg.request, attempt: leg.attempts)
                 leg.attempts += 1
