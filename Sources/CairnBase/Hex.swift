@@ -35,7 +35,7 @@ package enum Hex {
 
     /// The value of one hex digit, in either case (`0-9`, `a-f`, `A-F`); nil for any
     /// other byte.
-    @inlinable package static func value(_ byte: UInt8) -> UInt8? {
+    @inlinable @inline(__always) package static func value(_ byte: UInt8) -> UInt8? {
         switch byte {
         case 0x30...0x39: return byte - 0x30
         case 0x61...0x66: return byte - 0x61 + 10
