@@ -154,10 +154,19 @@ struct JSONScan {
         var plain = true
         while i < bytes.count {
             // Eight bytes at a time while none is a quote, a backslash or a control
-            // character (most of a string).
+            // character (most of a string); then straight to the first that is (the
+            // lowest flag is exact: a borrow only runs upward from a byte that matched).
             while i + 8 <= bytes.count {
                 let v = bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-                if Self.mayEndString(v) { break }
+                let flags = Self.stringEnds(v)
+                if flags != 0 {
+                    let k = UInt64(littleEndian: flags).trailingZeroBitCount >> 3
+                    if k > 0 {
+                        seen |= UInt64(littleEndian: v) & (UInt64.max >> UInt64(64 - 8 * k))
+                        i += k
+                    }
+                    break
+                }
                 seen |= v
                 i += 8
             }
@@ -189,15 +198,16 @@ struct JSONScan {
         return nil
     }
 
-    /// Whether one of the eight bytes of `v` is `"`, `\\` or below 0x20 (SWAR tests).
+    /// The high bit of each of the eight bytes of `v` (as loaded) that may be `"`, `\\`
+    /// or below 0x20 (SWAR tests): zero when none is; the lowest byte flagged is one.
     @inline(__always)
-    static func mayEndString(_ v: UInt64) -> Bool {
+    static func stringEnds(_ v: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
         let quote = v ^ 0x2222_2222_2222_2222, backslash = v ^ 0x5C5C_5C5C_5C5C_5C5C
-        // One test, no branch between: a byte below 0x20, or that is 0x22 or 0x5C.
+        // No branch between: a byte below 0x20, or that is 0x22 or 0x5C.
         return ((quote &- ones) & ~quote | (backslash &- ones) & ~backslash | (v &- 0x2020_2020_2020_2020) & ~v)
-            & highs != 0
+            & highs
     }
 
     /// The number at the cursor, as written, and whether it is an integer (no fraction or
