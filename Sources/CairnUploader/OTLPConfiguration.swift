@@ -66,6 +66,16 @@ package struct OTLPConfiguration: Sendable, Equatable {
         self.resourceAttributes = resourceAttributes
     }
 
+    /// The signal `destination` names; nil for the native upload, or a signal not
+    /// configured.
+    package func signal(for destination: UploadDestination) -> Signal? {
+        switch destination {
+        case .native: nil
+        case .otlpLogs: logs
+        case .otlpTraces: traces
+        }
+    }
+
     /// The default timeout of a request, 10 s (the specification's).
     package static let defaultTimeout: Duration = .seconds(10)
 

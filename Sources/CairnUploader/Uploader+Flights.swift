@@ -181,9 +181,7 @@ extension Uploader {
             if options.debugLogging { writeStandardError((log.description + "\n")) }
         }
         // An OTLP signal's own timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`), else the options'.
-        var timeout = request.destination.isOTLP
-            ? (request.destination == .otlpLogs ? options.otlp?.logs : options.otlp?.traces)?.timeout ?? options.requestTimeout
-            : options.requestTimeout
+        var timeout = options.otlp?.signal(for: request.destination)?.timeout ?? options.requestTimeout
         if let deadline = state.withLock({ $0.flushDeadline }) {
             timeout = max(.milliseconds(100), min(timeout, deadline - clock.now))
         }
@@ -275,7 +273,6 @@ extension Uploader {
         case .delivered, .drop:
             routes[r].holds = 0
             routes[r].breaker.succeeded()
-            routes[r].failing = false
         case .hold:
             // Nothing is sent to it (its stored requests wait) until one probe after the wait.
             routes[r].holds += 1
@@ -283,7 +280,6 @@ extension Uploader {
             routes[r].heldUntil = SnapshotStore.nowMillis() + milliseconds(wait)
             let before = routes[r].breaker.openings
             routes[r].breaker.hold(until: now + wait)
-            routes[r].failing = true
             let opened = routes[r].breaker.openings > before
             state.withLock {
                 $0.stats.failedAttempts += 1
@@ -293,7 +289,6 @@ extension Uploader {
         case .retry, .pauseAndRetry:
             let before = routes[r].breaker.openings
             routes[r].breaker.failed(at: now)
-            routes[r].failing = true
             let opened = routes[r].breaker.openings > before
             state.withLock {
                 $0.stats.failedAttempts += 1

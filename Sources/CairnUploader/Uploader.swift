@@ -82,6 +82,8 @@ package final class Uploader: @unchecked Sendable {
     /// one destination failing, paused or refusing the credentials never slows another's
     /// requests (docs/ARCHITECTURE.md, "Export destinations").
     var routes: [Route]
+    /// The destinations this uploader sends to (``destinations(_:)``).
+    let destinations: [UploadDestination]
     var encoder: FrameEncoder?
     /// The OTLP encoders, one per encoding the signals use (worker-only).
     var otlpEncoders: [OTLPEncoder] = []
@@ -142,6 +144,7 @@ package final class Uploader: @unchecked Sendable {
         self.transport = transport
         self.options = options
         self.routes = UploadDestination.allCases.map { _ in Route(breaker: options.breaker) }
+        self.destinations = Self.destinations(options)
         self.maxInFlight = min(max(1, options.maxInFlight), RingBatchMark.slots)
         self.lastSync = ContinuousClock().now
         contexts = RingContexts(sdkVersion: options.sdkVersion, current: options.currentContext)
@@ -352,8 +355,7 @@ package final class Uploader: @unchecked Sendable {
         if request.destination.isOTLP {
             // To the signal's current URL with its current headers (new credentials);
             // body and encoding as built. A signal no longer configured: as built.
-            let signal = request.destination == .otlpLogs ? options.otlp?.logs : options.otlp?.traces
-            guard let signal else { return request }
+            guard let signal = options.otlp?.signal(for: request.destination) else { return request }
             var r = request
             r.url = signal.url
             let own = ["content-type", "content-encoding", "user-agent"]
@@ -528,9 +530,10 @@ struct Route {
     var heldUntil: UInt64 = 0
     /// Until when the collector asked for no requests (429, 503 with `Retry-After`).
     var pausedUntil: ContinuousClock.Instant?
-    /// Its last attempt failed: its stored requests are safe where they are, a flush
-    /// need not wait for their replay, and one attempt at a time goes to it.
-    var failing = false
+    /// Its last attempt failed (its breaker counts failures: a delivery or a drop
+    /// resets them): its stored requests are safe where they are, a flush need not wait
+    /// for their replay, and one attempt at a time goes to it.
+    var failing: Bool { breaker.failures > 0 }
     /// What the operator was last told about its delivery.
     var status = DeliveryStatus()
 
@@ -554,8 +557,8 @@ struct Route {
 }
 
 extension Uploader {
-    /// The destinations this uploader sends to.
-    var destinations: [UploadDestination] {
+    /// The destinations `options` sends to.
+    static func destinations(_ options: UploaderOptions) -> [UploadDestination] {
         guard !options.storeOnly else { return [] }
         var out: [UploadDestination] = options.native ? [.native] : []
         if options.otlp?.logs != nil { out.append(.otlpLogs) }
