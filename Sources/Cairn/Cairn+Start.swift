@@ -178,8 +178,6 @@ extension Cairn {
             uploadOptions.otlpResource = OTLPEncoder.Settings(
                 encoding: .protobuf, serviceName: otlp.serviceName,
                 resourceAttributes: otlp.resourceAttributes.map { ($0.key, $0.value) },
-                hostID: (try? SmallFile.read("/etc/machine-id", limit: 256).get())
-                    .map { String(decoding: $0, as: UTF8.self).trimmingWhiteSpace }.flatMap { $0.isEmpty ? nil : $0 },
                 runtimeVersion: swiftCompilerVersion, maxRequestBytes: options.otlp?.maxRequestBytes ?? 4 << 20)
         }
         uploadOptions.followDestination = options.storedRequestsFollowDestination

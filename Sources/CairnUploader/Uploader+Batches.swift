@@ -307,28 +307,18 @@ extension Uploader {
         if otlpZstd == nil, [otlp.logs, otlp.traces].contains(where: { $0?.compression == .zstd }) {
             otlpZstd = ZstdContext()
         }
-        let built = Self.otlpRequests(otlp, settings: options.otlpResource, sdkVersion: options.sdkVersion,
-                                      zstd: otlpZstd,
-                                      encoder: { encoding in
-                                          if let kept = otlpEncoders.first(where: { $0.settings.encoding == encoding }) {
-                                              return kept
-                                          }
-                                          var settings = options.otlpResource
-                                          settings.encoding = encoding
-                                          let made = OTLPEncoder(settings: settings)
-                                          otlpEncoders.append(made)
-                                          return made
-                                      },
-                                      records: { framing.forEachRecord($0) })
+        let built = Self.otlpRequests(otlp, settings: otlpSettings, sdkVersion: options.sdkVersion, zstd: otlpZstd,
+                                      encoders: &otlpEncoders, records: { framing.forEachRecord($0) })
         if built.refused > 0 { count(drop: .unframeable, built.refused) }
         return built.requests
     }
 
     /// The OTLP requests of the records `records` hands over (a bare record with its
-    /// completion, or a whole one), encoded by the encoders `encoder` gives, one per
-    /// encoding the signals use; and how many records were not events.
+    /// completion, or a whole one), encoded once per encoding the signals use, by the
+    /// one of `encoders` for it (made with `settings` and kept there when missing); and
+    /// how many records were not events.
     static func otlpRequests(_ otlp: OTLPConfiguration, settings: OTLPEncoder.Settings, sdkVersion: String,
-                             zstd: ZstdContext? = nil, encoder: (OTLPEncoder.Encoding) -> OTLPEncoder,
+                             zstd: ZstdContext? = nil, encoders: inout [OTLPEncoder],
                              records: ((UnsafeRawBufferPointer, UnsafeRawBufferPointer?) -> Void) -> Void)
         -> (requests: [UploadRequest], refused: Int)
     {
@@ -340,7 +330,12 @@ extension Uploader {
         }
         var refusedFirst = 0
         for (k, encoding) in encodings.enumerated() {
-            let encoder = encoder(encoding)
+            let encoder = encoders.first { $0.settings.encoding == encoding } ?? {
+                var s = settings
+                s.encoding = encoding
+                encoders.append(OTLPEncoder(settings: s))
+                return encoders[encoders.count - 1]
+            }()
             var refused = 0
             records { record, completion in
                 if !encoder.add(record, completion: completion, observedNanos: observed) { refused += 1 }

@@ -294,14 +294,9 @@ package final class Uploader: @unchecked Sendable {
             requests.append(makeRequest(body: body, reportingDrops: false).request)
         }
         if let otlp = options.otlp {
-            let settings = options.otlpResource
-            let built = Self.otlpRequests(otlp, settings: settings, sdkVersion: options.sdkVersion,
-                                          encoder: { encoding in
-                                              var s = settings
-                                              s.encoding = encoding
-                                              return OTLPEncoder(settings: s)
-                                          },
-                                          records: { add in
+            var encoders: [OTLPEncoder] = []  // this call's own: any thread may call it
+            let built = Self.otlpRequests(otlp, settings: otlpSettings, sdkVersion: options.sdkVersion,
+                                          encoders: &encoders, records: { add in
                                               for r in records { r.withUnsafeBytes { add($0, nil) } }
                                           })
             if built.refused > 0 { count(drop: .unframeable, built.refused) }
@@ -556,7 +551,20 @@ struct Route {
     }
 }
 
+/// The host's id (`/etc/machine-id`, OTLP's `host.id`), read once, when the first OTLP
+/// request is built: never on the thread that starts Cairn.
+let hostMachineID: String? = (try? SmallFile.read("/etc/machine-id", limit: 256).get())
+    .map { String(decoding: $0, as: UTF8.self).trimmingWhiteSpace }.flatMap { $0.isEmpty ? nil : $0 }
+
 extension Uploader {
+    /// What the OTLP encoders add to the records: ``UploaderOptions/otlpResource``, with
+    /// the host's id when the options give none.
+    var otlpSettings: OTLPEncoder.Settings {
+        var s = options.otlpResource
+        if s.hostID == nil { s.hostID = hostMachineID }
+        return s
+    }
+
     /// The destinations `options` sends to.
     static func destinations(_ options: UploaderOptions) -> [UploadDestination] {
         guard !options.storeOnly else { return [] }

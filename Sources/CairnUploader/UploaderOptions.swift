@@ -84,7 +84,8 @@ package struct UploaderOptions: Sendable {
     /// OTLP logs and traces requests, each a leg of its own, with OTLP's answers' rules.
     package var otlp: OTLPConfiguration?
     /// What the OTLP encoder adds to the records (service name, resource attributes,
-    /// host id, runtime); its encoding is the signal's.
+    /// runtime; the host's id, read by the uploader when nil); its encoding is the
+    /// signal's.
     package var otlpResource = OTLPEncoder.Settings(encoding: .protobuf)
     /// Whether batches go to ``url`` too (the native upload); false when only an OTLP
     /// destination is configured.
