@@ -751,22 +751,19 @@ struct OTLPBatch<Out: OTLPOutput> {
         return out.bytes.count
     }
 
-    /// The message as a whole document: JSON needs its outer braces.
     /// A protobuf request written straight into its body, allocated once at its size:
     /// the messages around the records are small, and their lengths follow from the
     /// records' (the same bytes as the general path writes: fields in number order,
     /// each length a canonical varint).
     private mutating func protobufRequest(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
                                           resources: [Resource]) -> OTLPEncoder.Request {
-        func varintSize(_ v: Int) -> Int {
-            var v = UInt64(v), n = 1
-            while v >= 0x80 { v >>= 7; n += 1 }
-            return n
-        }
+        func tagged(_ length: Int) -> Int { 1 + ProtobufOutput.varintSize(UInt64(length)) + length }
         // `resource` (field 1 of ResourceLogs/ResourceSpans) and `scope` (field 1 of
-        // ScopeLogs/ScopeSpans), as the general path writes them.
-        var head = Out()
-        defer { head.free() }
+        // ScopeLogs/ScopeSpans), as the general path writes them, in the assembly buffer.
+        var head = assembly
+        assembly = Out()  // (the one storage is not shared while it is written)
+        head.reset()
+        defer { assembly = head }
         var parts: [(resourceEnd: Int, scopeEnd: Int, records: UnsafeRawBufferPointer, scopeLogs: Int, resourceLogs: Int)] = []
         var total = 0
         var records = 0
@@ -784,38 +781,24 @@ struct OTLPBatch<Out: OTLPOutput> {
                 UnsafeRawBufferPointer(rebasing: $0[start..<ends[piece.to - 1]])
             }
             let scopeLogs = (head.bytes.count - resourceEnd) + slice.count
-            let resourceLogs = (resourceEnd - (parts.last?.scopeEnd ?? 0)) + 1 + varintSize(scopeLogs) + scopeLogs
-            total += 1 + varintSize(resourceLogs) + resourceLogs
+            let resourceLogs = (resourceEnd - (parts.last?.scopeEnd ?? 0)) + tagged(scopeLogs)
+            total += tagged(resourceLogs)
             parts.append((resourceEnd, head.bytes.count, slice, scopeLogs, resourceLogs))
             records += piece.to - piece.from
         }
         let body = head.bytes.withUnsafeBytes { h in
             [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
-                guard let to = buffer.baseAddress else { return }
+                guard let to = UnsafeMutableRawPointer(buffer.baseAddress) else { return }
                 var at = 0
                 func put(_ bytes: UnsafeRawBufferPointer) {
-                    if let from = bytes.baseAddress, !bytes.isEmpty {
-                        UnsafeMutableRawPointer(to + at).copyMemory(from: from, byteCount: bytes.count)
-                    }
+                    if let from = bytes.baseAddress, !bytes.isEmpty { (to + at).copyMemory(from: from, byteCount: bytes.count) }
                     at += bytes.count
-                }
-                func put(field: UInt8, length: Int) {
-                    to[at] = field << 3 | 2
-                    at += 1
-                    var v = UInt64(length)
-                    while v >= 0x80 {
-                        to[at] = UInt8(truncatingIfNeeded: v) | 0x80
-                        at += 1
-                        v >>= 7
-                    }
-                    to[at] = UInt8(v)
-                    at += 1
                 }
                 var headAt = 0
                 for part in parts {
-                    put(field: 1, length: part.resourceLogs)
+                    at += ProtobufOutput.header(1, UInt64(part.resourceLogs), at: to + at)
                     put(UnsafeRawBufferPointer(rebasing: h[headAt..<part.resourceEnd]))
-                    put(field: 2, length: part.scopeLogs)
+                    at += ProtobufOutput.header(2, UInt64(part.scopeLogs), at: to + at)
                     put(UnsafeRawBufferPointer(rebasing: h[part.resourceEnd..<part.scopeEnd]))
                     put(part.records)
                     headAt = part.scopeEnd

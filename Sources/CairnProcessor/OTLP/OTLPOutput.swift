@@ -140,7 +140,13 @@ struct ProtobufOutput: OTLPOutput {
     /// A tag (when `field` is given, with wire type 2) and a varint, written at once.
     @inline(__always)
     private mutating func header(_ field: UInt32?, _ value: UInt64) {
-        let p = bytes.spare(20)
+        bytes.advance(Self.header(field, value, at: bytes.spare(20)))
+    }
+
+    /// Writes a tag (when `field` is given, with wire type 2) and a varint at `p` (room
+    /// for 20 bytes); returns how many bytes it wrote.
+    @inline(__always)
+    static func header(_ field: UInt32?, _ value: UInt64, at p: UnsafeMutableRawPointer) -> Int {
         var n = 0
         @inline(__always) func put(_ v: UInt64) {
             var v = v
@@ -154,7 +160,7 @@ struct ProtobufOutput: OTLPOutput {
         }
         if let field { put(UInt64(field << 3 | 2)) }
         put(value)
-        bytes.advance(n)
+        return n
     }
 
     private mutating func openLength(_ field: UInt32) -> Int {
