@@ -366,19 +366,18 @@ extension Cairn {
             if let url = o.uploadURL, let why = HTTPTransport.problem(withURL: url) {
                 throw bad("uploadURL", "\(url.debugDescription) cannot be used: \(why) (CAIRN_UPLOAD_URL)")
             }
-            // A proxy variable that applies to the upload URL and cannot be used would hold
-            // every request: said now, naming the variable. Others are ignored.
-            if let url = o.uploadURL, transport == nil,
-               case .failure(let why) = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
-                   .proxy(for: url) {
-                throw bad("uploadURL", "\(url.debugDescription) cannot be reached: \(why.message)")
-            }
             if let otlp, let (option, reason) = otlp.problem() { throw bad(option, reason) }
-            // The same for the OTLP endpoints.
-            for url in [otlp?.logs?.url, otlp?.traces?.url].compactMap({ $0?.trimmingWhiteSpace }) where transport == nil {
-                if case .failure(let why) = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
-                    .proxy(for: url) {
-                    throw bad("otlp", "\(url.debugDescription) cannot be reached: \(why.message)")
+            // A proxy variable that applies to the upload URL or an OTLP endpoint and cannot
+            // be used would hold every request: said now, naming the variable. Others are
+            // ignored.
+            if transport == nil {
+                let proxies = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
+                let urls = [("uploadURL", o.uploadURL), ("otlp", otlp?.logs?.url.trimmingWhiteSpace),
+                            ("otlp", otlp?.traces?.url.trimmingWhiteSpace)]
+                for case let (option, url?) in urls {
+                    if case .failure(let why) = proxies.proxy(for: url) {
+                        throw bad(option, "\(url.debugDescription) cannot be reached: \(why.message)")
+                    }
                 }
             }
             if let key = o.apiKey, !key.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) {

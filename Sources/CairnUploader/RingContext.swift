@@ -125,17 +125,7 @@ final class RingContexts {
         func records() -> [[UInt8]] {
             var out: [[UInt8]] = []
             out.reserveCapacity(events)
-            var current: [UInt8] = []
-            for piece in pieces {
-                switch piece.source {
-                case .ring(let bytes): current.append(contentsOf: bytes)
-                case .pool(let offset, let count): current.append(contentsOf: pool[offset..<offset + count])
-                }
-                if piece.ends {
-                    out.append(current)
-                    current = []
-                }
-            }
+            forEachRecord { record, completion in out.append(Array(record) + (completion.map { Array($0) } ?? [])) }
             return out
         }
     }
