@@ -686,8 +686,8 @@ final class Sink: @unchecked Sendable {
                 have += n
             }
             // An OTLP export (uncompressed protobuf): its log records or spans.
-            let otlp = head.hasPrefix("post ") && (head.split(separator: " ").dropFirst().first?.hasSuffix("/v1/logs") == true
-                || head.split(separator: " ").dropFirst().first?.hasSuffix("/v1/traces") == true)
+            let target = head.split(separator: " ").dropFirst().first ?? ""
+            let otlp = head.hasPrefix("post ") && (target.hasSuffix("/v1/logs") || target.hasSuffix("/v1/traces"))
             let events = otlp ? Self.otlpRecords(buffer[headerEnd..<need])
                 : (try? FrameDecoder.info(of: Array(buffer[headerEnd..<need])).recordCount).map(Int.init) ?? 0
             received.wrappingAdd(events, ordering: .relaxed)
