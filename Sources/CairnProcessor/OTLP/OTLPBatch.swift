@@ -625,7 +625,8 @@ struct OTLPBatch<Out: OTLPOutput> {
 
     // MARK: Finishing
 
-    mutating func finish() -> (logs: [OTLPEncoder.Request], traces: [OTLPEncoder.Request]) {
+    mutating func finish<Body>(making make: (OTLPEncoder.BodyPieces) -> Body)
+        -> (logs: [(body: Body, records: Int)], traces: [(body: Body, records: Int)]) {
         defer {
             // The groups' buffers kept for the next batch (a few: a batch rarely has more
             // than one group, the service's current run).
@@ -644,19 +645,20 @@ struct OTLPBatch<Out: OTLPOutput> {
         }
         var resources: [Resource] = []
         for group in groups { resources.append(resource(of: group)) }
-        return (requests(logs: true, resources: resources), requests(logs: false, resources: resources))
+        return (requests(logs: true, resources: resources, make), requests(logs: false, resources: resources, make))
     }
 
     /// The requests of one signal: the groups' records, cut where a request would pass
     /// the size limit.
-    private mutating func requests(logs: Bool, resources: [Resource]) -> [OTLPEncoder.Request] {
-        var result: [OTLPEncoder.Request] = []
+    private mutating func requests<Body>(logs: Bool, resources: [Resource],
+                                         _ make: (OTLPEncoder.BodyPieces) -> Body) -> [(body: Body, records: Int)] {
+        var result: [(body: Body, records: Int)] = []
         // The pieces of the request being formed: group, and its records from..<to.
         var pieces: [(group: Int, from: Int, to: Int)] = []
         var size = 0
         func flush() {
             guard !pieces.isEmpty else { return }
-            result.append(request(logs: logs, pieces: pieces, resources: resources))
+            result.append(request(logs: logs, pieces: pieces, resources: resources, make))
             pieces.removeAll()
             size = 0
         }
@@ -687,9 +689,12 @@ struct OTLPBatch<Out: OTLPOutput> {
         return result
     }
 
-    private mutating func request(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
-                                  resources: [Resource]) -> OTLPEncoder.Request {
-        if Out.self == ProtobufOutput.self { return protobufRequest(logs: logs, pieces: pieces, resources: resources) }
+    private mutating func request<Body>(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+                                        resources: [Resource], _ make: (OTLPEncoder.BodyPieces) -> Body)
+        -> (body: Body, records: Int) {
+        if Out.self == ProtobufOutput.self {
+            return protobufRequest(logs: logs, pieces: pieces, resources: resources, make)
+        }
         var out = assembly
         assembly = Out()  // (the one storage is not shared while it is written)
         out.reset()
@@ -720,7 +725,16 @@ struct OTLPBatch<Out: OTLPOutput> {
             out.close(e)
         }
         out.closeList()
-        return OTLPEncoder.Request(body: Self.body(out.bytes), records: records)
+        // The message, in braces for JSON.
+        let braces: [UInt8] = [0x7B, 0x7D]
+        let json = Out.self == OTLPJSONOutput.self
+        let body = braces.withUnsafeBytes { b in
+            out.bytes.withUnsafeBytes {
+                make(OTLPEncoder.BodyPieces(json ? [UnsafeRawBufferPointer(rebasing: b[0..<1]), $0,
+                                                    UnsafeRawBufferPointer(rebasing: b[1..<2])] : [$0]))
+            }
+        }
+        return (body, records)
     }
 
     static func writeResource(_ attributes: [(String, ResourceValue)], into out: inout Out) {
@@ -751,12 +765,14 @@ struct OTLPBatch<Out: OTLPOutput> {
         return out.bytes.count
     }
 
-    /// A protobuf request written straight into its body, allocated once at its size:
-    /// the messages around the records are small, and their lengths follow from the
-    /// records' (the same bytes as the general path writes: fields in number order,
-    /// each length a canonical varint).
-    private mutating func protobufRequest(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
-                                          resources: [Resource]) -> OTLPEncoder.Request {
+    /// A protobuf request handed to `make` as pieces of the buffers it lies in: the
+    /// messages around the records are small, written in the assembly buffer, and their
+    /// lengths follow from the records' (the same bytes as the general path writes:
+    /// fields in number order, each length a canonical varint); the records are not
+    /// copied.
+    private mutating func protobufRequest<Body>(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+                                                resources: [Resource], _ make: (OTLPEncoder.BodyPieces) -> Body)
+        -> (body: Body, records: Int) {
         func tagged(_ length: Int) -> Int { 1 + ProtobufOutput.varintSize(UInt64(length)) + length }
         // `resource` (field 1 of ResourceLogs/ResourceSpans) and `scope` (field 1 of
         // ScopeLogs/ScopeSpans), as the general path writes them, in the assembly buffer.
@@ -765,7 +781,6 @@ struct OTLPBatch<Out: OTLPOutput> {
         head.reset()
         defer { assembly = head }
         var parts: [(resourceEnd: Int, scopeEnd: Int, records: UnsafeRawBufferPointer, scopeLogs: Int, resourceLogs: Int)] = []
-        var total = 0
         var records = 0
         for piece in pieces {
             let group = groups[piece.group]
@@ -782,48 +797,40 @@ struct OTLPBatch<Out: OTLPOutput> {
             }
             let scopeLogs = (head.bytes.count - resourceEnd) + slice.count
             let resourceLogs = (resourceEnd - (parts.last?.scopeEnd ?? 0)) + tagged(scopeLogs)
-            total += tagged(resourceLogs)
             parts.append((resourceEnd, head.bytes.count, slice, scopeLogs, resourceLogs))
             records += piece.to - piece.from
         }
-        let body = head.bytes.withUnsafeBytes { h in
-            [UInt8](unsafeUninitializedCapacity: total) { buffer, initialized in
-                guard let to = UnsafeMutableRawPointer(buffer.baseAddress) else { return }
-                var at = 0
-                func put(_ bytes: UnsafeRawBufferPointer) {
-                    if let from = bytes.baseAddress, !bytes.isEmpty { (to + at).copyMemory(from: from, byteCount: bytes.count) }
-                    at += bytes.count
-                }
-                var headAt = 0
-                for part in parts {
-                    at += ProtobufOutput.header(1, UInt64(part.resourceLogs), at: to + at)
-                    put(UnsafeRawBufferPointer(rebasing: h[headAt..<part.resourceEnd]))
-                    at += ProtobufOutput.header(2, UInt64(part.scopeLogs), at: to + at)
-                    put(UnsafeRawBufferPointer(rebasing: h[part.resourceEnd..<part.scopeEnd]))
-                    put(part.records)
+        // Each part's two tags and lengths (at most 11 bytes each), then the pieces.
+        var tags = [UInt8](repeating: 0, count: parts.count * 22)
+        var tagEnds: [(Int, Int)] = []
+        tags.withUnsafeMutableBytes { t in
+            guard let base = t.baseAddress else { return }
+            var at = 0
+            for part in parts {
+                at += ProtobufOutput.header(1, UInt64(part.resourceLogs), at: base + at)
+                let first = at
+                at += ProtobufOutput.header(2, UInt64(part.scopeLogs), at: base + at)
+                tagEnds.append((first, at))
+            }
+        }
+        let body = tags.withUnsafeBytes { t in
+            head.bytes.withUnsafeBytes { h in
+                var list: [UnsafeRawBufferPointer] = []
+                list.reserveCapacity(parts.count * 5)
+                var headAt = 0, tagAt = 0
+                for (part, (first, second)) in zip(parts, tagEnds) {
+                    list.append(UnsafeRawBufferPointer(rebasing: t[tagAt..<first]))
+                    list.append(UnsafeRawBufferPointer(rebasing: h[headAt..<part.resourceEnd]))
+                    list.append(UnsafeRawBufferPointer(rebasing: t[first..<second]))
+                    list.append(UnsafeRawBufferPointer(rebasing: h[part.resourceEnd..<part.scopeEnd]))
+                    list.append(part.records)
                     headAt = part.scopeEnd
+                    tagAt = second
                 }
-                initialized = at
+                return make(OTLPEncoder.BodyPieces(list))
             }
         }
-        return OTLPEncoder.Request(body: body, records: records)
-    }
-
-    /// A request's body from its message's bytes, allocated once at its size (in
-    /// braces for JSON).
-    static func body(_ bytes: OutputBytes) -> [UInt8] {
-        let json = Out.self == OTLPJSONOutput.self
-        return bytes.withUnsafeBytes { b in
-            [UInt8](unsafeUninitializedCapacity: b.count + (json ? 2 : 0)) { buffer, initialized in
-                guard let to = buffer.baseAddress else { return }
-                var at = 0
-                if json { to[0] = 0x7B; at = 1 }
-                if let from = b.baseAddress { UnsafeMutableRawPointer(to + at).copyMemory(from: from, byteCount: b.count) }
-                at += b.count
-                if json { to[at] = 0x7D; at += 1 }
-                initialized = at
-            }
-        }
+        return (body, records)
     }
 
     // MARK: Resource

@@ -63,6 +63,49 @@ package final class OTLPEncoder {
         package var records: Int
     }
 
+    /// A request's body where the encoder wrote it: consecutive pieces of its buffers
+    /// whose bytes, in order, are the body. Valid only during the call it is passed to
+    /// (the buffers are the next batch's).
+    package struct BodyPieces {
+        /// The pieces, in order (some may be empty).
+        package let pieces: [UnsafeRawBufferPointer]
+        /// The body's length: the pieces' bytes together.
+        package let count: Int
+
+        init(_ pieces: [UnsafeRawBufferPointer]) {
+            self.pieces = pieces
+            count = pieces.reduce(0) { $0 + $1.count }
+        }
+
+        /// The body in one array, allocated once at its size.
+        package func joined() -> [UInt8] {
+            [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+                guard let to = UnsafeMutableRawPointer(buffer.baseAddress) else { return }
+                var at = 0
+                for piece in pieces {
+                    if let from = piece.baseAddress, !piece.isEmpty { (to + at).copyMemory(from: from, byteCount: piece.count) }
+                    at += piece.count
+                }
+                initialized = at
+            }
+        }
+
+        /// Copies the `count` bytes from `offset` into `to` (whose room it does not check).
+        package func copy(from offset: Int, count: Int, to: UnsafeMutableRawPointer) {
+            var skip = offset, at = 0
+            for piece in pieces where at < count {
+                if skip >= piece.count {
+                    skip -= piece.count
+                    continue
+                }
+                let n = min(piece.count - skip, count - at)
+                if let from = piece.baseAddress { (to + at).copyMemory(from: from + skip, byteCount: n) }
+                at += n
+                skip = 0
+            }
+        }
+    }
+
     package let settings: Settings
     private var protobuf: OTLPBatch<ProtobufOutput>?
     private var json: OTLPBatch<OTLPJSONOutput>?
@@ -105,8 +148,17 @@ package final class OTLPEncoder {
     /// record), each at most ``Settings/maxRequestBytes`` unless one record alone is
     /// larger; the encoder is then empty, its buffers kept.
     package func finish() -> (logs: [Request], traces: [Request]) {
-        if protobuf != nil { return protobuf!.finish() }
-        return json!.finish()
+        let (logs, traces) = finish { $0.joined() }
+        return (logs.map { Request(body: $0.body, records: $0.records) },
+                traces.map { Request(body: $0.body, records: $0.records) })
+    }
+
+    /// ``finish()`` with each request's body made by `body` from where the encoder wrote
+    /// it (compressed there, say, with no uncompressed copy of its own).
+    package func finish<Body>(making body: (BodyPieces) -> Body)
+        -> (logs: [(body: Body, records: Int)], traces: [(body: Body, records: Int)]) {
+        if protobuf != nil { return protobuf!.finish(making: body) }
+        return json!.finish(making: body)
     }
 }
 
