@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -557,22 +558,28 @@ struct cairn_http_conn {
     char destination[2 * HOST_CAP + 32];
     char *headers;
     uint8_t *body;
-    uint8_t input[READ_CHUNK];
+    /* The bytes mapped for the connection, itself and its buffers. */
+    size_t mapped;
     char message[MESSAGE_CAP];
+    uint8_t input[READ_CHUNK];
 };
 
 cairn_http_conn_t *cairn_http_conn_new(cairn_http_client_t *client)
 {
-    cairn_http_conn_t *conn = calloc(1, sizeof *conn);
-    if (!conn) return NULL;
+    /* The connection and its response buffers in one private mapping: its pages are
+     * zero and take memory only once touched, and a response of a few hundred bytes
+     * touches a page or two of buffers sized for the largest. */
+    size_t own = (sizeof(cairn_http_conn_t) + 63) & ~(size_t)63;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t mapped = (own + CAIRN_HTTP_MAX_HEADER_BYTES + client->max_body_bytes + page - 1) / page * page;
+    void *memory = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return NULL;
+    cairn_http_conn_t *conn = memory;
+    conn->mapped = mapped;
     conn->client = client;
     conn->fd = -1;
-    conn->headers = malloc(CAIRN_HTTP_MAX_HEADER_BYTES);
-    conn->body = client->max_body_bytes ? malloc(client->max_body_bytes) : NULL;
-    if (!conn->headers || (client->max_body_bytes && !conn->body)) {
-        cairn_http_conn_free(conn);
-        return NULL;
-    }
+    conn->headers = (char *)memory + own;
+    conn->body = client->max_body_bytes ? (uint8_t *)memory + own + CAIRN_HTTP_MAX_HEADER_BYTES : NULL;
     return conn;
 }
 
@@ -590,9 +597,7 @@ void cairn_http_conn_free(cairn_http_conn_t *conn)
 {
     if (!conn) return;
     disconnect(conn);
-    free(conn->headers);
-    free(conn->body);
-    free(conn);
+    munmap(conn, conn->mapped);
 }
 
 const char *cairn_http_conn_error(const cairn_http_conn_t *conn)
@@ -1011,7 +1016,7 @@ static const char *check_request(const cairn_http_request_t *r)
             if (c == '\r' || c == '\n' || c == 0) return "a header value contains CR, LF or NUL";
         }
     }
-    if (r->body_len > 0 && !r->body) return "the body is missing";
+    if (r->body_len > 0 && !r->body && !r->body_piece) return "the body is missing";
     return NULL;
 }
 
@@ -1096,8 +1101,20 @@ static int exchange(cairn_http_conn_t *conn, const head *h, const cairn_http_req
                            conn->client->max_body_bytes, no_body);
     early_answer early = {parser, 0};
     int rc = write_all(conn, h->bytes, h->len, deadline, "the request", &early);
-    if (rc == CAIRN_HTTP_OK && r->body_len > 0 && !early.complete)
+    if (rc == CAIRN_HTTP_OK && r->body_len > 0 && !early.complete && !r->body_piece)
         rc = write_all(conn, r->body, r->body_len, deadline, "the request body", &early);
+    /* A body given piece by piece: each piece written whole before the next is asked. */
+    for (size_t sent = 0; rc == CAIRN_HTTP_OK && r->body_piece && sent < r->body_len && !early.complete;) {
+        const void *piece = NULL;
+        size_t n = r->body_piece(r->body_context, sent, &piece);
+        if (n == 0 || n > r->body_len - sent || !piece) {
+            /* The socket holds part of a request: it cannot carry another. */
+            parser->keep_alive = 0;
+            return failure(conn, CAIRN_HTTP_EINVALID, "the request body could not be read at byte %zu", sent);
+        }
+        rc = write_all(conn, piece, n, deadline, "the request body", &early);
+        sent += n;
+    }
     if (rc != CAIRN_HTTP_OK) return rc;
     if (early.complete) {
         /* Answered before the body was all sent: the socket is out of step. */

@@ -397,6 +397,18 @@ static cairn_http_parse_status_t parse_alone(cairn_http_parser_t *p, const uint8
     return status == CAIRN_HTTP_PARSE_MORE ? cairn_http_parser_finish(p) : status;
 }
 
+/* A body given piece by piece (cairn_http_request_t.body_piece): the pattern from the
+ * offset asked, in pieces of a size that varies with it. */
+static size_t piece_size;
+static size_t body_piece(void *context, size_t offset, const void **piece)
+{
+    size_t len = *(size_t *)context;
+    check(offset < len, "a piece asked past the body");
+    size_t n = 1 + (offset * 31 + piece_size) % (piece_size + 1);
+    *piece = pattern + offset;
+    return n < len - offset ? n : len - offset;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 7) return 0;
@@ -476,6 +488,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .connect_timeout_ms = connect_timeout,
         .timeout_ms = timeout,
     };
+    if (data[1] & 128) {
+        piece_size = 1 + (size_t)data[5] * 97;
+        request.body = NULL;
+        request.body_piece = body_piece;
+        request.body_context = &body_len;
+    }
     for (size_t i = 0; i < sends; i++) {
         cairn_http_response_t response;
         int64_t start = now_ms();

@@ -243,6 +243,9 @@ package final class SnapshotStore: @unchecked Sendable {
             self.check = check
         }
 
+        /// What the check says of `record`.
+        package func verdict(_ record: [UInt8]) -> Verdict { check(record) }
+
         /// The checks' names are equal.
         package static func == (a: RecordCheck, b: RecordCheck) -> Bool { a.name == b.name }
     }

@@ -355,6 +355,15 @@ private final class Connection: @unchecked Sendable {
         let url = place(request.url)
         let ranges = fields.map { (place($0.name), place($0.value)) }
 
+        // A packed body is sent as it is read, one frame at a time.
+        var reader: PackedBody.Reader?
+        if request.packed {
+            guard let r = PackedBody.Reader(request.body) else {
+                return .failure(TransportFailure(.invalidRequest, "the packed body is damaged"))
+            }
+            reader = r
+        }
+
         // The fields always include the retry count, so the storage is never empty.
         var response = cairn_http_response_t()
         let code: Int32 = storage.withUnsafeBufferPointer { bytes in
@@ -375,6 +384,18 @@ private final class Connection: @unchecked Sendable {
                         c.header_count = headerBuffer.count
                         c.body = body.baseAddress
                         c.body_len = body.count
+                        if let reader {
+                            c.body = nil
+                            c.body_len = reader.count
+                            c.body_context = Unmanaged.passUnretained(reader).toOpaque()
+                            c.body_piece = { context, offset, piece in
+                                guard let context, let piece else { return 0 }
+                                let reader = Unmanaged<PackedBody.Reader>.fromOpaque(context).takeUnretainedValue()
+                                guard let bytes = reader.piece(at: offset) else { return 0 }
+                                piece.pointee = bytes.baseAddress
+                                return bytes.count
+                            }
+                        }
                         c.connect_timeout_ms = HTTPTransport.milliseconds(connectTimeout)
                         c.timeout_ms = HTTPTransport.milliseconds(timeout)
                         return cairn_http_conn_send(pointer, &c, &response)
@@ -382,6 +403,7 @@ private final class Connection: @unchecked Sendable {
                 }
             }
         }
+        withExtendedLifetime(reader) {}
         guard code == CAIRN_HTTP_OK else {
             let message = String(cString: cairn_http_conn_error(pointer))
             return .failure(TransportFailure(Self.kind(of: code), message))

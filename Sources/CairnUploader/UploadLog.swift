@@ -65,7 +65,8 @@ public struct UploadStartLog: Sendable {
            let decoded = try? decoder.decodeRecords(request.body) {
             return decoded.records
         }
-        return String(validating: request.body, as: UTF8.self) != nil ? [request.body] : []
+        let body = request.wireBody ?? []
+        return String(validating: body, as: UTF8.self) != nil ? [body] : []
     }
 
     /// One line for humans, then the params.

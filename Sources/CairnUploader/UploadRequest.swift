@@ -72,6 +72,13 @@ package struct UploadRequest: Sendable, Equatable {
     /// The records (events, or for OTLP log records and spans) its body holds, when
     /// they are not counted from a batch frame.
     package var records: Int?
+    /// Whether ``body`` holds the body to send packed (``PackedBody``): the transport
+    /// sends its decompression, ``wireBody``.
+    package var packed: Bool = false
+
+    /// The body as it goes on the wire: ``body``, unpacked when it is packed; nil for a
+    /// packed body that is damaged.
+    package var wireBody: [UInt8]? { packed ? PackedBody.unpack(body) : body }
 
     /// Creates a request.
     package init(method: String = "POST", url: String, headers: [HTTPHeader], body: [UInt8],
@@ -130,7 +137,7 @@ extension UploadRequest {
     /// "Snapshot store", "Request record"), little-endian: the method, the URL and the
     /// idempotency key (each a u32 length, then UTF-8), the header count (u32) and each
     /// header's name and value (the same way), then the body (a u64 length, then the
-    /// bytes exactly as sent).
+    /// bytes exactly as sent, or packed: ``packed``).
     package var record: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(40 + url.utf8.count + idempotencyKey.utf8.count + headers.count * 32 + body.count)
@@ -142,6 +149,7 @@ extension UploadRequest {
         var kept = headers
         if destination != .native { kept.append(HTTPHeader(Self.storedDestination, destination.rawValue)) }
         if let records { kept.append(HTTPHeader(Self.storedRecords, String(records))) }
+        if packed { kept.append(HTTPHeader(Self.storedBody, "zstd-frames")) }
         LittleEndian.append(&out, UInt64(UInt32(clamping: kept.count)), bytes: 4)
         for h in kept {
             LittleEndian.append(&out, string: h.name)
@@ -153,7 +161,7 @@ extension UploadRequest {
     }
 
     /// The request a stored record holds; nil when the record does not decode (it must
-    /// end exactly after the body).
+    /// end exactly after the body; a packed body must be intact: ``PackedBody/isIntact(_:)``).
     package init?(record: [UInt8]) {
         var r = LittleEndian.Reader(bytes: record)
         guard let method = r.string(), let url = r.string(), let key = r.string(),
@@ -174,15 +182,24 @@ extension UploadRequest {
             guard let count = Int(n.value), count >= 0 else { return nil }
             records = count
         }
-        headers.removeAll { $0.name == Self.storedDestination || $0.name == Self.storedRecords }
+        var packed = false
+        if let b = headers.first(where: { $0.name == Self.storedBody }) {
+            // Another packing, or a packed body that is damaged, is not sent.
+            guard b.value == "zstd-frames", PackedBody.isIntact(body) else { return nil }
+            packed = true
+        }
+        headers.removeAll { [Self.storedDestination, Self.storedRecords, Self.storedBody].contains($0.name) }
         self.init(method: method, url: url, headers: headers, body: body, idempotencyKey: key,
                   destination: destination, records: records)
+        self.packed = packed
     }
 
     /// The record's entry naming a destination other than the native upload.
     static let storedDestination = "Cairn-Stored-Destination"
     /// The record's entry with ``records``.
     static let storedRecords = "Cairn-Stored-Records"
+    /// The record's entry saying its body is packed (``packed``).
+    static let storedBody = "Cairn-Stored-Body"
 
     /// The events its body holds: its batch frame's record count, or 1 for a body that
     /// is not a batch (it was still one request's worth of data).
@@ -198,7 +215,9 @@ extension UploadRequest {
     package static let recordCheck = SnapshotStore.RecordCheck(name: "cairn-upload-request") { record in
         guard let request = UploadRequest(record: record),
               request.header("Idempotency-Key").map({ $0 == request.idempotencyKey }) ?? true else { return .damaged }
-        // An OTLP body has no checksum to test.
+        // A packed body's frames were tested as it decoded; an OTLP body has no
+        // checksum of its own to test.
+        if request.packed { return .intact }
         if request.destination.isOTLP { return .unverifiable }
         let body = request.body
         // Not a batch frame (its magic is checked here too), or a damaged one.

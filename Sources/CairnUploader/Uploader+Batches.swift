@@ -304,9 +304,8 @@ extension Uploader {
     /// compressed as its signal asks. Records that are not events are counted
     /// (`unframeable`).
     func otlpRequests(_ otlp: OTLPConfiguration) -> [UploadRequest] {
-        if otlpZstd == nil, [otlp.logs, otlp.traces].contains(where: { $0?.compression == .zstd }) {
-            otlpZstd = ZstdContext()
-        }
+        // A context for the signals' zstd, and for packing uncompressed bodies.
+        if otlpZstd == nil { otlpZstd = ZstdContext() }
         let built = Self.otlpRequests(otlp, settings: otlpSettings, sdkVersion: options.sdkVersion, zstd: otlpZstd,
                                       encoders: &otlpEncoders, records: { framing.forEachRecord($0) })
         if built.refused > 0 { count(drop: .unframeable, built.refused) }
@@ -316,7 +315,8 @@ extension Uploader {
     /// The OTLP requests of the records `records` hands over (a bare record with its
     /// completion, or a whole one), encoded once per encoding the signals use, by the
     /// one of `encoders` for it (made with `settings` and kept there when missing); and
-    /// how many records were not events.
+    /// how many records were not events. With `zstd`, an uncompressed body of more than
+    /// one frame is kept packed (``PackedBody``).
     static func otlpRequests(_ otlp: OTLPConfiguration, settings: OTLPEncoder.Settings, sdkVersion: String,
                              zstd: ZstdContext? = nil, encoders: inout [OTLPEncoder],
                              records: ((UnsafeRawBufferPointer, UnsafeRawBufferPointer?) -> Void) -> Void)
@@ -341,42 +341,62 @@ extension Uploader {
                 if !encoder.add(record, completion: completion, observedNanos: observed) { refused += 1 }
             }
             if k == 0 { refusedFirst = refused }
-            let (logs, traces) = encoder.finish()
-            if let signal = otlp.logs, signal.encoding == encoding {
-                out += logs.map { otlpRequest($0, signal, .otlpLogs, sdkVersion: sdkVersion, zstd: zstd) }
+            // Each body made where the encoder wrote it, for its signal (none for a
+            // signal sent in the other encoding, or not at all).
+            let (logs, traces) = encoder.finish { pieces -> OTLPBody? in
+                guard let signal = pieces.logs ? otlp.logs : otlp.traces, signal.encoding == encoding else { return nil }
+                return otlpBody(pieces, signal.compression, zstd: zstd)
             }
-            if let signal = otlp.traces, signal.encoding == encoding {
-                out += traces.map { otlpRequest($0, signal, .otlpTraces, sdkVersion: sdkVersion, zstd: zstd) }
+            for (requests, signal, destination) in [(logs, otlp.logs, UploadDestination.otlpLogs),
+                                                    (traces, otlp.traces, .otlpTraces)] {
+                guard let signal else { continue }
+                for r in requests {
+                    if let body = r.body { out.append(otlpRequest(body, records: r.records, signal, destination, sdkVersion: sdkVersion)) }
+                }
             }
         }
         return (out, refusedFirst)
     }
 
-    /// One OTLP request (docs/FORMATS.md, "OTLP export", "Requests").
-    static func otlpRequest(_ built: OTLPEncoder.Request, _ signal: OTLPConfiguration.Signal,
-                            _ destination: UploadDestination, sdkVersion: String,
-                            zstd context: ZstdContext? = nil) -> UploadRequest {
-        var headers = [HTTPHeader("Content-Type", signal.encoding == .protobuf ? "application/x-protobuf" : "application/json"),
-                       HTTPHeader("User-Agent", "cairn-swift/\(sdkVersion)")]
-        var body = built.body
-        switch signal.compression {
+    /// An OTLP request's body as it is kept: its bytes, its `Content-Encoding`, and
+    /// whether the bytes are packed.
+    struct OTLPBody {
+        var bytes: [UInt8]
+        var contentEncoding: String?
+        var packed = false
+    }
+
+    /// The body of `pieces` compressed as its signal asks; uncompressed, packed when it
+    /// is more than one frame and `zstd` is given.
+    static func otlpBody(_ pieces: OTLPEncoder.BodyPieces, _ compression: OTLPConfiguration.Compression,
+                         zstd context: ZstdContext?) -> OTLPBody {
+        switch compression {
         case .gzip:
             // Without zlib here, the body goes as it is (valid, only larger).
-            if let gzipped = Gzip.compress(body) {
-                body = gzipped
-                headers.append(HTTPHeader("Content-Encoding", "gzip"))
-            }
+            if let gzipped = Gzip.compress(pieces.joined()) { return OTLPBody(bytes: gzipped, contentEncoding: "gzip") }
         case .zstd:
-            if let compressed = Self.zstd(body, context: context) {
-                body = compressed
-                headers.append(HTTPHeader("Content-Encoding", "zstd"))
+            if let compressed = Self.zstd(pieces.joined(), context: context) {
+                return OTLPBody(bytes: compressed, contentEncoding: "zstd")
             }
         case .none:
-            break
+            if pieces.count > PackedBody.frameBytes, let context, let packed = PackedBody.pack(pieces, context: context) {
+                return OTLPBody(bytes: packed, packed: true)
+            }
         }
+        return OTLPBody(bytes: pieces.joined())
+    }
+
+    /// One OTLP request (docs/FORMATS.md, "OTLP export", "Requests").
+    static func otlpRequest(_ body: OTLPBody, records: Int, _ signal: OTLPConfiguration.Signal,
+                            _ destination: UploadDestination, sdkVersion: String) -> UploadRequest {
+        var headers = [HTTPHeader("Content-Type", signal.encoding == .protobuf ? "application/x-protobuf" : "application/json"),
+                       HTTPHeader("User-Agent", "cairn-swift/\(sdkVersion)")]
+        if let encoding = body.contentEncoding { headers.append(HTTPHeader("Content-Encoding", encoding)) }
         headers += signal.headers
-        return UploadRequest(url: signal.url, headers: headers, body: body, idempotencyKey: "",
-                             destination: destination, records: built.records)
+        var request = UploadRequest(url: signal.url, headers: headers, body: body.bytes, idempotencyKey: "",
+                                    destination: destination, records: records)
+        request.packed = body.packed
+        return request
     }
 
     /// `bytes` as one zstd frame (level 3), or nil when zstd fails; with `context`
@@ -405,8 +425,9 @@ extension Uploader {
 
 /// A zstd compression context, kept while batches are framed (its tables are a
 /// megabyte or more: allocated once, not for each request).
-final class ZstdContext {
+package final class ZstdContext {
     let cctx: OpaquePointer?
-    init() { cctx = ZSTD_createCCtx() }
+    /// A context; its tables are allocated by its first compression.
+    package init() { cctx = ZSTD_createCCtx() }
     deinit { ZSTD_freeCCtx(cctx) }
 }

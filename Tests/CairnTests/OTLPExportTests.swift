@@ -1,4 +1,6 @@
+import CairnStore
 import CairnTestSupport
+import CairnUploader
 import Foundation
 import Testing
 
@@ -358,8 +360,9 @@ import Testing
     /// A collector that answers 503, then 429 with a Retry-After in seconds, then 502,
     /// then takes it: the request is kept on disk and sent again by the next starts,
     /// with the same bytes every time, every event once. One that answers 400: the
-    /// request is dropped, counted as `otlp_rejected`, never sent again.
-    @Test func retriedWithTheSameBytesOrDroppedAndCounted() throws {
+    /// request is dropped, counted as `otlp_rejected`, never sent again. With 400 events
+    /// a request is several frames, kept packed in memory and on disk (`PackedBody`).
+    @Test(arguments: [20, 400]) func retriedWithTheSameBytesOrDroppedAndCounted(events: Int) throws {
         let collector = try CollectorProcess()
         defer { collector.stop() }
         try collector.script([["status": 503], ["status": 429, "retry_after": "1"], ["status": 502]])
@@ -367,7 +370,7 @@ import Testing
         let env = Self.env(dir.path, ["CAIRN_APP_ID": "orders", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.baseURL,
                                       "CAIRN_BATCH_EVENTS": "1000", "CAIRN_BATCH_AGE_MS": "200",
                                       "CAIRN_TEST_PRINT_DROPS": "1"])
-        let r = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "20"], environment: env, timeout: 90)
+        let r = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "\(events)"], environment: env, timeout: 90)
         #expect(r.status == 0, "\(r.err)")
         func status(_ a: [String: Any]) -> Int { (a["response"] as? [String: Any])?["status"] as? Int ?? 200 }
         func bodies() throws -> (refused: Set<String>, taken: [String]) {
@@ -375,11 +378,23 @@ import Testing
             return (Set(logs.filter { status($0) >= 500 || status($0) == 429 }.compactMap { $0["body_sha256"] as? String }),
                     logs.filter { status($0) < 300 }.compactMap { $0["body_sha256"] as? String })
         }
+        if events == 400 {
+            // What the first start kept on disk: the refused request, packed; the same
+            // bytes as refused once unpacked.
+            let store = try SnapshotStore(directory: dir.path + "/store", options: .init())
+            let kept = try store.oldest(limit: 100).compactMap { UploadRequest(record: $0.record) }
+            let packed = kept.filter(\.packed)
+            #expect(!packed.isEmpty, "\(kept.map { ($0.destination, $0.body.count) })")
+            let refused = try bodies().refused
+            #expect(try packed.allSatisfy { refused.contains(try sha256Hex(try #require($0.wireBody))) })
+            let largest = try collector.rawRequests().compactMap { $0["body_length"] as? Int }.max() ?? 0
+            #expect(largest > PackedBody.frameBytes)
+        }
         // The next starts replay what waits on disk (a start's own last batch may meet a
         // scripted failure too: then the one after sends it).
         for _ in 0..<8 {
             let (refused, taken) = try bodies()
-            if try Self.logRecords(collector).compactMap(Self.index).count >= 20, refused.isSubset(of: Set(taken)) { break }
+            if try Self.logRecords(collector).compactMap(Self.index).count >= events, refused.isSubset(of: Set(taken)) { break }
             let next = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "0"],
                                     environment: env.merging(["CAIRN_TEST_PAUSE_MS": "1500"]) { $1 }, timeout: 90)
             #expect(next.status == 0, "\(next.err)")
@@ -388,17 +403,17 @@ import Testing
         #expect(refusedBodies.count >= 1 && refusedBodies.isSubset(of: Set(takenBodies)),
                 "every request answered 503, 429 or 502 was sent again, the same bytes, and taken")
         #expect(takenBodies.count == Set(takenBodies).count, "none taken twice")
-        #expect(try Self.logRecords(collector).compactMap(Self.index).sorted() == Array(0..<20))
+        #expect(try Self.logRecords(collector).compactMap(Self.index).sorted() == Array(0..<events))
 
         try collector.reset()
         try collector.setDefault(["status": 400, "body": "bad"])
         let dir2 = try TemporaryDirectory("cairn-otlp")
-        let refused = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "20"],
+        let refused = try runToEnd(productsDirectory + "/cairn-service-child", ["run", "\(events)"],
                                    environment: Self.env(dir2.path, env.filter { $0.key != "CAIRN_DATA_DIR" }), timeout: 60)
         #expect(refused.status == 0, "\(refused.err)")
         let sent = try collector.rawRequests().filter { $0["path"] as? String == "/v1/logs" }
         #expect(Set(sent.compactMap { $0["body_sha256"] as? String }).count == sent.count, "never sent twice")
         let dropped = refused.out.split(separator: "\n").first { $0.hasPrefix("dropped otlp_rejected ") }
-        #expect((dropped?.split(separator: " ").last).flatMap { Int($0) } ?? 0 >= 20, "\(refused.out)")
+        #expect((dropped?.split(separator: " ").last).flatMap { Int($0) } ?? 0 >= events, "\(refused.out)")
     }
 }

@@ -392,6 +392,16 @@ typedef struct cairn_http_request {
      *  HEAD). */
     const void *body;
     size_t body_len;
+    /** When set, the `body_len` bytes of the body come from this instead of `body`,
+     *  piece by piece, as they are written: called with the offset of the next byte
+     *  to send (0 again when the request is sent once more on a fresh connection),
+     *  it points `*piece` at the bytes from there (valid until its next call or the
+     *  end of the send) and returns how many (at most `body_len - offset`), or 0 when
+     *  it cannot give them: the send then fails with CAIRN_HTTP_EINVALID. Called on
+     *  the sending thread, within cairn_http_conn_send(). */
+    size_t (*body_piece)(void *context, size_t offset, const void **piece);
+    /** Passed to `body_piece` as it is. */
+    void *body_context;
     /** The most connecting may take (TCP, proxy tunnel, TLS handshake), in ms. */
     int64_t connect_timeout_ms;
     /** The most the whole exchange may take, connecting included, in ms. Name

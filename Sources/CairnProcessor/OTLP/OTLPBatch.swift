@@ -731,7 +731,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         let body = braces.withUnsafeBytes { b in
             out.bytes.withUnsafeBytes {
                 make(OTLPEncoder.BodyPieces(json ? [UnsafeRawBufferPointer(rebasing: b[0..<1]), $0,
-                                                    UnsafeRawBufferPointer(rebasing: b[1..<2])] : [$0]))
+                                                    UnsafeRawBufferPointer(rebasing: b[1..<2])] : [$0], logs: logs))
             }
         }
         return (body, records)
@@ -827,7 +827,7 @@ struct OTLPBatch<Out: OTLPOutput> {
                     headAt = part.scopeEnd
                     tagAt = second
                 }
-                return make(OTLPEncoder.BodyPieces(list))
+                return make(OTLPEncoder.BodyPieces(list, logs: logs))
             }
         }
         return (body, records)

@@ -71,9 +71,13 @@ package final class OTLPEncoder {
         package let pieces: [UnsafeRawBufferPointer]
         /// The body's length: the pieces' bytes together.
         package let count: Int
+        /// Whether it is an `ExportLogsServiceRequest` (else an `ExportTraceServiceRequest`).
+        package let logs: Bool
 
-        init(_ pieces: [UnsafeRawBufferPointer]) {
+        /// The body of `pieces`, of an `ExportLogsServiceRequest` when `logs`.
+        package init(_ pieces: [UnsafeRawBufferPointer], logs: Bool) {
             self.pieces = pieces
+            self.logs = logs
             count = pieces.reduce(0) { $0 + $1.count }
         }
 
