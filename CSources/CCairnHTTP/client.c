@@ -556,30 +556,35 @@ struct cairn_http_conn {
     unsigned tls_sessions;
     /* Where the open socket leads: scheme, host, port and proxy. */
     char destination[2 * HOST_CAP + 32];
+    /* The buffers, in one private mapping of `mapped` bytes: read bytes, the response's
+     * headers and its body. */
+    uint8_t *input;
     char *headers;
     uint8_t *body;
-    /* The bytes mapped for the connection, itself and its buffers. */
     size_t mapped;
     char message[MESSAGE_CAP];
-    uint8_t input[READ_CHUNK];
 };
 
 cairn_http_conn_t *cairn_http_conn_new(cairn_http_client_t *client)
 {
-    /* The connection and its response buffers in one private mapping: its pages are
-     * zero and take memory only once touched, and a response of a few hundred bytes
-     * touches a page or two of buffers sized for the largest. */
-    size_t own = (sizeof(cairn_http_conn_t) + 63) & ~(size_t)63;
+    cairn_http_conn_t *conn = calloc(1, sizeof *conn);
+    if (!conn) return NULL;
+    /* The buffers are sized for the largest response, and mapped: their pages take
+     * memory only once touched, so a response of a few hundred bytes costs a page of
+     * each. (Only bytes, never a pointer, are kept there.) */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t mapped = (own + CAIRN_HTTP_MAX_HEADER_BYTES + client->max_body_bytes + page - 1) / page * page;
+    size_t mapped = (READ_CHUNK + CAIRN_HTTP_MAX_HEADER_BYTES + client->max_body_bytes + page - 1) / page * page;
     void *memory = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) return NULL;
-    cairn_http_conn_t *conn = memory;
+    if (memory == MAP_FAILED) {
+        free(conn);
+        return NULL;
+    }
     conn->mapped = mapped;
     conn->client = client;
     conn->fd = -1;
-    conn->headers = (char *)memory + own;
-    conn->body = client->max_body_bytes ? (uint8_t *)memory + own + CAIRN_HTTP_MAX_HEADER_BYTES : NULL;
+    conn->input = memory;
+    conn->headers = (char *)memory + READ_CHUNK;
+    conn->body = client->max_body_bytes ? (uint8_t *)memory + READ_CHUNK + CAIRN_HTTP_MAX_HEADER_BYTES : NULL;
     return conn;
 }
 
@@ -597,7 +602,8 @@ void cairn_http_conn_free(cairn_http_conn_t *conn)
 {
     if (!conn) return;
     disconnect(conn);
-    munmap(conn, conn->mapped);
+    munmap(conn->input, conn->mapped);
+    free(conn);
 }
 
 const char *cairn_http_conn_error(const cairn_http_conn_t *conn)
@@ -764,14 +770,14 @@ static ssize_t read_some(cairn_http_conn_t *conn, int64_t deadline, const char *
         ssize_t n;
         short wait = POLLIN;
         if (conn->tls) {
-            n = cairn_http__tls_read(conn->tls, conn->input, sizeof conn->input, conn->message,
+            n = cairn_http__tls_read(conn->tls, conn->input, READ_CHUNK, conn->message,
                                      sizeof conn->message);
             if (n >= 0) return n;
             if (n == CAIRN_TLS_FAILED) return CAIRN_HTTP_ENETWORK;
             if (n == CAIRN_TLS_REFUSED) return CAIRN_HTTP_ETLS;
             if (n == CAIRN_TLS_WANT_WRITE) wait = POLLOUT;
         } else {
-            n = cairn_http__recv(conn->fd, conn->input, sizeof conn->input);
+            n = cairn_http__recv(conn->fd, conn->input, READ_CHUNK);
             if (n >= 0) return n;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return failure(conn, CAIRN_HTTP_ENETWORK, "reading %s: %s", what, CAIRN_HTTP_ERRNO_TEXT(errno));
@@ -794,7 +800,7 @@ static int still_open(cairn_http_conn_t *conn)
     if (ready < 0 || !conn->tls || (poller.revents & (POLLERR | POLLHUP))) return 0;
     /* TLS 1.3 servers may send session tickets after the response: not data. */
     char ignored[MESSAGE_CAP];
-    return cairn_http__tls_read(conn->tls, conn->input, sizeof conn->input, ignored, sizeof ignored)
+    return cairn_http__tls_read(conn->tls, conn->input, READ_CHUNK, ignored, sizeof ignored)
            == CAIRN_TLS_WANT_READ;
 }
 
