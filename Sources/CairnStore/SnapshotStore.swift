@@ -379,11 +379,25 @@ package final class SnapshotStore: @unchecked Sendable {
     package func put(_ record: [UInt8], priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
                     now: UInt64 = SnapshotStore.nowMillis(),
                     metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> SnapshotID {
-        let id = nextID(now: now)
-        let snapshot = Snapshot(id: id, record: record, priority: priority, createdAt: now,
-                                attempts: attempts, nextAttemptAt: now)
-        let value = SnapshotCodec.encode(snapshot)
-        let size = id.bytes.count + value.count
+        let ids = try put(all: [record], priority: priority, durable: durable, attempts: attempts, now: now,
+                          metadata: metadata)
+        return ids[0]
+    }
+
+    /// Stores `records` in one transaction, all of them or none (a kill at any instant
+    /// leaves every one or none), and returns their ids, in order; the parameters and
+    /// errors as ``put(_:priority:durable:attempts:now:metadata:)``'s, the size cap
+    /// applying to them together.
+    @discardableResult
+    package func put(all records: [[UInt8]], priority: Tier, durable: Bool? = nil, attempts: UInt32 = 0,
+                    now: UInt64 = SnapshotStore.nowMillis(),
+                    metadata: [(key: String, value: [UInt8])] = []) throws(StoreError) -> [SnapshotID] {
+        let ids = records.map { _ in nextID(now: now) }
+        let values = zip(ids, records).map { id, record in
+            SnapshotCodec.encode(Snapshot(id: id, record: record, priority: priority, createdAt: now,
+                                          attempts: attempts, nextAttemptAt: now))
+        }
+        let size = zip(ids, values).reduce(0) { $0 + $1.0.bytes.count + $1.1.count }
         do throws(StoreError) {
             if size > options.maxBytes { throw StoreError(StoreError.overCap, function: "SnapshotStore.put") }
             if !roomWhileDiskFull(for: size) { throw StoreError(ENOSPC, function: "SnapshotStore.put", path: directory) }
@@ -393,7 +407,7 @@ package final class SnapshotStore: @unchecked Sendable {
                 if !victims.isEmpty {
                     self.evictionObserver?(victims.map { Eviction(record: $0.record, reason: .storeSize) })
                 }
-                try Self.put(txn, self.snapshots, key: id.bytes, value: value)
+                for (id, value) in zip(ids, values) { try Self.put(txn, self.snapshots, key: id.bytes, value: value) }
                 for m in metadata { try Self.put(txn, self.meta, key: Array(m.key.utf8), value: m.value) }
             }, committed: {
                 self.state.withLock { s in
@@ -404,7 +418,7 @@ package final class SnapshotStore: @unchecked Sendable {
                         s.evictedSize[v.priority, default: 0] += 1
                     }
                     s.bytes += size
-                    s.count += 1
+                    s.count += records.count
                     s.tierBytes[Int(priority.storeCode)] += size
                 }
             })
@@ -413,7 +427,7 @@ package final class SnapshotStore: @unchecked Sendable {
             throw error
         }
         if durable ?? (priority == .critical) { try sync() }
-        return id
+        return ids
     }
 
     /// The snapshot with `id`, or `nil`.

@@ -279,8 +279,9 @@ package final class Uploader: @unchecked Sendable {
     }
 
     /// Stores `records` (whole events) as requests of their own, one per destination (a
-    /// batch frame for the native upload, OTLP logs and traces requests), each put in
-    /// the snapshot store with `priority` (synced when Critical) before it returns: for
+    /// batch frame for the native upload, OTLP logs and traces requests), put in the
+    /// snapshot store together (one transaction) with `priority` (synced when Critical)
+    /// before it returns: for
     /// records that do not go through the ring (Critical events, a previous run's crash
     /// and session end). Callable from any thread.
     ///
@@ -302,9 +303,8 @@ package final class Uploader: @unchecked Sendable {
             if built.refused > 0 { count(drop: .unframeable, built.refused) }
             requests += built.requests
         }
-        for request in requests {
-            try store.put(request.record, priority: priority, durable: priority == .critical)
-        }
+        // Together: a kill leaves them in every destination's requests, or in none.
+        try store.put(all: requests.map(\.record), priority: priority, durable: priority == .critical)
         signal()
     }
 

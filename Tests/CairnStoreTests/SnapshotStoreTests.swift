@@ -45,6 +45,25 @@ import Testing
         #expect(store.stats.count == 19)
     }
 
+    /// Records put together are stored together, or not at all (over the cap together,
+    /// though each alone would fit: none is stored, the failure counted once).
+    @Test func recordsPutTogetherAreAllOrNone() throws {
+        let dir = Scratch()
+        let store = try SnapshotStore(directory: dir.store, options: .init(maxBytes: 64 << 10))
+        let ids = try store.put(all: (0..<3).map { Self.request($0).record }, priority: .critical, now: 2_000)
+        #expect(ids.count == 3 && Set(ids).count == 3 && ids == ids.sorted())
+        #expect(try store.oldest(limit: 10).map(\.id) == ids)
+        #expect(try store.oldest(limit: 10).map(\.request) == (0..<3).map { Self.request($0) })
+        #expect(store.stats.count == 3)
+
+        let before = store.stats
+        let large = (0..<3).map { Self.request(10 + $0, bodySize: 30 << 10).record }
+        #expect(throws: StoreError.self) { try store.put(all: large, priority: .critical) }
+        #expect(store.stats.count == before.count && store.stats.bytes == before.bytes)
+        #expect(try store.oldest(limit: 10).map(\.id) == ids, "none of them stored, nothing evicted")
+        #expect(store.stats.failedPuts == before.failedPuts + 1)
+    }
+
     @Test func attemptsAreRecordedWithoutTouchingTheRequest() throws {
         let dir = Scratch()
         let store = try SnapshotStore(directory: dir.store, options: .requests)
