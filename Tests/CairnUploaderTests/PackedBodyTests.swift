@@ -187,16 +187,22 @@ import Testing
         var damaged = request
         damaged.body[damaged.body.count / 2] ^= 0x10
         let cut = { var r = request; r.body = Array(r.body.prefix(100)); return r }()
-        for (broken, reaches) in [(cut, false), (damaged, true)] {
+        for broken in [cut, damaged] {
             guard case .failure(let failure) = transport.send(broken, attempt: 0, timeout: .seconds(20)) else {
                 Issue.record("a damaged packed body was answered")
                 continue
             }
             #expect(failure.kind == .invalidRequest, "\(failure)")
-            let seen = try collector.rawRequests()
-            #expect(seen.count == (reaches ? 4 : 3))
-            if reaches { #expect((seen.last?["error"] as? String)?.contains("body ended after") == true, "\(seen.last ?? [:])") }
         }
+        // The collector notes the cut request once it sees the connection close.
+        var seen = try collector.rawRequests()
+        let deadline = Date().addingTimeInterval(10)
+        while seen.count < 4 && Date() < deadline {
+            usleep(20_000)
+            seen = try collector.rawRequests()
+        }
+        #expect(seen.count == 4, "the first was never sent, the second only in part")
+        #expect((seen.last?["error"] as? String)?.contains("body ended after") == true, "\(seen.last ?? [:])")
         // And the connection still carries the next request whole.
         try collector.script([["status": 200]])
         guard case .response(let answer) = transport.send(request, attempt: 2, timeout: .seconds(20)) else {
