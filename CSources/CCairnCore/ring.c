@@ -1149,7 +1149,9 @@ static int set_aside(const char *path)
 
 /* Opens and locks `path`. The lock must be on the file that `path` names when the
  * lock is taken: another process may set the file aside and create a new one between
- * our open and our flock, and then we retry on the new file. */
+ * our open and our flock, and then we retry on the new file. A lock that is held is
+ * tried again for up to 10 ms: a process forked by another thread holds a copy of a
+ * handle closed meanwhile (and its lock) until it runs exec, which closes it. */
 static int open_locked(const char *path, int *fd_out)
 {
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -1157,7 +1159,12 @@ static int open_locked(const char *path, int *fd_out)
         do fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600); while (fd < 0 && errno == EINTR);
         if (fd < 0) return errno;
         int rc;
-        do rc = flock(fd, LOCK_EX | LOCK_NB); while (rc != 0 && errno == EINTR);
+        for (int wait = 0;; wait++) {
+            do rc = flock(fd, LOCK_EX | LOCK_NB); while (rc != 0 && errno == EINTR);
+            if (rc == 0 || errno != EWOULDBLOCK || wait == 10) break;
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
         if (rc != 0) {
             int err = errno;
             close(fd);

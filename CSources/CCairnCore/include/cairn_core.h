@@ -281,9 +281,10 @@ CAIRN_API void cairn_ring_options_init(cairn_ring_options_t *opts);
  * @param opts  Options, or NULL for the defaults.
  * @param out   Receives the handle on success, NULL on failure.
  * @return 0; CAIRN_EINVAL for a NULL argument or an option out of range;
- *         CAIRN_ELOCKED if another handle owns the file; CAIRN_ENOMEM; or an errno
- *         value from open, flock, fallocate, ftruncate, mmap or rename (ENOSPC when the
- *         disk cannot hold the ring).
+ *         CAIRN_ELOCKED if another handle owns the file (tried for up to 10 ms: a
+ *         child process between fork and exec holds a copy of a handle briefly);
+ *         CAIRN_ENOMEM; or an errno value from open, flock, fallocate, ftruncate, mmap
+ *         or rename (ENOSPC when the disk cannot hold the ring).
  *
  * Ownership: the caller owns the handle and releases it with cairn_ring_close().
  * Thread-safety: safe from any thread; each call makes an independent handle.
