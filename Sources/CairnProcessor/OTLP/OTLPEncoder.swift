@@ -85,12 +85,8 @@ package final class OTLPEncoder {
         package func joined() -> [UInt8] {
             [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
                 guard let to = UnsafeMutableRawPointer(buffer.baseAddress) else { return }
-                var at = 0
-                for piece in pieces {
-                    if let from = piece.baseAddress, !piece.isEmpty { (to + at).copyMemory(from: from, byteCount: piece.count) }
-                    at += piece.count
-                }
-                initialized = at
+                copy(from: 0, count: count, to: to)
+                initialized = count
             }
         }
 
