@@ -28,6 +28,12 @@ LLD := -Xswiftc -use-ld=lld
 BUILD_PACKAGES := pkg-config liblmdb-dev libzstd-dev libunwind-dev libmbedtls-dev libssl-dev
 TEST_PACKAGES := openssl ca-certificates lmdb-utils zstd
 APT_PACKAGES := $(BUILD_PACKAGES) $(TEST_PACKAGES)
+# The package traits of the Swift server ecosystem's integrations (Package.swift): the
+# package's own builds and tests enable them all. Their packages resolve from GitHub, or,
+# where SWIFTPM_MIRROR names a folder of offline mirrors of them (one with a setup.sh
+# that points SwiftPM's mirror settings there), from that folder.
+TRAITS := --traits Logging
+SWIFTPM_MIRROR ?=
 PIP_MODULES := zstandard lmdb opentelemetry-proto
 # What each is imported as (the check that they are there).
 PIP_IMPORTS := zstandard,lmdb,opentelemetry.proto.collector.logs.v1.logs_service_pb2
@@ -60,12 +66,13 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@if [ -n "$(SWIFTPM_MIRROR)" ]; then $(SWIFTPM_MIRROR)/setup.sh . >/dev/null; fi
 	@$(PYTHON) -c "import $(PIP_IMPORTS)" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore $(PIP_MODULES)
 
 # A target that imports another target of the package must declare it a dependency.
 build: deps
-	$(SWIFT) build --build-tests --explicit-target-dependency-import-check error
+	$(SWIFT) build $(TRAITS) --build-tests --explicit-target-dependency-import-check error
 
 # The whole suite, last so that its closing line is the run's verdict. The quick
 # benchmark run prints the figures and fails the run when one is over its budget.
@@ -90,7 +97,7 @@ cwarn: deps
 	done; done; echo "C sources: no warnings at -O0 and -O2 ($(words $(CORE_SOURCES) $(HTTP_SOURCES) $(GUARD_SOURCES)) files)"
 
 test-swift:
-	$(SWIFT) test --skip-build --disable-xctest
+	$(SWIFT) test $(TRAITS) --skip-build --disable-xctest
 
 # The C core's tests, the crash reader and symbolizer, the snapshot store's reading
 # of damaged files and the HTTP client's response parsing (hostile input) under
@@ -157,18 +164,18 @@ fuzz:
 	$(MAKE) fuzz-smoke FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
 
 bench: deps
-	$(SWIFT) build -c release --product CairnBenchmarks
-	$(SWIFT) build -c release --product cairn-crash-child
-	$(SWIFT) build -c release --product cairn-swift-crash-child
-	$(SWIFT) build -c release --product cairn-service-child
-	$(SWIFT) build -c release --product cairn-bench-host
-	$(SWIFT) build -c release --product cairn-bench-baseline
-	$(SWIFT) build -c release --product cairn-bench-host-essentials
-	$(SWIFT) build -c release --product cairn-bench-baseline-essentials
-	$(SWIFT) run -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
+	$(SWIFT) build $(TRAITS) -c release --product CairnBenchmarks
+	$(SWIFT) build $(TRAITS) -c release --product cairn-crash-child
+	$(SWIFT) build $(TRAITS) -c release --product cairn-swift-crash-child
+	$(SWIFT) build $(TRAITS) -c release --product cairn-service-child
+	$(SWIFT) build $(TRAITS) -c release --product cairn-bench-host
+	$(SWIFT) build $(TRAITS) -c release --product cairn-bench-baseline
+	$(SWIFT) build $(TRAITS) -c release --product cairn-bench-host-essentials
+	$(SWIFT) build $(TRAITS) -c release --product cairn-bench-baseline-essentials
+	$(SWIFT) run $(TRAITS) -c release --skip-build CairnBenchmarks $(BENCH_ARGS)
 
 demo: deps
-	$(SWIFT) build --product orders-service
+	$(SWIFT) build $(TRAITS) --product orders-service
 	./Examples/demo.sh
 
 # The C cores as a library for other SDKs: libcairn.so (exporting only the `cairn_*`
@@ -225,7 +232,7 @@ clib: deps lib
 	@sed -n 's/^CAIRN_API [^(]*[ *]\(cairn_[a-z0-9_]*\)(.*/\1/p' $(PUBLIC_HEADERS) | sort > $(LIB_DIR)/documented.txt
 	@diff -u $(LIB_DIR)/documented.txt $(LIB_DIR)/exported.txt || { echo "libcairn.so exports other symbols than its headers document"; exit 1; }
 	@echo "libcairn.so $(CAIRN_VERSION): exports the $$(wc -l < $(LIB_DIR)/documented.txt) functions its headers document, nothing else"
-	$(SWIFT) build --product cairn
+	$(SWIFT) build $(TRAITS) --product cairn
 	Examples/c-host/run.sh
 
 # API documentation for the Cairn module with the toolchain's docc: symbol graphs from

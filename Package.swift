@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 //
 // Cairn: telemetry and crash capture for long-running Linux services.
 // Two C cores do what must be fast or signal-safe: the storage core (CCairnCore: ring,
@@ -18,6 +18,22 @@ let strictSwift: [SwiftSetting] = [
     .enableUpcomingFeature("MemberImportVisibility"),
 ]
 
+// The Swift server ecosystem's integrations, each a product of its own behind a package
+// trait of the same name, off by default: a service that depends on `Cairn` alone
+// resolves none of these packages (SwiftPM fetches a dependency only for an enabled
+// trait that uses it). Requirements are the lowest releases with the APIs used.
+//   .package(url: "https://github.com/…/cairn-swift.git", from: "…", traits: ["Logging"])
+let ecosystem: [(trait: String, package: Package.Dependency, products: [(name: String, package: String)])] = [
+    ("Logging", .package(url: "https://github.com/apple/swift-log.git", from: "1.5.0"),
+     [("Logging", "swift-log")]),
+]
+/// The products of the ecosystem packages that `traits` enable, for a target's dependencies.
+@MainActor func ecosystemProducts(_ traits: String...) -> [Target.Dependency] {
+    ecosystem.filter { traits.contains($0.trait) }.flatMap { entry in
+        entry.products.map { .product(name: $0.name, package: $0.package, condition: .when(traits: [entry.trait])) }
+    }
+}
+
 let package = Package(
     name: "Cairn",
     // `import Cairn` is the whole Swift API; the modules it is built from are targets
@@ -28,7 +44,14 @@ let package = Package(
         .library(name: "CairnTestKit", targets: ["CairnTestKit"]),
         .executable(name: "cairn", targets: ["cairn"]),
         .library(name: "CCairn", targets: ["CCairnCore", "CCairnCrash"]),
+        // swift-log's backend (trait "Logging").
+        .library(name: "CairnLogging", targets: ["CairnLogging"]),
     ],
+    traits: [
+        .trait(name: "Logging", description: "CairnLogging: a swift-log LogHandler that tracks log records as Cairn events"),
+        .default(enabledTraits: []),
+    ],
+    dependencies: ecosystem.map(\.package),
     targets: [
         // System libraries from Debian's packages.
         .systemLibrary(name: "CZstd", path: "CSources/CZstd", pkgConfig: "libzstd",
@@ -95,6 +118,15 @@ let package = Package(
         // The public API: start, track, identity, user properties, spans, destinations.
         .target(name: "Cairn", dependencies: ["CairnBase", "CairnProcessor", "CairnCrash", "CairnUploader", "CairnStore", "CCairnCrash"],
                 path: "Sources/Cairn", swiftSettings: strictSwift),
+        // The ecosystem's integrations: each builds empty unless its trait is enabled.
+        .target(name: "CairnLogging", dependencies: ["Cairn", "CairnBase", "CairnProcessor"] + ecosystemProducts("Logging"),
+                path: "Sources/CairnLogging", swiftSettings: strictSwift),
+        // A service that uses Cairn through the ecosystem's APIs, for their tests.
+        .executableTarget(name: "cairn-ecosystem-child", dependencies: ["Cairn", "CairnLogging"] + ecosystemProducts("Logging"),
+                          path: "Tests/EcosystemChild"),
+        .testTarget(name: "CairnEcosystemTests",
+                    dependencies: ["CairnTestSupport", "cairn-ecosystem-child"],
+                    path: "Tests/CairnEcosystemTests"),
         // For integrators' tests: an in-memory destination that records events.
         .target(name: "CairnTestKit", dependencies: ["Cairn"], path: "Sources/CairnTestKit",
                 swiftSettings: strictSwift),

@@ -21,6 +21,45 @@ package enum EventType: String, Sendable, CaseIterable {
     case span
     /// The SDK's own health (`sdk_health`).
     case health
+    /// A log record (swift-log's `Logger`, through `CairnLogging`): its `level` is a
+    /// ``Severity``.
+    case log
+}
+
+/// How severe a log record is: swift-log's levels, which the envelope's `level` names
+/// and OTLP maps to its severity numbers (docs/FORMATS.md, "Log records").
+package enum Severity: UInt8, Sendable, CaseIterable, Comparable {
+    case trace, debug, info, notice, warning, error, critical
+
+    /// The envelope's `level` value.
+    package var name: StaticString {
+        switch self {
+        case .trace: "trace"
+        case .debug: "debug"
+        case .info: "info"
+        case .notice: "notice"
+        case .warning: "warning"
+        case .error: "error"
+        case .critical: "critical"
+        }
+    }
+
+    /// The tier of a record of this severity: `trace` and `debug` are Debug, `info` and
+    /// `notice` Sampled, `warning` and above Important (kept whole by sampling; never
+    /// Critical, whose durable sync would block the logging thread).
+    package var tier: Tier {
+        switch self {
+        case .trace, .debug: .debug
+        case .info, .notice: .sampled
+        case .warning, .error, .critical: .important
+        }
+    }
+
+    /// `error` and `critical` records are error events (kept by sampling, folded by
+    /// deduplication).
+    package var isError: Bool { self >= .error }
+
+    package static func < (lhs: Severity, rhs: Severity) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
 /// Who an event is about.
@@ -110,6 +149,9 @@ package struct Event: Sendable {
     /// ``identity`` was given with this call (not the SDK's default identity): sampling
     /// then keys on it (``SamplingKey/identity(distinctID:day:)``).
     package var identityGiven: Bool
+    /// A log record's severity (written as `level`); nil for other events, whose
+    /// `level` is `error` when ``isError``.
+    package var severity: Severity?
     /// Its event id, once drawn: the processor draws it when sampling keys on the event
     /// itself (``SamplingKey/event(high:low:)``), and encodes it; `nil` until then (a new
     /// one is drawn when the event is encoded).
@@ -118,8 +160,9 @@ package struct Event: Sendable {
     /// An event.
     package init(type: EventType = .track, name: String, properties: [String: CairnValue] = [:], timeMillis: UInt64,
                 identity: Identity, sessionID: String? = nil, span: SpanContext? = nil, tier: Tier = .sampled,
-                isError: Bool = false, identityGiven: Bool = false) {
+                isError: Bool = false, identityGiven: Bool = false, severity: Severity? = nil) {
         self.type = type
+        self.severity = severity
         self.name = name
         self.properties = properties
         self.timeMillis = timeMillis

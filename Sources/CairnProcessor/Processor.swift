@@ -474,7 +474,13 @@ package final class Processor: Sendable {
         w.byte(0x2C)
         w.key("name")
         guard write(name, checked: checked, into: &w) else { return false }
-        if event.isError {
+        if let severity = event.severity {
+            w.byte(0x2C)
+            w.key("level")
+            w.byte(0x22)
+            w.ascii(severity.name)
+            w.byte(0x22)
+        } else if event.isError {
             w.byte(0x2C)
             w.key("level")
             w.byte(0x22)

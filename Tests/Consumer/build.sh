@@ -20,8 +20,9 @@ mkdir -p "$work/app"
 # Named as the README's package URL names it: SwiftPM identifies a package by that name.
 git clone -q "$root" "$work/cairn-swift"
 git -C "$work/cairn-swift" tag "$version"
+mkdir -p "$work/app-ecosystem"
 python3 "$root/Tests/Consumer/make_package.py" "$root/README.md" "$root/Tests/Consumer" "$work/app" \
-    "file://$work/cairn-swift" "$version"
+    "file://$work/cairn-swift" "$version" "$work/app-ecosystem"
 build() { swift build --cache-path "$work/cache" --manifest-cache local --package-path "$work/app" "$@"; }
 if ! build > "$work/build.log" 2>&1; then
     grep -v '^\[' "$work/build.log" >&2
@@ -31,6 +32,15 @@ fi
 # A user's build of a package that depends on Cairn shows no warning of Cairn's.
 if grep -E 'warning:' "$work/build.log" >&2; then
     echo "consumer: the build printed warnings (above)" >&2
+    exit 1
+fi
+# Cairn alone brings no other package: with its integrations' traits off, the ecosystem's
+# packages are neither fetched (this package has no mirror settings: a fetch from
+# github.com would fail here, and for a user would be a needless download) nor pinned.
+pinned=$(python3 -c 'import json,sys; print(" ".join(p["identity"] for p in json.load(open(sys.argv[1]))["pins"]))' \
+    "$work/app/Package.resolved")
+if [ "$pinned" != "cairn-swift" ] || grep -Ei 'fetching.*(swift-log|swift-metrics|swift-distributed-tracing|swift-service)' "$work/build.log" >&2; then
+    echo "consumer: a package that uses Cairn alone resolved more than Cairn: $pinned" >&2
     exit 1
 fi
 # Nothing but `Cairn` and `CairnTestKit` is a product, and the modules Cairn is built
@@ -85,4 +95,23 @@ rm -rf "$work/app/Sources/Leak"
 
 bin=$(build --show-bin-path)/ReadmeService
 CAIRN_APP_ID=readme-consumer CAIRN_DATA_DIR="$work/data" "$bin"
-echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs; nothing but Cairn and CairnTestKit is a product, and the modules below Cairn show a package nothing"
+
+# The snippets of the Swift server section: a package that enables Cairn's traits and
+# depends on the ecosystem's packages by their real URLs, resolved from the offline
+# mirrors where SWIFTPM_MIRROR names them (else from GitHub, as a user's would be). Its
+# build shows no warning either (Cairn's sources are a dependency's: SwiftPM does not
+# show their warnings), and its first snippet runs.
+if [ -n "${SWIFTPM_MIRROR:-}" ]; then "$SWIFTPM_MIRROR/setup.sh" "$work/app-ecosystem" > /dev/null; fi
+ecosystem() { swift build --cache-path "$work/cache" --manifest-cache local --package-path "$work/app-ecosystem" "$@"; }
+if ! ecosystem > "$work/ecosystem.log" 2>&1; then
+    grep -v '^\[' "$work/ecosystem.log" >&2
+    echo "consumer: a README snippet of the Swift server section did not build" >&2
+    exit 1
+fi
+if grep -E 'warning:' "$work/ecosystem.log" >&2; then
+    echo "consumer: the Swift server snippets' build printed warnings (above)" >&2
+    exit 1
+fi
+CAIRN_APP_ID=readme-consumer CAIRN_DATA_DIR="$work/data-ecosystem" "$(ecosystem --show-bin-path)/EcosystemSnippet1" \
+    > "$work/ecosystem-run.log" 2>&1 || { cat "$work/ecosystem-run.log" >&2; echo "consumer: EcosystemSnippet1 failed" >&2; exit 1; }
+echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs, and resolved Cairn alone; the Swift server snippets build with Cairn's traits and the ecosystem's packages, and the first runs; nothing but Cairn and CairnTestKit is a product, and the modules below Cairn show a package nothing"

@@ -9,6 +9,14 @@ main.swift as written, next to Support.swift; every other block is main.swift as
 written too, preceded by `import Cairn` and `import Glibc` when it has no import of its
 own (it continues the section above it), next to SnippetSupport.swift. Each target
 depends on the Cairn products its imports name.
+
+With a sixth argument, <ecosystem package dir>, the blocks that import a module of the
+Swift server ecosystem (swift-log's `Logging`, ...) or one of Cairn's integrations
+(`CairnLogging`, ...) go to a second package there instead, whose manifest is the
+README's `// Package.swift` block that enables Cairn's traits: its Cairn dependency
+with the tagged clone's URL (and its requirement and traits as written), its other
+dependencies as written (the real URLs). Each of those targets depends on the products
+of that block that its imports name.
 """
 import pathlib
 import re
@@ -19,17 +27,23 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "Tools")
 from readme_blocks import blocks as readme_blocks  # noqa: E402
 
 readme, consumer, package, url, version = sys.argv[1:6]
+ecosystem_package = pathlib.Path(sys.argv[6]) if len(sys.argv) > 6 else None
 consumer = pathlib.Path(consumer)
 package = pathlib.Path(package)
 blocks = readme_blocks(readme, "swift")
 if not blocks:
     sys.exit("consumer: no swift block in README.md")
+# The modules of the ecosystem's packages and of Cairn's integrations.
+ECOSYSTEM = {"Logging", "CairnLogging"}
 
 # The block that starts `// Package.swift` is the README's dependency lines: the consumer's
 # manifest uses them as written, with the URL of the tagged clone for the README's.
 identity, requirement = "Cairn", f'exact: "{version}"'
-manifests = [b for b in blocks if b.startswith("// Package.swift\n")]
-blocks = [b for b in blocks if not b.startswith("// Package.swift\n")]
+manifests = [b for b in blocks if b.startswith("// Package.swift") and "traits:" not in b]
+ecosystem_manifests = [b for b in blocks if b.startswith("// Package.swift") and "traits:" in b]
+blocks = [b for b in blocks if not b.startswith("// Package.swift")]
+ecosystem_blocks = [b for b in blocks if ECOSYSTEM & set(re.findall(r"^import (\w+)$", b, re.M))]
+blocks = [b for b in blocks if b not in ecosystem_blocks]
 if manifests:
     m = manifests[0]
     dep = re.search(r'\.package\(url: "([^"]+)", (from: "[^"]+")\)', m)
@@ -72,3 +86,41 @@ let package = Package(
 )
 """)
 print(f"consumer: {len(blocks)} README snippets")
+
+if ecosystem_package is not None:
+    if not ecosystem_blocks or not ecosystem_manifests:
+        sys.exit("consumer: the README has no snippet of the ecosystem's integrations, or no Package.swift block with traits")
+    m = ecosystem_manifests[0]
+    cairn = re.search(r'\.package\(url: "([^"]+)", (from: "[^"]+"), traits: (\[[^\]]*\])\)', m)
+    if not cairn or cairn.group(1).rstrip("/").split("/")[-1].removesuffix(".git").lower() != identity.lower():
+        sys.exit("consumer: the README's Package.swift block with traits lacks .package(url: <Cairn's URL>, from:, traits:)")
+    others = [d for d in re.findall(r'\.package\(url: "[^"]+", from: "[^"]+"\)', m)]
+    products = re.findall(r'\.product\(name: "(\w+)", package: "([\w-]+)"\)', m)
+    targets = []
+    for index, block in enumerate(ecosystem_blocks):
+        name = f"EcosystemSnippet{index + 1}"
+        source = ecosystem_package / "Sources" / name
+        source.mkdir(parents=True, exist_ok=True)
+        (source / "main.swift").write_text(block)
+        shutil.copy(consumer / "SnippetSupport.swift", source / "SnippetSupport.swift")
+        imports = set(re.findall(r"^import (\w+)$", block, re.M))
+        missing = imports - {"Glibc", "Foundation"} - {p for p, _ in products}
+        if missing:
+            sys.exit(f"consumer: an ecosystem snippet imports {sorted(missing)}, which the README's Package.swift block does not list")
+        deps = ", ".join(f'.product(name: "{p}", package: "{k}")' for p, k in products if p in imports)
+        targets.append(f'        .executableTarget(name: "{name}", dependencies: [{deps}], path: "Sources/{name}"),')
+    dependencies = [f'.package(url: "{url}", {cairn.group(2)}, traits: {cairn.group(3)})'] + others
+    (ecosystem_package / "Package.swift").write_text(f"""// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "ReadmeEcosystemConsumer",
+    dependencies: [
+        {(","+chr(10)+"        ").join(dependencies)},
+    ],
+    targets: [
+{chr(10).join(targets)}
+    ]
+)
+""")
+    print(f"consumer: {len(ecosystem_blocks)} README snippets of the ecosystem's integrations")

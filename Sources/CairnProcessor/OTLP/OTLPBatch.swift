@@ -111,7 +111,8 @@ struct OTLPBatch<Out: OTLPOutput> {
         guard Self.read(record, openEnded: completion != nil, propertiesLast: completion != nil, into: &f)
         else { return false }
         // Crashes, session ends and spans read their properties before writing them.
-        if f.propertiesToEnd, let type = f.type, eq(type, "crash") || eq(type, "session") || eq(type, "span") {
+        if f.propertiesToEnd, let type = f.type,
+           eq(type, "crash") || eq(type, "session") || eq(type, "span") || eq(type, "log") {
             f = Fields()
             guard Self.read(record, openEnded: true, into: &f) else { return false }
         }
@@ -289,9 +290,14 @@ struct OTLPBatch<Out: OTLPOutput> {
         out.fixed64(1, "timeUnixNano", f.nanos)
         var crashProperties: CairnValue?
         if crash, let p = f.properties { crashProperties = CairnValue(json: Array(p)) }
+        // A log record (swift-log's): its level is its severity, its message its body,
+        // its logger's label an attribute; it is not an event (no event name).
+        let log = eq(type, "log")
         let severity: (Int32, StaticString)
         if crash {
             severity = (21, "FATAL")
+        } else if log, let level = f.level, let s = Self.logSeverity(level) {
+            severity = s
         } else if has(f.level, "error") {
             severity = (17, "ERROR")
         } else if has(f.name, "session_end"), let properties = f.properties,
@@ -306,10 +312,25 @@ struct OTLPBatch<Out: OTLPOutput> {
             let b = out.openMessage(5, "body")
             out.string(1, "stringValue", headline, always: true)
             out.close(b)
+        } else if log, let p = f.properties, let message = Self.member(p, "message") {
+            let b = out.openMessage(5, "body")
+            out.string(1, "stringValue", json: message, always: true)
+            out.close(b)
         }
         out.openList(6, "attributes")
-        if let p = f.properties, !writeAttributes(p, field: 6, reserved: otlpLogReserved, into: &out) { return false }
+        if let p = f.properties,
+           !writeAttributes(p, field: 6, reserved: otlpLogReserved, skip: log ? ["message"] : [], into: &out) {
+            return false
+        }
         if let crashProperties { Self.writeException(crashProperties, into: &out) }
+        if log {
+            let kv = out.openElement(6)
+            out.string(1, "key", literal: "cairn.logger")
+            let v = out.openMessage(2, "value")
+            out.string(1, "stringValue", json: f.name!, always: true)
+            out.close(v)
+            out.close(kv)
+        }
         envelopeAttributes(f, field: 6, uid: "log.record.uid", into: &out)
         out.closeList()
         if let hex = f.traceFlags, let flags = Self.flags(hex) { out.fixed32(8, "flags", flags) }
@@ -318,9 +339,22 @@ struct OTLPBatch<Out: OTLPOutput> {
             if let span = f.spanID, Self.validID(span, 16) { out.id(10, "spanId", hex: span) }
         }
         out.fixed64(11, "observedTimeUnixNano", previousRun ? max(observedNanos, f.nanos) : f.nanos)
-        out.string(12, "eventName", json: f.name!)
+        if !log { out.string(12, "eventName", json: f.name!) }
         out.close(t)
         return true
+    }
+
+    /// The OTLP severity of a log record's `level` (swift-log's levels: `notice` is
+    /// INFO2, `critical` FATAL); nil for a level it does not know.
+    static func logSeverity(_ level: UnsafeRawBufferPointer) -> (Int32, StaticString)? {
+        if eq(level, "trace") { return (1, "TRACE") }
+        if eq(level, "debug") { return (5, "DEBUG") }
+        if eq(level, "info") { return (9, "INFO") }
+        if eq(level, "notice") { return (10, "INFO2") }
+        if eq(level, "warning") { return (13, "WARN") }
+        if eq(level, "error") { return (17, "ERROR") }
+        if eq(level, "critical") { return (21, "FATAL") }
+        return nil
     }
 
     /// `exception.type`, `exception.message` and `exception.stacktrace` of a crash.
@@ -1017,7 +1051,7 @@ let otlpPowersOfTen: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
 /// these names is kept as `cairn.property.<name>`.
 let otlpLogReserved: [StaticString] = [
     "log.record.uid", "session.id", "user.id", "cairn.account_id", "cairn.event.type", "cairn.zone_offset",
-    "cairn.context_recovered", "exception.type", "exception.message", "exception.stacktrace",
+    "cairn.context_recovered", "exception.type", "exception.message", "exception.stacktrace", "cairn.logger",
 ]
 /// The same for a span's attributes.
 let otlpSpanReserved: [StaticString] = [

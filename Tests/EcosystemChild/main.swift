@@ -1,0 +1,82 @@
+// cairn-ecosystem-child: a service that uses Cairn through the Swift server ecosystem's
+// own APIs (swift-log's `Logger`), with only the public API (`import Cairn` and the
+// integration products), configured from CAIRN_* and OTEL_* variables.
+//
+// Usage: cairn-ecosystem-child <mode>
+//   log        bootstrap swift-log with CairnLogHandler.bootstrap (console on stderr), make
+//              the logger "orders" before Cairn starts, start, then log: trace and debug
+//              (filtered out), info with metadata, notice, warning, error, critical,
+//              info with handler metadata, info inside the span "checkout" (then print
+//              "span <trace id> <span id>" on stdout), and 4 threads × 50 records
+//              "threaded" {t, i} on the logger "worker"; flush, shut down
+//   log-crash  start, log an error naming an e-mail address, flush, then crash
+//              (a write through a bad pointer)
+//   idle       start, flush, shut down
+#if Logging
+import Cairn
+import CairnLogging
+import Glibc
+import Logging
+
+func fail(_ text: String, _ status: Int32) -> Never {
+    let line = text + "\n"
+    _ = line.withCString { write(2, $0, strlen($0)) }
+    exit(status)
+}
+
+/// Thread `arg` (an Int) logs 50 records "threaded" {t, i} on the logger "worker".
+func worker(_ arg: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    let t = arg?.assumingMemoryBound(to: Int.self).pointee ?? -1
+    let worker = Logger(label: "worker")
+    for i in 0..<50 { worker.info("threaded", metadata: ["t": "\(t)", "i": "\(i)"]) }
+    return nil
+}
+
+let mode = CommandLine.arguments.dropFirst().first ?? ""
+if mode == "log" { CairnLogHandler.bootstrap(logLevel: .info, console: .standardError) }
+let logger = Logger(label: "orders")
+let cairn = Cairn.startOrDisabled(.fromEnvironment())
+guard cairn.isEnabled else {
+    fail("start failed: \(cairn.startError.map { "\($0)" } ?? "?")", 4)
+}
+
+switch mode {
+case "log":
+    logger.trace("not logged: trace")
+    logger.debug("not logged: debug")
+    logger.info("order placed", metadata: ["order_id": "42", "customer": "alice@example.com", "password": "hunter2",
+                                            "items": ["a", "b"], "shipping": ["city": "Lyon"], "attempt": "\(3)"])
+    logger.notice("stock low")
+    logger.warning("slow payment provider")
+    logger.error("payment failed")
+    logger.critical("ledger unavailable")
+    var tagged = logger
+    tagged[metadataKey: "request"] = "r-1"
+    tagged.info("with handler metadata", metadata: ["request": "r-2", "extra": "yes"])
+    cairn.withSpan("checkout") {
+        logger.info("in span")
+        if let span = Cairn.currentSpan { print("span \(span.traceID) \(span.spanID)") }
+    }
+    var threads: [pthread_t] = []
+    for t in 0..<4 {
+        var thread = pthread_t()
+        let box = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        box.pointee = t
+        pthread_create(&thread, nil, worker, box)
+        threads.append(thread)
+    }
+    for thread in threads { pthread_join(thread, nil) }
+case "log-crash":
+    Logger(label: "auth", factory: { CairnLogHandler(label: $0) }).error("no account for bob@example.com")
+    _ = cairn.flush(timeout: .seconds(5))
+    UnsafeMutablePointer<Int>(bitPattern: 8)!.pointee = 1
+case "idle":
+    break
+default:
+    fail("unknown mode \(mode)", 2)
+}
+_ = cairn.flush(timeout: .seconds(10))
+_ = cairn.shutdown(timeout: .seconds(5))
+#else
+print("cairn-ecosystem-child: built without the package traits of the ecosystem")
+#endif
