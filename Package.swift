@@ -191,7 +191,7 @@ let package = Package(
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
                           dependencies: ["CairnBase", "CCairnCore", "CCairnCrash", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
-                                         "CairnProcessor"],
+                                         "CairnProcessor", "CairnLogging"] + ecosystemProducts("Logging"),
                           path: "Benchmarks/CairnBenchmarks"),
     ],
     cLanguageStandard: .gnu11

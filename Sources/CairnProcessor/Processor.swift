@@ -331,10 +331,22 @@ package final class Processor: Sendable {
     /// replaces them, so a hostile nesting costs no more than the limit allows. Without
     /// `context`, for an event encoded without its context.
     package func estimate(_ event: Event, context: Bool = true) -> Int {
-        var n = 160 + (context ? common.bytes.count : 0) + event.name.utf8.count + event.identity.distinctID.utf8.count
+        // 200: the envelope's fixed part (181 bytes with a 36-byte session id counted
+        // apart, a `track` type and a two-digit zone offset), with room for the longest
+        // type (`user_setOnce`) and offset (`-720`).
+        var n = 200 + (context ? common.bytes.count : 0) + event.name.utf8.count + event.identity.distinctID.utf8.count
             + (event.identity.accountID?.utf8.count ?? 0) + (event.sessionID?.utf8.count ?? 0)
-            + (event.span == nil ? 0 : 110)
+            + (event.severity != nil || event.isError ? 20 : 0) + (event.span.map { spanEstimate($0, event.type) } ?? 0)
         for (k, v) in event.properties { n += k.utf8.count + 4 + estimate(v, level: 2) }
+        return n
+    }
+
+    /// The bytes of a span's fields in the envelope: `trace_id` and `span_id` (46 and
+    /// 29 with their commas), `parent_span_id` (36), and for a `span` event its
+    /// `trace_flags` (19), `span_kind` (21) and `trace_state` (17 and the state).
+    private func spanEstimate(_ span: SpanContext, _ type: EventType) -> Int {
+        var n = 75 + (span.parentSpanID == nil ? 0 : 36)
+        if type == .span { n += 40 + (span.traceState.map { 17 + $0.header.utf8.count } ?? 0) }
         return n
     }
 

@@ -46,6 +46,48 @@ import Testing
 
     static let ids = #""distinct_id":"host-7","session_id":"s-1","#
 
+    /// A `log` event's level is its envelope's `level`.
+    @Test func logRecord() {
+        let e = Event(type: .log, name: "orders.db", properties: ["message": "slow query"], timeMillis: Self.millis,
+                      identity: Identity(distinctID: "host-7"), sessionID: "s-1", tier: .important, severity: .warning)
+        #expect(String(decoding: Self.processor.record(e, id: Self.id), as: UTF8.self)
+                == Self.golden("log", "orders.db", Self.ids, #"{"message":"slow query"}"#)
+                    .replacingOccurrences(of: #""name":"orders.db","#, with: #""name":"orders.db","level":"warning","#))
+    }
+
+    /// The size estimate covers what the one-pass encoding writes, for every head an
+    /// event can have (a level, an error, a span with its flags, kind and state, an
+    /// account), with and without the context: the hot path never encodes an event
+    /// twice for want of room when no string needs escaping (string properties, whose
+    /// estimate is exact, leave no slack for the envelope's).
+    @Test(arguments: [true, false])
+    func estimateCoversTheEncoding(context: Bool) throws {
+        let span = SpanContext(traceID: try #require(TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")),
+                               spanID: try #require(SpanID(hex: "00f067aa0ba902b7")),
+                               parentSpanID: try #require(SpanID(hex: "00f067aa0ba902b8")),
+                               traceState: TraceState(headers: ["congo=t61rcWkgMzE"]), kind: .server)
+        let session = "01938a2b-c000-7123-8456-7890abcdef01"
+        var events: [Event] = []
+        for severity in Severity.allCases {
+            events.append(Event(type: .log, name: "l", properties: ["message": "m"], timeMillis: Self.millis,
+                                identity: Identity(distinctID: "h"), sessionID: session, severity: severity))
+        }
+        events.append(Event(type: .track, name: "e", timeMillis: Self.millis, identity: Identity(distinctID: "h"),
+                            sessionID: session, isError: true))
+        events.append(Event(type: .userSetOnce, name: "user_properties", properties: ["plan": "pro", "region": "eu"],
+                            timeMillis: Self.millis, identity: Identity(distinctID: "h"), sessionID: session))
+        events.append(Event(type: .span, name: "s", properties: ["duration_ms": 1.5], timeMillis: Self.millis,
+                            identity: Identity(distinctID: "h", accountID: "a"), sessionID: session, span: span,
+                            isError: true))
+        events.append(Event(type: .log, name: "l", timeMillis: Self.millis, identity: Identity(distinctID: "h"),
+                            sessionID: session, span: span, isError: true, severity: .critical))
+        for event in events {
+            var w = JSONWriter()
+            #expect(Self.processor.encodeIfClean(event, id: Self.id, into: &w, context: context))
+            #expect(w.count <= Self.processor.estimate(event, context: context), "\(event.type) \(event.name): \(w.count)")
+        }
+    }
+
     @Test func track() {
         #expect(Self.record(.track, "order_placed", ["total": 42.5])
                 == Self.golden("track", "order_placed", Self.ids, #"{"total":42.5}"#))

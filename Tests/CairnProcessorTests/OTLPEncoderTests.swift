@@ -183,6 +183,46 @@ import Testing
         #expect(((c["modules"] as? [Any])?.first as? [String: Any])?["build_id"] as? String == "ab12cd")
     }
 
+    /// `log` events (swift-log's records): the level is the severity, the message the
+    /// body, the label the `cairn.logger` attribute, and there is no event name. A level
+    /// the table does not know is INFO; a message that is not a string is no body.
+    @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
+    func logEventsAreLogRecords(encoding: OTLPEncoder.Encoding) throws {
+        func log(_ severity: Severity, _ message: CairnValue, _ extra: [String: CairnValue] = [:]) -> [UInt8] {
+            let e = Event(type: .log, name: "orders.db", properties: ["message": message, "code.line.number": 12]
+                            .merging(extra) { $1 },
+                          timeMillis: Self.millis, identity: Identity(distinctID: "host-7"), sessionID: Self.session,
+                          tier: severity.tier, isError: severity.isError, severity: severity)
+            return Self.processor.record(e)
+        }
+        let expected: [(Severity, String, String)] = [
+            (.trace, "SEVERITY_NUMBER_TRACE", "TRACE"), (.debug, "SEVERITY_NUMBER_DEBUG", "DEBUG"),
+            (.info, "SEVERITY_NUMBER_INFO", "INFO"), (.notice, "SEVERITY_NUMBER_INFO2", "INFO2"),
+            (.warning, "SEVERITY_NUMBER_WARN", "WARN"), (.error, "SEVERITY_NUMBER_ERROR", "ERROR"),
+            (.critical, "SEVERITY_NUMBER_FATAL", "FATAL"),
+        ]
+        var records = expected.map { log($0.0, .string("m-\($0.2)")) }
+        records.append(log(.info, 42, ["cairn.logger": "mine"]))
+        let (logs, traces) = Self.encode(records, encoding)
+        #expect(traces.isEmpty)
+        let decoded = Self.logRecords(try Self.decode(logs, signal: "logs", encoding: encoding)).map(\.record)
+        try #require(decoded.count == records.count)
+        for (k, (_, number, text)) in expected.enumerated() {
+            let r = decoded[k]
+            #expect(r["severity_number"] as? String == number && r["severity_text"] as? String == text, "\(r)")
+            #expect((r["body"] as? [String: Any])?["string_value"] as? String == "m-\(text)")
+            #expect(r["event_name"] == nil, "a log record has no event name: \(r)")
+            let a = Self.attributes(r["attributes"])
+            #expect(a["cairn.logger"] as? String == "orders.db" && a["message"] == nil)
+            #expect(a["code.line.number"] as? Int64 == 12 && a["cairn.event.type"] as? String == "log")
+        }
+        let odd = try #require(decoded.last)
+        #expect(odd["body"] == nil, "a message that is not a string is not a body")
+        let a = Self.attributes(odd["attributes"])
+        #expect(a["message"] as? Int64 == 42 && a["cairn.property.cairn.logger"] as? String == "mine"
+                && a["cairn.logger"] as? String == "orders.db")
+    }
+
     /// An event inside a span carries its trace and span ids.
     @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
     func eventInASpanCarriesItsIDs(encoding: OTLPEncoder.Encoding) throws {

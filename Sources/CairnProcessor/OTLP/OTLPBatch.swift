@@ -312,14 +312,16 @@ struct OTLPBatch<Out: OTLPOutput> {
             let b = out.openMessage(5, "body")
             out.string(1, "stringValue", headline, always: true)
             out.close(b)
-        } else if log, let p = f.properties, let message = Self.member(p, "message") {
+        }
+        let body = log ? f.properties.flatMap { Self.member($0, "message") } : nil
+        if let message = body {
             let b = out.openMessage(5, "body")
             out.string(1, "stringValue", json: message, always: true)
             out.close(b)
         }
         out.openList(6, "attributes")
         if let p = f.properties,
-           !writeAttributes(p, field: 6, reserved: otlpLogReserved, skip: log ? ["message"] : [], into: &out) {
+           !writeAttributes(p, field: 6, reserved: otlpLogReserved, skip: body != nil ? ["message"] : [], into: &out) {
             return false
         }
         if let crashProperties { Self.writeException(crashProperties, into: &out) }

@@ -1,0 +1,101 @@
+// swift-log's `Logger` with Cairn's handler, against swift-log's own no-op handler (built
+// with the package trait "Logging"; without it there are no such figures).
+#if Logging
+import Cairn
+import CairnLogging
+import Dispatch
+import Logging
+
+/// Nanoseconds per `logger.info` call with one metadata item, over `calls` calls in a
+/// loop (each call is a few nanoseconds when filtered out: too short to time alone).
+func loopedLogCost(_ logger: Logger, calls: Int) -> Double {
+    let t0 = DispatchTime.now().uptimeNanoseconds
+    for i in 0..<calls { logger.info("order placed", metadata: ["order_id": "\(i)"]) }
+    return Double(DispatchTime.now().uptimeNanoseconds - t0) / Double(calls)
+}
+
+/// `logger.info` with 10 metadata items through Cairn's handler (the record is tracked),
+/// each call timed on its own as ``benchTrack(calls:threads:)`` times `track()`:
+/// (p50, p99) in nanoseconds.
+func timedLogCalls(_ logger: Logger, calls: Int) -> (p50: Double, p99: Double) {
+    let metadata: Logger.Metadata = [
+        "plan": "pro", "seats": "12", "ratio": "0.75", "trial": "false", "region": "eu-west-1",
+        "path": "/orders/42", "method": "POST", "status": "201", "duration_ms": "12.5", "retry": "false",
+    ]
+    var overhead: [Double] = []
+    for _ in 0..<1000 {
+        let t0 = now()
+        overhead.append(Double(now() - t0))
+    }
+    let clockCost = percentile(overhead, 0.5)
+    var times = [Double](repeating: 0, count: calls)
+    for i in 0..<calls {
+        let t0 = now()
+        logger.info("checkout completed", metadata: metadata)
+        times[i] = max(0, Double(now() - t0) - clockCost)
+    }
+    return (percentile(times, 0.5), percentile(times, 0.99))
+}
+
+/// `track()` of the event `timedLogCalls` makes (the same properties: the metadata,
+/// the message and the source fields), timed the same way.
+func timedEquivalentTracks(_ cairn: Cairn, calls: Int) -> (p50: Double, p99: Double) {
+    let properties: [String: CairnValue] = [
+        "plan": "pro", "seats": "12", "ratio": "0.75", "trial": "false", "region": "eu-west-1",
+        "path": "/orders/42", "method": "POST", "status": "201", "duration_ms": "12.5", "retry": "false",
+        "message": "checkout completed", "log.source": "CairnBenchmarks",
+        "code.file.path": "CairnBenchmarks/Logging.swift", "code.function.name": "timedLogCalls(_:calls:)",
+        "code.line.number": 34,
+    ]
+    var overhead: [Double] = []
+    for _ in 0..<1000 {
+        let t0 = now()
+        overhead.append(Double(now() - t0))
+    }
+    let clockCost = percentile(overhead, 0.5)
+    var times = [Double](repeating: 0, count: calls)
+    for i in 0..<calls {
+        let t0 = now()
+        cairn.track("bench", properties: properties)
+        times[i] = max(0, Double(now() - t0) - clockCost)
+    }
+    return (percentile(times, 0.5), percentile(times, 0.99))
+}
+
+/// The logging figures, with `cairn` (the track() figures' SDK).
+@MainActor func recordLoggingFigures(_ cairn: Cairn?) {
+    guard let cairn else { return }
+    let noOp = Logger(label: "bench", factory: { _ in SwiftLogNoOpLogHandler() })
+    let filtered = Logger(label: "bench", factory: { CairnLogHandler(label: $0, cairn: cairn, logLevel: .warning) })
+    let logged = Logger(label: "bench", factory: { CairnLogHandler(label: $0, cairn: cairn, logLevel: .info) })
+    let calls = quick ? 2_000_000 : 10_000_000
+    // Interleaved rounds, the best of each: the two figures see the same machine.
+    var noOpBest = Double.infinity, filteredBest = Double.infinity
+    for _ in 0..<3 {
+        noOpBest = min(noOpBest, loopedLogCost(noOp, calls: calls))
+        filteredBest = min(filteredBest, loopedLogCost(filtered, calls: calls))
+    }
+    _ = cairn.flush(timeout: .seconds(60))
+    _ = timedLogCalls(logged, calls: 10_000)
+    // Interleaved with track() of the same event: what the handler adds to it.
+    var loggedBest = (p50: Double.infinity, p99: Double.infinity), trackBest = loggedBest
+    for _ in 0..<3 {
+        _ = cairn.flush(timeout: .seconds(60))
+        let t = timedEquivalentTracks(cairn, calls: quick ? 30_000 : 100_000)
+        if t.p50 < trackBest.p50 { trackBest = t }
+        _ = cairn.flush(timeout: .seconds(60))
+        let l = timedLogCalls(logged, calls: quick ? 30_000 : 100_000)
+        if l.p50 < loggedBest.p50 { loggedBest = l }
+    }
+    record("log_noop_ns", "Logger.info, swift-log's no-op handler (level filtered out)", noOpBest, "ns")
+    record("log_filtered_ns", "Logger.info below CairnLogHandler's level", filteredBest, "ns",
+           goal: "<= no-op + 2", budget: noOpBest + 10)
+    record("log_ns_p50", "Logger.info through CairnLogHandler, 10 metadata items, p50 (best of 3)", loggedBest.p50, "ns",
+           goal: "<= 2 x track")
+    record("log_ns_p99", "Logger.info through CairnLogHandler, p99 (same round)", loggedBest.p99, "ns", goal: "<= 6000")
+    record("log_track_ns_p50", "track() of the same event (15 properties), p50 (best of 3)", trackBest.p50, "ns")
+}
+#else
+/// Without the trait "Logging": no logging figures.
+@MainActor func recordLoggingFigures(_ cairn: Cairn?) {}
+#endif
