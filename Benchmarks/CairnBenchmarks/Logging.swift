@@ -14,14 +14,10 @@ func loopedLogCost(_ logger: Logger, calls: Int) -> Double {
     return Double(DispatchTime.now().uptimeNanoseconds - t0) / Double(calls)
 }
 
-/// `logger.info` with 10 metadata items through Cairn's handler (the record is tracked),
-/// each call timed on its own as ``benchTrack(calls:threads:)`` times `track()`:
-/// (p50, p99) in nanoseconds.
-func timedLogCalls(_ logger: Logger, calls: Int) -> (p50: Double, p99: Double) {
-    let metadata: Logger.Metadata = [
-        "plan": "pro", "seats": "12", "ratio": "0.75", "trial": "false", "region": "eu-west-1",
-        "path": "/orders/42", "method": "POST", "status": "201", "duration_ms": "12.5", "retry": "false",
-    ]
+/// `body` called `calls` times, each call timed on its own as
+/// ``benchTrack(calls:threads:)`` times `track()` (the clock's cost subtracted): (p50,
+/// p99) in nanoseconds.
+func timedCalls(_ calls: Int, _ body: () -> Void) -> (p50: Double, p99: Double) {
     var overhead: [Double] = []
     for _ in 0..<1000 {
         let t0 = now()
@@ -31,14 +27,23 @@ func timedLogCalls(_ logger: Logger, calls: Int) -> (p50: Double, p99: Double) {
     var times = [Double](repeating: 0, count: calls)
     for i in 0..<calls {
         let t0 = now()
-        logger.info("checkout completed", metadata: metadata)
+        body()
         times[i] = max(0, Double(now() - t0) - clockCost)
     }
     return (percentile(times, 0.5), percentile(times, 0.99))
 }
 
+/// `logger.info` with 10 metadata items through Cairn's handler (the record is tracked).
+func timedLogCalls(_ logger: Logger, calls: Int) -> (p50: Double, p99: Double) {
+    let metadata: Logger.Metadata = [
+        "plan": "pro", "seats": "12", "ratio": "0.75", "trial": "false", "region": "eu-west-1",
+        "path": "/orders/42", "method": "POST", "status": "201", "duration_ms": "12.5", "retry": "false",
+    ]
+    return timedCalls(calls) { logger.info("checkout completed", metadata: metadata) }
+}
+
 /// `track()` of the event `timedLogCalls` makes (the same properties: the metadata,
-/// the message and the source fields), timed the same way.
+/// the message and the source fields).
 func timedEquivalentTracks(_ cairn: Cairn, calls: Int) -> (p50: Double, p99: Double) {
     let properties: [String: CairnValue] = [
         "plan": "pro", "seats": "12", "ratio": "0.75", "trial": "false", "region": "eu-west-1",
@@ -47,19 +52,7 @@ func timedEquivalentTracks(_ cairn: Cairn, calls: Int) -> (p50: Double, p99: Dou
         "code.file.path": "CairnBenchmarks/Logging.swift", "code.function.name": "timedLogCalls(_:calls:)",
         "code.line.number": 34,
     ]
-    var overhead: [Double] = []
-    for _ in 0..<1000 {
-        let t0 = now()
-        overhead.append(Double(now() - t0))
-    }
-    let clockCost = percentile(overhead, 0.5)
-    var times = [Double](repeating: 0, count: calls)
-    for i in 0..<calls {
-        let t0 = now()
-        cairn.track("bench", properties: properties)
-        times[i] = max(0, Double(now() - t0) - clockCost)
-    }
-    return (percentile(times, 0.5), percentile(times, 0.99))
+    return timedCalls(calls) { cairn.track("bench", properties: properties) }
 }
 
 /// The logging figures, with `cairn` (the track() figures' SDK).

@@ -385,12 +385,14 @@ import Testing
     }
 
     /// The collector stalls, so the ring fills: Debug events are shed first (counted),
-    /// Important ones still get in until the ring itself is full.
+    /// Important ones still get in until the ring itself is full. 20,000 events of
+    /// about 500 bytes are 10 MB, more than half the default 16 MiB ring, where the
+    /// Debug tier's shedding begins.
     @Test func overloadShedsTheLowestTierFirst() throws {
         let collector = try CollectorProcess()
         try collector.setDefault(["stall": 30])
         let dir = try DataDir()
-        let r = try Self.child(["burst", "8000"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
+        let r = try Self.child(["burst", "20000"], env: ["CAIRN_APP_ID": "orders", "CAIRN_DATA_DIR": dir.path,
                                                        "CAIRN_UPLOAD_URL": collector.baseURL + "/v1/batch"])
         #expect(r.status == 0, "\(r.err)")
         let drops = try #require(Self.objects(r.out).first)

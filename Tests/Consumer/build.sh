@@ -24,16 +24,21 @@ mkdir -p "$work/app-ecosystem"
 python3 "$root/Tests/Consumer/make_package.py" "$root/README.md" "$root/Tests/Consumer" "$work/app" \
     "file://$work/cairn-swift" "$version" "$work/app-ecosystem"
 build() { swift build --cache-path "$work/cache" --manifest-cache local --package-path "$work/app" "$@"; }
-if ! build > "$work/build.log" 2>&1; then
-    grep -v '^\[' "$work/build.log" >&2
-    echo "consumer: a README snippet did not build" >&2
-    exit 1
-fi
-# A user's build of a package that depends on Cairn shows no warning of Cairn's.
-if grep -E 'warning:' "$work/build.log" >&2; then
-    echo "consumer: the build printed warnings (above)" >&2
-    exit 1
-fi
+# build_clean <build function> <log>: builds, and fails unless it built without a warning
+# (a user's build of a package that depends on Cairn shows no warning of Cairn's: SwiftPM
+# does not show a dependency's).
+build_clean() {
+    if ! "$1" > "$2" 2>&1; then
+        grep -v '^\[' "$2" >&2
+        echo "consumer: a README snippet did not build ($2)" >&2
+        exit 1
+    fi
+    if grep -E 'warning:' "$2" >&2; then
+        echo "consumer: the build printed warnings (above; $2)" >&2
+        exit 1
+    fi
+}
+build_clean build "$work/build.log"
 # Cairn alone brings no other package: with its integrations' traits off, the ecosystem's
 # packages are neither fetched (this package has no mirror settings: a fetch from
 # github.com would fail here, and for a user would be a needless download) nor pinned.
@@ -43,7 +48,7 @@ if [ "$pinned" != "cairn-swift" ] || grep -Ei 'fetching.*(swift-log|swift-metric
     echo "consumer: a package that uses Cairn alone resolved more than Cairn: $pinned" >&2
     exit 1
 fi
-# Nothing but `Cairn` and `CairnTestKit` is a product, and the modules Cairn is built
+# Nothing but `Cairn`, `CairnTestKit` and the integrations (`CairnLogging`, ...) is a product, and the modules Cairn is built
 # from show nothing to a package that imports them anyway: a target that names their
 # types does not build, and a dependency on one of them as a product is refused.
 manifest="$work/app/Package.swift"
@@ -98,20 +103,11 @@ CAIRN_APP_ID=readme-consumer CAIRN_DATA_DIR="$work/data" "$bin"
 
 # The snippets of the Swift server section: a package that enables Cairn's traits and
 # depends on the ecosystem's packages by their real URLs, resolved from the offline
-# mirrors where SWIFTPM_MIRROR names them (else from GitHub, as a user's would be). Its
-# build shows no warning either (Cairn's sources are a dependency's: SwiftPM does not
-# show their warnings), and its first snippet runs.
+# mirrors where SWIFTPM_MIRROR names them (else from GitHub, as a user's would be). It
+# builds without a warning too, and its first snippet runs.
 if [ -n "${SWIFTPM_MIRROR:-}" ]; then "$SWIFTPM_MIRROR/setup.sh" "$work/app-ecosystem" > /dev/null; fi
 ecosystem() { swift build --cache-path "$work/cache" --manifest-cache local --package-path "$work/app-ecosystem" "$@"; }
-if ! ecosystem > "$work/ecosystem.log" 2>&1; then
-    grep -v '^\[' "$work/ecosystem.log" >&2
-    echo "consumer: a README snippet of the Swift server section did not build" >&2
-    exit 1
-fi
-if grep -E 'warning:' "$work/ecosystem.log" >&2; then
-    echo "consumer: the Swift server snippets' build printed warnings (above)" >&2
-    exit 1
-fi
+build_clean ecosystem "$work/ecosystem.log"
 CAIRN_APP_ID=readme-consumer CAIRN_DATA_DIR="$work/data-ecosystem" "$(ecosystem --show-bin-path)/EcosystemSnippet1" \
     > "$work/ecosystem-run.log" 2>&1 || { cat "$work/ecosystem-run.log" >&2; echo "consumer: EcosystemSnippet1 failed" >&2; exit 1; }
-echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs, and resolved Cairn alone; the Swift server snippets build with Cairn's traits and the ecosystem's packages, and the first runs; nothing but Cairn and CairnTestKit is a product, and the modules below Cairn show a package nothing"
+echo "consumer: every README snippet builds against Cairn $version (tagged), without a warning; the quick start, with import Cairn alone, runs, and resolved Cairn alone; the Swift server snippets build with Cairn's traits and the ecosystem's packages, and the first runs; nothing but Cairn, CairnTestKit and the integrations is a product, and the modules below Cairn show a package nothing"
