@@ -26,6 +26,8 @@ let strictSwift: [SwiftSetting] = [
 let ecosystem: [(trait: String, package: Package.Dependency, products: [(name: String, package: String)])] = [
     ("Logging", .package(url: "https://github.com/apple/swift-log.git", from: "1.5.0"),
      [("Logging", "swift-log")]),
+    ("Metrics", .package(url: "https://github.com/apple/swift-metrics.git", from: "2.4.0"),
+     [("CoreMetrics", "swift-metrics"), ("Metrics", "swift-metrics")]),
 ]
 /// The products of the ecosystem packages that `traits` enable, for a target's dependencies.
 @MainActor func ecosystemProducts(_ traits: String...) -> [Target.Dependency] {
@@ -46,9 +48,12 @@ let package = Package(
         .library(name: "CCairn", targets: ["CCairnCore", "CCairnCrash"]),
         // swift-log's backend (trait "Logging").
         .library(name: "CairnLogging", targets: ["CairnLogging"]),
+        // swift-metrics' backend (trait "Metrics").
+        .library(name: "CairnMetrics", targets: ["CairnMetrics"]),
     ],
     traits: [
         .trait(name: "Logging", description: "CairnLogging: a swift-log LogHandler that tracks log records as Cairn events"),
+        .trait(name: "Metrics", description: "CairnMetrics: a swift-metrics MetricsFactory that reports metrics as Cairn events"),
         .default(enabledTraits: []),
     ],
     dependencies: ecosystem.map(\.package),
@@ -121,8 +126,11 @@ let package = Package(
         // The ecosystem's integrations: each builds empty unless its trait is enabled.
         .target(name: "CairnLogging", dependencies: ["Cairn", "CairnBase", "CairnProcessor"] + ecosystemProducts("Logging"),
                 path: "Sources/CairnLogging", swiftSettings: strictSwift),
+        .target(name: "CairnMetrics", dependencies: ["Cairn", "CairnBase", "CairnProcessor"] + ecosystemProducts("Metrics"),
+                path: "Sources/CairnMetrics", swiftSettings: strictSwift),
         // A service that uses Cairn through the ecosystem's APIs, for their tests.
-        .executableTarget(name: "cairn-ecosystem-child", dependencies: ["Cairn", "CairnLogging"] + ecosystemProducts("Logging"),
+        .executableTarget(name: "cairn-ecosystem-child",
+                          dependencies: ["Cairn", "CairnLogging", "CairnMetrics"] + ecosystemProducts("Logging", "Metrics"),
                           path: "Tests/EcosystemChild"),
         .testTarget(name: "CairnEcosystemTests",
                     dependencies: ["CairnTestSupport", "cairn-ecosystem-child"],
@@ -191,7 +199,7 @@ let package = Package(
         // Benchmarks: a plain executable; `make bench` runs it in release mode.
         .executableTarget(name: "CairnBenchmarks",
                           dependencies: ["CairnBase", "CCairnCore", "CCairnCrash", "CZstd", "CLMDB", "CairnStore", "CairnUploader", "CairnCrash", "Cairn",
-                                         "CairnProcessor", "CairnLogging"] + ecosystemProducts("Logging"),
+                                         "CairnProcessor", "CairnLogging", "CairnMetrics"] + ecosystemProducts("Logging", "Metrics"),
                           path: "Benchmarks/CairnBenchmarks"),
     ],
     cLanguageStandard: .gnu11

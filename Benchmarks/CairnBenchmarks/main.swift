@@ -148,7 +148,7 @@ try? FileManager.default.createDirectory(atPath: scratch, withIntermediateDirect
 // flat-out states alone; `--only throughput`: the
 // default-options throughput runs alone; `--only start`: the
 // start figures alone; `--only otlp`: the OTLP encoding figures alone; `--only logging`: swift-log's
-// `Logger` with Cairn's handler against its no-op handler.
+// `Logger` with Cairn's handler against its no-op handler, and swift-metrics' metrics.
 // `--fill-store DIR`: fills DIR's snapshot store as the store-full state does, and exits
 // (to look at that state by hand).
 if let i = CommandLine.arguments.firstIndex(of: "--fill-store"), i + 1 < CommandLine.arguments.count {
@@ -183,6 +183,7 @@ if !onlyTrack, let i = CommandLine.arguments.firstIndex(of: "--only"), i + 1 < C
         o.ringCapacity = 256 << 20
         let cairn = try? Cairn.start(o)
         recordLoggingFigures(cairn)
+        recordMetricsFigures(cairn)
         _ = cairn?.shutdown(timeout: .seconds(10))
     default:
         FileHandle.standardError.write(Data("unknown --only \(CommandLine.arguments[i + 1])\n".utf8))
@@ -989,6 +990,7 @@ record("track_ns_p99", "track(), 10 properties, p99 (same round)", track1.p99, "
        goal: "<= 5000")
 record("track_2t_ns_p50", "track(), 2 threads, p50 per call (best of 3)", track2.p50, "ns")
 recordLoggingFigures(benchSDK)
+recordMetricsFigures(benchSDK)
 _ = benchSDK?.shutdown(timeout: .seconds(10))
 
 /// `Cairn.start` on the caller's thread in fresh processes (`cairn-service-child start`,

@@ -33,9 +33,9 @@ extension Cairn {
     }
 
     /// The background loop's next wake-up: within a second (deduplication windows), or
-    /// when the next `sdk_health` is due.
+    /// when the next `sdk_health` or periodic work is due.
     func nextWake() -> Duration {
-        max(.milliseconds(1), min(.seconds(1), healthDueIn() ?? .seconds(1)))
+        max(.milliseconds(1), min(.seconds(1), healthDueIn() ?? .seconds(1), periodicDueIn() ?? .seconds(1)))
     }
 
     /// Tracks `sdk_health` (docs/FORMATS.md, "SDK health"): what the SDK did since the

@@ -56,6 +56,7 @@ extension Cairn {
         }
         let ready = waitUntilReady(until: deadline)
         if ready {
+            runPeriodic(final: true)
             emitHealth(final: true)
         } else {
             state.withLock { $0.startAbandoned = true }

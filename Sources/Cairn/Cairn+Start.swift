@@ -231,6 +231,7 @@ extension Cairn {
             if let sink = pipeline?.sink, sink.contextPending.load(ordering: .acquiring) { sink.appendContext() }
             pipeline?.writeFoldedSummaries()
             if let due = healthDueIn(), due <= .zero { emitHealth(final: false) }
+            runPeriodic(final: false)
             let now = ContinuousClock.now
             if now >= pagesDue {
                 releasePagesThatRanOnce(ownCode: &ownCode)

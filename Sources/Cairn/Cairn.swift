@@ -171,4 +171,6 @@ public final class Cairn: @unchecked Sendable {
     /// Where the next `sdk_health` counts from; held while one is built and tracked, so
     /// the periodic one and the final one at ``shutdown(timeout:)`` never interleave.
     let health: Locked<HealthState>
+    /// The integrations' periodic work (``addPeriodic(every:_:)``).
+    let periodic = Locked<[PeriodicWork]>([])
 }

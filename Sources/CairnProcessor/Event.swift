@@ -24,6 +24,9 @@ package enum EventType: String, Sendable, CaseIterable {
     /// A log record (swift-log's `Logger`, through `CairnLogging`): its `level` is a
     /// ``Severity``.
     case log
+    /// A metric's report (swift-metrics, through `CairnMetrics`): its value or
+    /// histogram, cumulative since its start.
+    case metric
 }
 
 /// How severe a log record is: swift-log's levels, which the envelope's `level` names

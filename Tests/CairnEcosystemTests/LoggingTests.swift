@@ -7,42 +7,6 @@ import Testing
 /// which uses the public API only): what the native collector and an OTLP collector
 /// receive, field by field, with the privacy rules, sampling and spans of any event.
 @Suite(.serialized) struct LoggingTests {
-    static let child = productsDirectory + "/cairn-ecosystem-child"
-
-    static func env(_ dir: String, _ collector: CollectorProcess, _ extra: [String: String] = [:]) -> [String: String] {
-        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("CAIRN_") && !$0.key.hasPrefix("OTEL_") }
-        env["CAIRN_APP_ID"] = "orders"
-        env["CAIRN_DISTINCT_ID"] = "host-7"
-        env["CAIRN_DATA_DIR"] = dir
-        env["CAIRN_BATCH_AGE_MS"] = "50"
-        env["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
-        env["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"] = collector.baseURL + "/v1/logs"
-        return env.merging(extra) { $1 }
-    }
-
-    /// The native events the collector took, parsed.
-    static func native(_ collector: CollectorProcess) throws -> [[String: Any]] {
-        try collector.events().compactMap { try JSONSerialization.jsonObject(with: Data($0.record.utf8)) as? [String: Any] }
-    }
-
-    /// The OTLP log records the collector decoded (with the official definitions).
-    static func otlp(_ collector: CollectorProcess) throws -> [[String: Any]] {
-        try collector.rawRequests().filter { $0["path"] as? String == "/v1/logs" }
-            .compactMap { $0["otlp"] as? [String: Any] }
-            .flatMap { ($0["resource_logs"] as? [[String: Any]]) ?? [] }
-            .flatMap { ($0["scope_logs"] as? [[String: Any]]) ?? [] }
-            .flatMap { ($0["log_records"] as? [[String: Any]]) ?? [] }
-    }
-
-    /// An OTLP record's attributes, each as its value's one member (`string_value`, ...).
-    static func attributes(_ record: [String: Any]) -> [String: Any] {
-        (record["attributes"] as? [[String: Any]] ?? []).reduce(into: [:]) { out, kv in
-            out[kv["key"] as? String ?? ""] = (kv["value"] as? [String: Any])?.values.first
-        }
-    }
-
-    static func props(_ e: [String: Any]) -> [String: Any] { e["properties"] as? [String: Any] ?? [:] }
-
     /// Every level, metadata, source and span of a record arrives as the documented `log`
     /// event, natively and as an OTLP log record; levels below the handler's are never
     /// sent; records from four threads all arrive; the console still prints each record,
@@ -51,21 +15,21 @@ import Testing
         let collector = try CollectorProcess()
         defer { collector.stop() }
         let dir = try TemporaryDirectory("cairn-log")
-        let r = try runToEnd(Self.child, ["log"], environment: Self.env(dir.path, collector), timeout: 60)
+        let r = try runToEnd(Ecosystem.child, ["log"], environment: Ecosystem.env(dir.path, collector), timeout: 60)
         #expect(r.status == 0, "\(r.err)")
-        let logs = try Self.native(collector).filter { $0["type"] as? String == "log" }
+        let logs = try Ecosystem.native(collector).filter { $0["type"] as? String == "log" }
         let orders = logs.filter { $0["name"] as? String == "orders" }
-        let messages = orders.compactMap { Self.props($0)["message"] as? String }
+        let messages = orders.compactMap { Ecosystem.props($0)["message"] as? String }
         #expect(messages.sorted() == ["in span", "ledger unavailable", "order placed", "payment failed",
                                       "slow payment provider", "stock low", "with handler metadata"], "\(messages)")
         func event(_ message: String) -> [String: Any] {
-            orders.first { Self.props($0)["message"] as? String == message } ?? [:]
+            orders.first { Ecosystem.props($0)["message"] as? String == message } ?? [:]
         }
         let levels = ["order placed": "info", "stock low": "notice", "slow payment provider": "warning",
                       "payment failed": "error", "ledger unavailable": "critical"]
         for (message, level) in levels { #expect(event(message)["level"] as? String == level, "\(message)") }
 
-        let placed = event("order placed"), p = Self.props(placed)
+        let placed = event("order placed"), p = Ecosystem.props(placed)
         #expect(placed["distinct_id"] as? String == "host-7" && placed["trace_id"] == nil)
         #expect(p["order_id"] as? String == "42" && p["attempt"] as? String == "3")
         #expect(p["items"] as? [String] == ["a", "b"] && (p["shipping"] as? [String: String]) == ["city": "Lyon"])
@@ -76,7 +40,7 @@ import Testing
         #expect((p["code.file.path"] as? String)?.hasSuffix("main.swift") == true)
         #expect(p["code.function.name"] as? String != nil && (p["code.line.number"] as? Int ?? 0) > 0)
 
-        let tagged = Self.props(event("with handler metadata"))
+        let tagged = Ecosystem.props(event("with handler metadata"))
         #expect(tagged["request"] as? String == "r-2" && tagged["extra"] as? String == "yes",
                 "the call's metadata wins over the handler's")
 
@@ -84,18 +48,18 @@ import Testing
         let ids = spanLine.split(separator: " ").dropFirst().map(String.init)
         let inSpan = event("in span")
         #expect(inSpan["trace_id"] as? String == ids.first && inSpan["span_id"] as? String == ids.last)
-        #expect(Self.props(inSpan)["trace_id"] == nil, "the provider's ids are not repeated as properties")
+        #expect(Ecosystem.props(inSpan)["trace_id"] == nil, "the provider's ids are not repeated as properties")
         #expect(r.err.contains("trace_id=\(ids[0])") && r.err.contains("in span"),
                 "the console line of a record in a span shows its ids: \(r.err.suffix(2000))")
         #expect(r.err.contains("order placed") && !r.err.contains("not logged"))
-        #expect(!logs.contains { (Self.props($0)["message"] as? String)?.hasPrefix("not logged") == true })
+        #expect(!logs.contains { (Ecosystem.props($0)["message"] as? String)?.hasPrefix("not logged") == true })
 
-        let threaded = logs.filter { $0["name"] as? String == "worker" }.map { Self.props($0) }
+        let threaded = logs.filter { $0["name"] as? String == "worker" }.map { Ecosystem.props($0) }
         let pairs = Set(threaded.compactMap { p in (p["t"] as? String).flatMap { t in (p["i"] as? String).map { "\(t)/\($0)" } } })
         #expect(threaded.count == 200 && pairs.count == 200, "\(threaded.count) records, \(pairs.count) distinct")
 
         // The same records as OTLP log records.
-        let records = try Self.otlp(collector)
+        let records = try Ecosystem.otlp(collector)
         func record(_ message: String) -> [String: Any] {
             records.first { ($0["body"] as? [String: Any])?["string_value"] as? String == message } ?? [:]
         }
@@ -107,7 +71,7 @@ import Testing
                     "\(message): \(rec)")
             #expect(rec["event_name"] == nil || rec["event_name"] as? String == "", "a log record is not an event: \(rec)")
         }
-        let a = Self.attributes(record("order placed"))
+        let a = Ecosystem.attributes(record("order placed"))
         #expect(a["cairn.logger"] as? String == "orders" && a["order_id"] as? String == "42" && a["message"] == nil)
         #expect(a["code.line.number"] as? String == "\(p["code.line.number"] as? Int ?? -1)", "\(a)")
         #expect(a["customer"] as? String == p["customer"] as? String)
@@ -135,14 +99,14 @@ import Testing
         let collector = try CollectorProcess()
         defer { collector.stop() }
         let dir = try TemporaryDirectory("cairn-log")
-        let r = try runToEnd(Self.child, ["log"], environment: Self.env(dir.path, collector, ["CAIRN_SAMPLE_RATE": "0"]),
+        let r = try runToEnd(Ecosystem.child, ["log"], environment: Ecosystem.env(dir.path, collector, ["CAIRN_SAMPLE_RATE": "0"]),
                              timeout: 60)
         #expect(r.status == 0, "\(r.err)")
-        let logs = try Self.native(collector).filter { $0["type"] as? String == "log" }
+        let logs = try Ecosystem.native(collector).filter { $0["type"] as? String == "log" }
         let levels = Set(logs.compactMap { $0["level"] as? String })
         #expect(levels == ["warning", "error", "critical"], "\(levels)")
-        let health = try Self.native(collector).filter { $0["name"] as? String == "sdk_health" }
-        let sampled = health.compactMap { (Self.props($0)["dropped"] as? [String: Any])?["sampled"] as? Int }.reduce(0, +)
+        let health = try Ecosystem.native(collector).filter { $0["name"] as? String == "sdk_health" }
+        let sampled = health.compactMap { (Ecosystem.props($0)["dropped"] as? [String: Any])?["sampled"] as? Int }.reduce(0, +)
         #expect(sampled >= 204, "the info and notice records are counted as sampled out: \(sampled)")
     }
 
@@ -152,12 +116,12 @@ import Testing
         let collector = try CollectorProcess()
         defer { collector.stop() }
         let dir = try TemporaryDirectory("cairn-log")
-        let crashed = try runToEnd(Self.child, ["log-crash"], environment: Self.env(dir.path, collector), timeout: 60)
+        let crashed = try runToEnd(Ecosystem.child, ["log-crash"], environment: Ecosystem.env(dir.path, collector), timeout: 60)
         #expect(crashed.status != 0 && crashed.status != 4, "died of the signal: \(crashed.status) \(crashed.err)")
-        let next = try runToEnd(Self.child, ["idle"], environment: Self.env(dir.path, collector), timeout: 60)
+        let next = try runToEnd(Ecosystem.child, ["idle"], environment: Ecosystem.env(dir.path, collector), timeout: 60)
         #expect(next.status == 0, "\(next.err)")
-        let crash = try #require(try Self.native(collector).first { $0["type"] as? String == "crash" })
-        let context = Self.props(crash)["context"] as? [String: Any]
+        let crash = try #require(try Ecosystem.native(collector).first { $0["type"] as? String == "crash" })
+        let context = Ecosystem.props(crash)["context"] as? [String: Any]
         let crumbs = try #require(context?["breadcrumbs"] as? [[String: Any]], "\(crash)")
         let crumb = try #require(crumbs.last)
         #expect(crumb["category"] as? String == "auth")

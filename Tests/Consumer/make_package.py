@@ -34,7 +34,7 @@ blocks = readme_blocks(readme, "swift")
 if not blocks:
     sys.exit("consumer: no swift block in README.md")
 # The modules of the ecosystem's packages and of Cairn's integrations.
-ECOSYSTEM = {"Logging", "CairnLogging"}
+ECOSYSTEM = {"Logging", "CairnLogging", "Metrics", "CoreMetrics", "CairnMetrics"}
 
 # The block that starts `// Package.swift` is the README's dependency lines: the consumer's
 # manifest uses them as written, with the URL of the tagged clone for the README's.

@@ -12,11 +12,23 @@
 //   log-crash  start, log an error naming an e-mail address, flush, then crash
 //              (a write through a bad pointer)
 //   idle       start, flush, shut down
-#if Logging
+//   metrics    start, bootstrap swift-metrics with CairnMetricsFactory (interval
+//              CAIRN_TEST_METRICS_INTERVAL_MS, default 200; at most CAIRN_TEST_MAX_SERIES
+//              series, default 20), then: Counter "orders_placed" {plan: pro, region: eu}
+//              +3 and +4 (the dimensions given in two orders), FloatingPointCounter
+//              "revenue" +12.5 twice, Meter "queue_depth" set 7 then +2, Recorder
+//              "payload_bytes" 3, 7, 300, 20000, Recorder "temperature" (not aggregated)
+//              21.5, Timer "db_query" {table: orders} 2 ms and 30 ms, Counter
+//              "signups" {email: alice@example.com} +1, Counter "short_lived" +5, 30
+//              Counters "per_user" {user: 0 ... 29} +1 each; after 3 intervals, destroy
+//              "short_lived"; after 3 more, shut down
+#if Logging && Metrics
 import Cairn
 import CairnLogging
+import CairnMetrics
 import Glibc
 import Logging
+import Metrics
 
 func fail(_ text: String, _ status: Int32) -> Never {
     let line = text + "\n"
@@ -72,6 +84,34 @@ case "log-crash":
     UnsafeMutablePointer<Int>(bitPattern: 8)!.pointee = 1
 case "idle":
     break
+case "metrics":
+    func setting(_ name: String, _ fallback: Int) -> Int {
+        getenv(name).flatMap { Int(String(cString: $0)) } ?? fallback
+    }
+    let interval = setting("CAIRN_TEST_METRICS_INTERVAL_MS", 200)
+    CairnMetricsFactory.bootstrap(cairn: cairn, options: .init(interval: .milliseconds(interval),
+                                                                maxSeries: setting("CAIRN_TEST_MAX_SERIES", 20)))
+    Counter(label: "orders_placed", dimensions: [("plan", "pro"), ("region", "eu")]).increment(by: 3)
+    Counter(label: "orders_placed", dimensions: [("region", "eu"), ("plan", "pro")]).increment(by: 4)
+    let revenue = FloatingPointCounter(label: "revenue")
+    revenue.increment(by: 12.5)
+    revenue.increment(by: 12.5)
+    let depth = Meter(label: "queue_depth")
+    depth.set(7)
+    depth.increment(by: 2)
+    let payload = Recorder(label: "payload_bytes")
+    for value in [3, 7, 300, 20000] { payload.record(value) }
+    Recorder(label: "temperature", aggregate: false).record(21.5)
+    let query = Timer(label: "db_query", dimensions: [("table", "orders")])
+    query.recordNanoseconds(2_000_000)
+    query.recordMilliseconds(30)
+    Counter(label: "signups", dimensions: [("email", "alice@example.com")]).increment()
+    let shortLived = Counter(label: "short_lived")
+    shortLived.increment(by: 5)
+    for user in 0..<30 { Counter(label: "per_user", dimensions: [("user", "\(user)")]).increment() }
+    usleep(UInt32(interval * 3 * 1000))
+    shortLived.destroy()
+    usleep(UInt32(interval * 3 * 1000))
 default:
     fail("unknown mode \(mode)", 2)
 }

@@ -116,6 +116,8 @@ struct OTLPBatch<Out: OTLPOutput> {
             f = Fields()
             guard Self.read(record, openEnded: true, into: &f) else { return false }
         }
+        // A metric report is neither a log record nor a span: not in these requests.
+        if let type = f.type, eq(type, "metric") { return true }
         let empty = UnsafeRawBufferPointer(start: nil, count: 0)
         let session = f.sessionID ?? empty
         let g: Int

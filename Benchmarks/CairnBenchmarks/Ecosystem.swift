@@ -1,7 +1,9 @@
-// swift-log's `Logger` with Cairn's handler, against swift-log's own no-op handler (built
-// with the package trait "Logging"; without it there are no such figures).
-#if Logging
+// The Swift server ecosystem's integrations, each built with its package trait (without
+// it there are no such figures). First swift-log's `Logger` with Cairn's handler,
+// against swift-log's own no-op handler.
 import Cairn
+
+#if Logging
 import CairnLogging
 import Dispatch
 import Logging
@@ -91,4 +93,63 @@ func timedEquivalentTracks(_ cairn: Cairn, calls: Int) -> (p50: Double, p99: Dou
 #else
 /// Without the trait "Logging": no logging figures.
 @MainActor func recordLoggingFigures(_ cairn: Cairn?) {}
+#endif
+
+// swift-metrics with Cairn's factory: what a counter increment, a timer record and
+// making a series per call cost the calling thread (built with the trait "Metrics").
+#if Metrics
+import CairnBase
+import CairnMetrics
+import CoreMetrics
+import Foundation
+
+/// Nanoseconds per call of `body` over `calls` calls in a loop, on `threads` threads at
+/// once (each making `calls` calls; the slowest thread's time per call).
+func loopedCost(threads: Int = 1, calls: Int, _ body: @escaping @Sendable (Int) -> Void) -> Double {
+    let barrier = SpinBarrier(threads)
+    let times = Locked<[Double]>([])
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+        group.enter()
+        Thread {
+            barrier.wait()
+            let t0 = DispatchTime.now().uptimeNanoseconds
+            for i in 0..<calls { body(i) }
+            let per = Double(DispatchTime.now().uptimeNanoseconds - t0) / Double(calls)
+            times.withLock { $0.append(per) }
+            group.leave()
+        }.start()
+    }
+    group.wait()
+    return times.withLock { $0.max() ?? .nan }
+}
+
+/// The metrics figures, with `cairn` (best of three rounds each).
+@MainActor func recordMetricsFigures(_ cairn: Cairn?) {
+    guard let cairn else { return }
+    let factory = CairnMetricsFactory(cairn: cairn, options: .init(interval: .seconds(3600)))
+    let counter = factory.makeCounter(label: "bench_counter", dimensions: [("route", "/orders")])
+    let timer = factory.makeTimer(label: "bench_timer", dimensions: [("route", "/orders")])
+    let noOp = NOOPMetricsHandler.instance.makeCounter(label: "bench_counter", dimensions: [])
+    let calls = quick ? 2_000_000 : 10_000_000
+    func best(_ measure: () -> Double) -> Double { (0..<3).map { _ in measure() }.min() ?? .nan }
+    let noOpCost = best { loopedCost(calls: calls) { _ in noOp.increment(by: 1) } }
+    let counterCost = best { loopedCost(calls: calls) { _ in counter.increment(by: 1) } }
+    let counter2t = best { loopedCost(threads: 2, calls: calls / 2) { _ in counter.increment(by: 1) } }
+    let timerCost = best { loopedCost(calls: calls / 4) { i in timer.recordNanoseconds(Int64(i & 0xFFFFF) * 1000) } }
+    let makeCost = best {
+        loopedCost(calls: calls / 20) { i in
+            factory.makeCounter(label: "bench_made", dimensions: [("status", i & 1 == 0 ? "200" : "500")]).increment(by: 1)
+        }
+    }
+    record("metric_noop_counter_ns", "Counter increment, swift-metrics' no-op handler", noOpCost, "ns")
+    record("metric_counter_ns", "Counter increment (CairnMetricsFactory)", counterCost, "ns", goal: "<= 20", budget: 200)
+    record("metric_counter_2t_ns", "Counter increment, 2 threads on one counter, per call", counter2t, "ns")
+    record("metric_timer_ns", "Timer record (histogram, 15 buckets)", timerCost, "ns", goal: "<= 100", budget: 1000)
+    record("metric_make_counter_ns", "Counter made per call (label and dimension looked up), then incremented",
+           makeCost, "ns", goal: "<= 500")
+}
+#else
+/// Without the trait "Metrics": no metrics figures.
+@MainActor func recordMetricsFigures(_ cairn: Cairn?) {}
 #endif
