@@ -192,7 +192,7 @@ extension Cairn {
                              clientCertificate: options.clientCertificateFile, clientKey: options.clientKeyFile)
         // https without a usable TLS library (or CA, client certificate): said now, not at
         // the first send; events are kept (in the ring, then stored) until a start can send.
-        let urls = [options.uploadURL, otlp?.logs?.url, otlp?.traces?.url].compactMap { $0 }
+        let urls = [options.uploadURL, otlp?.logs?.url, otlp?.traces?.url, otlp?.metrics?.url].compactMap { $0 }
         for url in Set(urls).sorted() where options.transport == nil {
             if let problem = (transport as? HTTPTransport)?.tlsProblem(for: url) {
                 options.notices?("[cairn] https uploads to \(DeliveryStatus.display(url)) cannot work: \(problem); "

@@ -6,8 +6,9 @@ import CairnUploader
 /// An OTLP/HTTP destination (docs/FORMATS.md, "OTLP export"): where each signal goes,
 /// how it is encoded and compressed, and the service's resource attributes.
 ///
-/// Set ``Cairn/Options/otlp`` to export every event as an OpenTelemetry log record and
-/// every span as an OTLP span, beside the native upload or instead of it:
+/// Set ``Cairn/Options/otlp`` to export every event as an OpenTelemetry log record, every
+/// span as an OTLP span and every metric report as an OTLP metric, beside the native
+/// upload or instead of it:
 ///
 /// ```swift
 /// var options = Cairn.Options.fromEnvironment()
@@ -41,9 +42,9 @@ public struct OTLPOptions: Sendable, Equatable {
         case zstd
     }
 
-    /// Where and how one signal (logs or traces) is sent.
+    /// Where and how one signal (logs, traces or metrics) is sent.
     public struct Signal: Sendable, Equatable {
-        /// The signal's full URL, used as given (`…/v1/logs`, `…/v1/traces`).
+        /// The signal's full URL, used as given (`…/v1/logs`, `…/v1/traces`, `…/v1/metrics`).
         public var url: String
         /// Headers sent with every request (an API key, a tenant). Stored requests are
         /// sent with the headers configured when they go out, so a rotated key rescues
@@ -72,6 +73,9 @@ public struct OTLPOptions: Sendable, Equatable {
     public var logs: Signal?
     /// Where spans go; nil sends none.
     public var traces: Signal?
+    /// Where metric reports go (swift-metrics' metrics, through `CairnMetrics`); nil
+    /// sends none.
+    public var metrics: Signal?
     /// `service.name` (`OTEL_SERVICE_NAME`); nil: `service.name` of
     /// ``resourceAttributes``, else the app id.
     public var serviceName: String?
@@ -85,8 +89,9 @@ public struct OTLPOptions: Sendable, Equatable {
     /// refuse more than 4 to 64 MiB by default).
     public var maxRequestBytes: Int
 
-    /// Logs and traces sent to `endpoint` with `/v1/logs` and `/v1/traces` appended,
-    /// with the same headers and settings (as `OTEL_EXPORTER_OTLP_ENDPOINT` does).
+    /// Logs, traces and metrics sent to `endpoint` with `/v1/logs`, `/v1/traces` and
+    /// `/v1/metrics` appended, with the same headers and settings (as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` does).
     public init(endpoint: String, headers: [String: String] = [:], compression: Compression = .none,
                 timeout: Duration = .seconds(10), encoding: Encoding = .protobuf, serviceName: String? = nil,
                 resourceAttributes: [String: String] = [:], maxRequestBytes: Int = 4 << 20) {
@@ -95,15 +100,16 @@ public struct OTLPOptions: Sendable, Equatable {
         func signal(_ path: String) -> Signal {
             Signal(url: base + path, headers: headers, compression: compression, timeout: timeout, encoding: encoding)
         }
-        self.init(logs: signal("/v1/logs"), traces: signal("/v1/traces"), serviceName: serviceName,
-                  resourceAttributes: resourceAttributes, maxRequestBytes: maxRequestBytes)
+        self.init(logs: signal("/v1/logs"), traces: signal("/v1/traces"), metrics: signal("/v1/metrics"),
+                  serviceName: serviceName, resourceAttributes: resourceAttributes, maxRequestBytes: maxRequestBytes)
     }
 
     /// Each signal configured on its own; a nil signal is not exported.
-    public init(logs: Signal?, traces: Signal?, serviceName: String? = nil, resourceAttributes: [String: String] = [:],
-                maxRequestBytes: Int = 4 << 20) {
+    public init(logs: Signal?, traces: Signal?, metrics: Signal? = nil, serviceName: String? = nil,
+                resourceAttributes: [String: String] = [:], maxRequestBytes: Int = 4 << 20) {
         self.logs = logs
         self.traces = traces
+        self.metrics = metrics
         self.serviceName = serviceName
         self.resourceAttributes = resourceAttributes
         self.maxRequestBytes = maxRequestBytes
@@ -117,7 +123,7 @@ public struct OTLPOptions: Sendable, Equatable {
                           compression: Compression(rawValue: s.compression.rawValue) ?? .none, timeout: s.timeout,
                           encoding: s.encoding == .json ? .json : .protobuf)
         }
-        self.init(logs: signal(c.logs), traces: signal(c.traces), serviceName: c.serviceName,
+        self.init(logs: signal(c.logs), traces: signal(c.traces), metrics: signal(c.metrics), serviceName: c.serviceName,
                   resourceAttributes: Dictionary(c.resourceAttributes.map { ($0.key, $0.value) }) { $1 })
     }
 
@@ -133,7 +139,7 @@ public struct OTLPOptions: Sendable, Equatable {
                 compression: OTLPConfiguration.Compression(rawValue: s.compression.rawValue) ?? .none,
                 timeout: s.timeout, encoding: s.encoding == .json ? .json : .protobuf)
         }
-        return OTLPConfiguration(logs: signal(logs), traces: signal(traces),
+        return OTLPConfiguration(logs: signal(logs), traces: signal(traces), metrics: signal(metrics),
                                  serviceName: serviceName.map(\.trimmingWhiteSpace).flatMap { $0.isEmpty ? nil : $0 },
                                  resourceAttributes: resourceAttributes.sorted { $0.key < $1.key }
                                      .map { OTLPConfiguration.Attribute(key: $0.key, value: $0.value) })
@@ -141,14 +147,16 @@ public struct OTLPOptions: Sendable, Equatable {
 
     /// The first setting that cannot be used: its name under `Options.otlp`, and why.
     func problem() -> (option: String, reason: String)? {
-        if logs == nil && traces == nil { return ("otlp", "has neither logs nor traces (set nil to export no OTLP)") }
+        if logs == nil && traces == nil && metrics == nil {
+            return ("otlp", "has neither logs, traces nor metrics (set nil to export no OTLP)")
+        }
         if !(64 << 10 ... 64 << 20).contains(maxRequestBytes) {
             return ("otlp.maxRequestBytes", "\(maxRequestBytes) is outside 64 KiB ... 64 MiB")
         }
         for key in resourceAttributes.keys where key.trimmingWhiteSpace.isEmpty {
             return ("otlp.resourceAttributes", "holds an empty key")
         }
-        for (name, signal) in [("logs", logs), ("traces", traces)] {
+        for (name, signal) in [("logs", logs), ("traces", traces), ("metrics", metrics)] {
             guard let signal else { continue }
             let url = signal.url.trimmingWhiteSpace
             if let why = HTTPTransport.problem(withURL: url) {

@@ -373,7 +373,7 @@ extension Cairn {
             if transport == nil {
                 let proxies = HTTPTransport(environment: proxyEnvironment ?? HTTPTransport.proxyEnvironment())
                 let urls = [("uploadURL", o.uploadURL), ("otlp", otlp?.logs?.url.trimmingWhiteSpace),
-                            ("otlp", otlp?.traces?.url.trimmingWhiteSpace)]
+                            ("otlp", otlp?.traces?.url.trimmingWhiteSpace), ("otlp", otlp?.metrics?.url.trimmingWhiteSpace)]
                 for case let (option, url?) in urls {
                     if case .failure(let why) = proxies.proxy(for: url) {
                         throw bad(option, "\(url.debugDescription) cannot be reached: \(why.message)")

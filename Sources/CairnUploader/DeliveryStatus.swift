@@ -14,7 +14,7 @@ package struct DeliveryStatus {
     package static let metadataKey = "delivery_status"
 
     /// The metadata key of `destination`'s state: `delivery_status`, then
-    /// `delivery_status.otlp-logs` and `delivery_status.otlp-traces`.
+    /// `delivery_status.otlp-logs`, `delivery_status.otlp-traces` and `delivery_status.otlp-metrics`.
     package static func metadataKey(for destination: UploadDestination) -> String {
         destination == .native ? metadataKey : metadataKey + "." + destination.rawValue
     }

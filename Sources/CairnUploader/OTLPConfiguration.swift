@@ -11,7 +11,7 @@ package struct OTLPConfiguration: Sendable, Equatable {
         case none, gzip, zstd
     }
 
-    /// Where and how one signal (logs, traces) is sent.
+    /// Where and how one signal (logs, traces, metrics) is sent.
     package struct Signal: Sendable, Equatable {
         /// The signal's URL, used as given.
         package var url: String
@@ -54,14 +54,18 @@ package struct OTLPConfiguration: Sendable, Equatable {
     package var logs: Signal?
     /// The traces destination; nil when no URL is configured for traces.
     package var traces: Signal?
+    /// The metrics destination; nil when no URL is configured for metrics.
+    package var metrics: Signal?
     /// `OTEL_SERVICE_NAME`.
     package var serviceName: String?
     /// `OTEL_RESOURCE_ATTRIBUTES`, in order.
     package var resourceAttributes: [Attribute]
 
-    package init(logs: Signal?, traces: Signal?, serviceName: String?, resourceAttributes: [Attribute]) {
+    package init(logs: Signal?, traces: Signal?, metrics: Signal? = nil, serviceName: String?,
+                 resourceAttributes: [Attribute]) {
         self.logs = logs
         self.traces = traces
+        self.metrics = metrics
         self.serviceName = serviceName
         self.resourceAttributes = resourceAttributes
     }
@@ -73,8 +77,21 @@ package struct OTLPConfiguration: Sendable, Equatable {
         case .native: nil
         case .otlpLogs: logs
         case .otlpTraces: traces
+        case .otlpMetrics: metrics
         }
     }
+
+    /// The signal the encoder's `signal` requests go to; nil when not configured.
+    package func signal(_ signal: OTLPEncoder.Signal) -> Signal? {
+        switch signal {
+        case .logs: logs
+        case .traces: traces
+        case .metrics: metrics
+        }
+    }
+
+    /// The configured signals.
+    package var signals: [Signal] { [logs, traces, metrics].compactMap { $0 } }
 
     /// The default timeout of a request, 10 s (the specification's).
     package static let defaultTimeout: Duration = .seconds(10)
@@ -172,8 +189,9 @@ package struct OTLPConfiguration: Sendable, Equatable {
         }
         let logs = signal("LOGS", path: "/v1/logs")
         let traces = signal("TRACES", path: "/v1/traces")
-        guard logs != nil || traces != nil else { return (nil, disabled, problems) }
-        return (OTLPConfiguration(logs: logs, traces: traces, serviceName: value("OTEL_SERVICE_NAME"),
+        let metrics = signal("METRICS", path: "/v1/metrics")
+        guard logs != nil || traces != nil || metrics != nil else { return (nil, disabled, problems) }
+        return (OTLPConfiguration(logs: logs, traces: traces, metrics: metrics, serviceName: value("OTEL_SERVICE_NAME"),
                                   resourceAttributes: resourceAttributes), disabled, problems)
     }
 

@@ -9,6 +9,8 @@ package enum UploadDestination: String, Sendable, Equatable, CaseIterable {
     case otlpLogs = "otlp-logs"
     /// OTLP traces (`/v1/traces`).
     case otlpTraces = "otlp-traces"
+    /// OTLP metrics (`/v1/metrics`).
+    case otlpMetrics = "otlp-metrics"
 
     /// Whether it is an OTLP signal.
     package var isOTLP: Bool { self != .native }
@@ -19,6 +21,7 @@ package enum UploadDestination: String, Sendable, Equatable, CaseIterable {
         case .native: 0
         case .otlpLogs: 1
         case .otlpTraces: 2
+        case .otlpMetrics: 3
         }
     }
 }

@@ -81,7 +81,7 @@ extension Uploader {
 
     /// Whether an OTLP signal is sent uncompressed.
     var otlpUncompressed: Bool {
-        [options.otlp?.logs, options.otlp?.traces].contains { $0?.compression == OTLPConfiguration.Compression.none }
+        [options.otlp?.logs, options.otlp?.traces, options.otlp?.metrics].contains { $0?.compression == OTLPConfiguration.Compression.none }
     }
 
     /// Forms batches from the ring while fewer than ``maxFormed`` are formed and not yet
@@ -325,9 +325,7 @@ extension Uploader {
         var out: [UploadRequest] = []
         let observed = EventClock.nowMillis() &* 1_000_000
         var encodings: [OTLPEncoder.Encoding] = []
-        for signal in [otlp.logs, otlp.traces] {
-            if let signal, !encodings.contains(signal.encoding) { encodings.append(signal.encoding) }
-        }
+        for signal in otlp.signals where !encodings.contains(signal.encoding) { encodings.append(signal.encoding) }
         var refusedFirst = 0
         for (k, encoding) in encodings.enumerated() {
             let encoder = encoders.first { $0.settings.encoding == encoding } ?? {
@@ -343,12 +341,13 @@ extension Uploader {
             if k == 0 { refusedFirst = refused }
             // Each body made where the encoder wrote it, for its signal (none for a
             // signal sent in the other encoding, or not at all).
-            let (logs, traces) = encoder.finish { pieces -> OTLPBody? in
-                guard let signal = pieces.logs ? otlp.logs : otlp.traces, signal.encoding == encoding else { return nil }
+            let (logs, traces, metrics) = encoder.finish { pieces -> OTLPBody? in
+                guard let signal = otlp.signal(pieces.signal), signal.encoding == encoding else { return nil }
                 return otlpBody(pieces, signal.compression, zstd: zstd)
             }
             for (requests, signal, destination) in [(logs, otlp.logs, UploadDestination.otlpLogs),
-                                                    (traces, otlp.traces, .otlpTraces)] {
+                                                    (traces, otlp.traces, .otlpTraces),
+                                                    (metrics, otlp.metrics, .otlpMetrics)] {
                 guard let signal else { continue }
                 for r in requests {
                     if let body = r.body { out.append(otlpRequest(body, records: r.records, signal, destination, sdkVersion: sdkVersion)) }

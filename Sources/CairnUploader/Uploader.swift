@@ -279,7 +279,7 @@ package final class Uploader: @unchecked Sendable {
     }
 
     /// Stores `records` (whole events) as requests of their own, one per destination (a
-    /// batch frame for the native upload, OTLP logs and traces requests), put in the
+    /// batch frame for the native upload, OTLP logs, traces and metrics requests), put in the
     /// snapshot store together (one transaction) with `priority` (synced when Critical)
     /// before it returns: for
     /// records that do not go through the ring (Critical events, a previous run's crash
@@ -571,6 +571,7 @@ extension Uploader {
         var out: [UploadDestination] = options.native ? [.native] : []
         if options.otlp?.logs != nil { out.append(.otlpLogs) }
         if options.otlp?.traces != nil { out.append(.otlpTraces) }
+        if options.otlp?.metrics != nil { out.append(.otlpMetrics) }
         return out
     }
 

@@ -81,7 +81,7 @@ package struct UploaderOptions: Sendable {
     /// 10 s by default.
     package var markPatience: Duration = .seconds(10)
     /// An OTLP destination (docs/FORMATS.md, "OTLP export"): each batch is also built into
-    /// OTLP logs and traces requests, each a leg of its own, with OTLP's answers' rules.
+    /// OTLP logs, traces and metrics requests, each a leg of its own, with OTLP's answers' rules.
     package var otlp: OTLPConfiguration?
     /// What the OTLP encoder adds to the records (service name, resource attributes,
     /// runtime; the host's id, read by the uploader when nil); its encoding is the

@@ -14,12 +14,33 @@ enum Ecosystem {
         env["CAIRN_BATCH_AGE_MS"] = "50"
         env["CAIRN_UPLOAD_URL"] = collector.baseURL + "/v1/batch"
         env["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"] = collector.baseURL + "/v1/logs"
+        env["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"] = collector.baseURL + "/v1/metrics"
         return env.merging(extra) { $1 }
     }
 
     /// The native events the collector took, parsed.
     static func native(_ collector: CollectorProcess) throws -> [[String: Any]] {
         try collector.events().compactMap { try JSONSerialization.jsonObject(with: Data($0.record.utf8)) as? [String: Any] }
+    }
+
+    /// The OTLP metrics the collector decoded, each with its one data point as "point"
+    /// and its kind ("sum", "gauge", "histogram") as "kind".
+    static func otlpMetrics(_ collector: CollectorProcess) throws -> [[String: Any]] {
+        var out: [[String: Any]] = []
+        let metrics = try collector.rawRequests().filter { $0["path"] as? String == "/v1/metrics" }
+            .compactMap { $0["otlp"] as? [String: Any] }
+            .flatMap { ($0["resource_metrics"] as? [[String: Any]]) ?? [] }
+            .flatMap { ($0["scope_metrics"] as? [[String: Any]]) ?? [] }
+            .flatMap { ($0["metrics"] as? [[String: Any]]) ?? [] }
+        for var metric in metrics {
+            for kind in ["sum", "gauge", "histogram"] {
+                guard let data = metric[kind] as? [String: Any] else { continue }
+                metric["kind"] = kind
+                metric["point"] = (data["data_points"] as? [[String: Any]])?.first
+            }
+            out.append(metric)
+        }
+        return out
     }
 
     /// The OTLP log records the collector decoded (with the official definitions).

@@ -76,9 +76,22 @@ import Testing
         let counted = health.compactMap { (Ecosystem.props($0)["changed"] as? [String: Any])?["metric_series_overflow"] as? Int }
         #expect(counted.reduce(0, +) == overflow["value"] as? Int, "each series made past the cap is counted: \(counted)")
 
-        let otlp = try Ecosystem.otlp(collector)
-        #expect(!otlp.isEmpty && !otlp.contains { ($0["event_name"] as? String) == "orders_placed" },
+        // The same reports as OTLP metrics, decoded with the official definitions.
+        let otlp = try Ecosystem.otlpMetrics(collector)
+        #expect(!(try Ecosystem.otlp(collector)).contains { ($0["event_name"] as? String) == "orders_placed" },
                 "metric reports are not OTLP log records")
+        func lastOTLP(_ name: String) -> [String: Any] { otlp.last { $0["name"] as? String == name } ?? [:] }
+        let placed = lastOTLP("orders_placed")
+        let placedPoint = placed["point"] as? [String: Any] ?? [:]
+        #expect(placed["kind"] as? String == "sum" && placedPoint["as_int"] as? String == "7", "\(placed)")
+        let placedDims = (placedPoint["attributes"] as? [[String: Any]] ?? []).compactMap { $0["key"] as? String }.sorted()
+        #expect(placedDims == ["plan", "region"])
+        let queryPoint = lastOTLP("db_query")["point"] as? [String: Any] ?? [:]
+        #expect(lastOTLP("db_query")["unit"] as? String == "s" && queryPoint["count"] as? String == "2")
+        #expect((queryPoint["bucket_counts"] as? [String])?.count == 15)
+        #expect((lastOTLP("queue_depth")["point"] as? [String: Any])?["as_double"] as? Double == 9)
+        #expect(otlp.filter { $0["name"] as? String == "orders_placed" }.count == orders.count,
+                "each native report is one OTLP metric")
 
         let shortLived = try #require(reports["short_lived{}"])
         #expect(shortLived.allSatisfy { $0["value"] as? Int == 5 })

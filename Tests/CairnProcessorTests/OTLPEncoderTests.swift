@@ -48,7 +48,7 @@ import Testing
 
     static func encode(_ records: [[UInt8]], _ encoding: OTLPEncoder.Encoding,
                        settings: (inout OTLPEncoder.Settings) -> Void = { _ in })
-        -> (logs: [OTLPEncoder.Request], traces: [OTLPEncoder.Request])
+        -> (logs: [OTLPEncoder.Request], traces: [OTLPEncoder.Request], metrics: [OTLPEncoder.Request])
     {
         var s = OTLPEncoder.Settings(encoding: encoding, hostID: "4c4c4544004d3510")
         settings(&s)
@@ -123,7 +123,7 @@ import Testing
                 "modules": [["path": "/app/orders", "load_address": "0x55d0c0de0000", "build_id": "ab12cd"]],
             ]),
         ]
-        let (logs, traces) = Self.encode(records, encoding)
+        let (logs, traces, _) = Self.encode(records, encoding)
         #expect(traces.isEmpty)
         #expect(logs.count == 1 && logs.first?.records == records.count)
         let decoded = Self.logRecords(try Self.decode(logs, signal: "logs", encoding: encoding))
@@ -203,7 +203,7 @@ import Testing
         ]
         var records = expected.map { log($0.0, .string("m-\($0.2)")) }
         records.append(log(.info, 42, ["cairn.logger": "mine"]))
-        let (logs, traces) = Self.encode(records, encoding)
+        let (logs, traces, _) = Self.encode(records, encoding)
         #expect(traces.isEmpty)
         let decoded = Self.logRecords(try Self.decode(logs, signal: "logs", encoding: encoding)).map(\.record)
         try #require(decoded.count == records.count)
@@ -223,12 +223,86 @@ import Testing
                 && a["cairn.logger"] as? String == "orders.db")
     }
 
+    /// Metric reports (`metric` events, docs/FORMATS.md, "Metric reports") are OTLP
+    /// metrics, one data point each, beside the batch's log records and not among them:
+    /// a cumulative monotonic sum (integer and double), a gauge, a histogram with its
+    /// buckets, bounds, min and max, dimensions as the point's attributes, a unit.
+    @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
+    func metricReportsAreMetrics(encoding: OTLPEncoder.Encoding) throws {
+        let start: Int64 = 1_796_237_000_000
+        let records = [
+            Self.record(.metric, "orders_placed", ["kind": "sum", "monotonic": true, "temporality": "cumulative",
+                                                   "value": 7, "start_ms": .int(start),
+                                                   "dimensions": ["plan": "pro", "region": "eu"]]),
+            Self.record(.metric, "revenue", ["kind": "sum", "monotonic": true, "temporality": "cumulative",
+                                             "value": 25.5, "start_ms": .int(start)]),
+            Self.record(.metric, "queue_depth", ["kind": "gauge", "value": 0.0]),
+            Self.record(.metric, "db_query", ["kind": "histogram", "temporality": "cumulative", "count": 3, "sum": 0.532,
+                                              "min": 0.002, "max": 0.5, "bounds": [0.005, 0.05, 1.0], "counts": [1, 1, 1, 0],
+                                              "unit": "s", "start_ms": .int(start), "dimensions": ["table": "orders"]]),
+            Self.record(.track, "order_placed", ["plan": "pro"]),
+        ]
+        let (logs, traces, metrics) = Self.encode(records, encoding)
+        #expect(traces.isEmpty && logs.count == 1 && logs.first?.records == 1, "the one tracked event is the log record")
+        try #require(metrics.count == 1 && metrics.first?.records == 4)
+        let decoded = try Self.decode(metrics, signal: "metrics", encoding: encoding)
+        let resourceMetrics = try #require((decoded.first?["resource_metrics"] as? [[String: Any]])?.first)
+        let resource = Self.attributes((resourceMetrics["resource"] as? [String: Any])?["attributes"])
+        #expect(resource["service.name"] as? String == "orders")
+        let scope = try #require((resourceMetrics["scope_metrics"] as? [[String: Any]])?.first)
+        #expect((scope["scope"] as? [String: Any])?["name"] as? String == "cairn")
+        let list = scope["metrics"] as? [[String: Any]] ?? []
+        let byName = Dictionary(list.map { ($0["name"] as? String ?? "", $0) }) { $1 }
+        let startNanos = String(start * 1_000_000), time = String(Self.millis * 1_000_000)
+
+        let sum = try #require(byName["orders_placed"]?["sum"] as? [String: Any], "\(list)")
+        #expect(sum["aggregation_temporality"] as? String == "AGGREGATION_TEMPORALITY_CUMULATIVE" && sum["is_monotonic"] as? Bool == true)
+        let point = try #require((sum["data_points"] as? [[String: Any]])?.first)
+        #expect(point["as_int"] as? String == "7" && point["start_time_unix_nano"] as? String == startNanos
+                && point["time_unix_nano"] as? String == time)
+        let dims = Self.attributes(point["attributes"])
+        #expect(dims.count == 2 && dims["plan"] as? String == "pro" && dims["region"] as? String == "eu")
+
+        let revenue = (byName["revenue"]?["sum"] as? [String: Any])?["data_points"] as? [[String: Any]]
+        #expect(revenue?.first?["as_double"] as? Double == 25.5)
+        let gauge = (byName["queue_depth"]?["gauge"] as? [String: Any])?["data_points"] as? [[String: Any]]
+        #expect(gauge?.first?["as_double"] as? Double == 0.0, "a zero value is still a value (a oneof member)")
+
+        let query = try #require(byName["db_query"])
+        #expect(query["unit"] as? String == "s")
+        let histogram = try #require(query["histogram"] as? [String: Any])
+        #expect(histogram["aggregation_temporality"] as? String == "AGGREGATION_TEMPORALITY_CUMULATIVE")
+        let h = try #require((histogram["data_points"] as? [[String: Any]])?.first)
+        #expect(h["count"] as? String == "3" && h["sum"] as? Double == 0.532)
+        #expect(h["bucket_counts"] as? [String] == ["1", "1", "1", "0"] && h["explicit_bounds"] as? [Double] == [0.005, 0.05, 1.0])
+        #expect(h["min"] as? Double == 0.002 && h["max"] as? Double == 0.5)
+        #expect(Self.attributes(h["attributes"])["table"] as? String == "orders")
+    }
+
+    /// A metric report that is not one (no kind, a histogram whose counts do not fit its
+    /// bounds, a value that is not a number) is refused, as any record that cannot be
+    /// mapped, and the rest of the batch is encoded.
+    @Test func damagedMetricReportsAreRefused() throws {
+        let encoder = OTLPEncoder(settings: OTLPEncoder.Settings(encoding: .protobuf))
+        let bad = [
+            Self.record(.metric, "m", ["value": 1]),
+            Self.record(.metric, "m", ["kind": "histogram", "bounds": [1.0], "counts": [1]]),
+            Self.record(.metric, "m", ["kind": "gauge", "value": "high"]),
+            Self.record(.metric, "m", ["kind": "summary", "value": 1]),
+        ]
+        for r in bad { #expect(!encoder.add(r, observedNanos: Self.observed)) }
+        #expect(encoder.add(Self.record(.metric, "ok", ["kind": "gauge", "value": 1]), observedNanos: Self.observed))
+        let (_, _, metrics) = encoder.finish()
+        #expect(metrics.count == 1 && metrics.first?.records == 1)
+        _ = try Self.decode(metrics, signal: "metrics", encoding: .protobuf)
+    }
+
     /// An event inside a span carries its trace and span ids.
     @Test(arguments: [OTLPEncoder.Encoding.protobuf, .json])
     func eventInASpanCarriesItsIDs(encoding: OTLPEncoder.Encoding) throws {
         let span = SpanContext(traceID: try #require(TraceID(hex: "4bf92f3577b34da6a3ce929d0e0e4736")),
                                spanID: try #require(SpanID(hex: "00f067aa0ba902b7")))
-        let (logs, _) = Self.encode([Self.record(.track, "charge", span: span)], encoding)
+        let (logs, _, _) = Self.encode([Self.record(.track, "charge", span: span)], encoding)
         let r = try #require(Self.logRecords(try Self.decode(logs, signal: "logs", encoding: encoding)).first?.record)
         #expect(r["trace_id"] as? String == "4bf92f3577b34da6a3ce929d0e0e4736")
         #expect(r["span_id"] as? String == "00f067aa0ba902b7")
@@ -259,7 +333,7 @@ import Testing
                                           random: false, traceState: TraceState(header: "congo=t61rcWkgMzE"),
                                           kind: .server)),
         ]
-        let (logs, traces) = Self.encode(records, encoding)
+        let (logs, traces, _) = Self.encode(records, encoding)
         #expect(logs.first?.records == 1 && traces.first?.records == 4)
         let spans = Self.spans(try Self.decode(traces, signal: "traces", encoding: encoding))
         try #require(spans.count == 4)
@@ -310,7 +384,7 @@ import Testing
         let e = Event(name: "x", timeMillis: Self.millis, identity: Identity(distinctID: "h"), sessionID: Self.session)
         let records = [Self.record(.track, "a"), other.record(e), Self.record(.track, "b", session: "s-2"),
                        Self.record(.track, "c")]
-        let (logs, _) = Self.encode(records, .protobuf) {
+        let (logs, _, _) = Self.encode(records, .protobuf) {
             $0.resourceAttributes = [("service.namespace", "shop"), ("team", "payments"), ("host.name", "ignored")]
         }
         let decoded = Self.logRecords(try Self.decode(logs, signal: "logs", encoding: .protobuf))
@@ -324,7 +398,7 @@ import Testing
         #expect(decoded.first { $0.record["event_name"] as? String == "b" }?.resource["process.creation.time"] == nil,
                 "no creation time from a session id that is not a UUIDv7")
 
-        let (named, _) = Self.encode([Self.record(.track, "a")], .json) {
+        let (named, _, _) = Self.encode([Self.record(.track, "a")], .json) {
             $0.serviceName = "orders-api"
             $0.resourceAttributes = [("service.name", "from-attributes")]
         }
@@ -374,7 +448,7 @@ import Testing
     func largeBatchIsCut(encoding: OTLPEncoder.Encoding) throws {
         let records = (0..<300).map { Self.record(.track, "e\($0)", ["payload": .string(String(repeating: "x", count: 200))],
                                                   session: $0 % 3 == 0 ? "s-\($0 % 2)" : Self.session) }
-        let (logs, _) = Self.encode(records, encoding) { $0.maxRequestBytes = 16 << 10 }
+        let (logs, _, _) = Self.encode(records, encoding) { $0.maxRequestBytes = 16 << 10 }
         #expect(logs.count > 3)
         #expect(logs.allSatisfy { $0.body.count <= 16 << 10 })
         #expect(logs.reduce(0) { $0 + $1.records } == 300)
@@ -422,7 +496,7 @@ import Testing
         for r in [later, spanBare, endBare] {
             #expect(r.withUnsafeBytes { b in completion.withUnsafeBytes { encoder.add(b, completion: $0, observedNanos: 1) } })
         }
-        let (logsOut, tracesOut) = encoder.finish()
+        let (logsOut, tracesOut, _) = encoder.finish()
         let spanOut = Self.spans(try Self.decode(tracesOut, signal: "traces", encoding: encoding))
         #expect(spanOut.count == 1 && (spanOut.first?["status"] as? [String: Any])?["message"] as? String == "x")
         let all = Self.logRecords(try Self.decode(logsOut, signal: "logs", encoding: encoding))
@@ -564,7 +638,7 @@ import Testing
                 if encoder.add(r, observedNanos: 1) { accepted += 1 }
             }
             #expect(accepted > 100, "some damaged records are still events")
-            let (logs, traces) = encoder.finish()
+            let (logs, traces, _) = encoder.finish()
             #expect(logs.reduce(0) { $0 + $1.records } + traces.reduce(0) { $0 + $1.records } == accepted)
             _ = try Self.decode(logs, signal: "logs", encoding: encoding)
             _ = try Self.decode(traces, signal: "traces", encoding: encoding)

@@ -21,6 +21,7 @@ import Testing
             #expect(problems.isEmpty)
             let c = try #require(config)
             #expect(c.logs?.url == "http://collector:4318/v1/logs" && c.traces?.url == "http://collector:4318/v1/traces")
+            #expect(c.metrics?.url == "http://collector:4318/v1/metrics")
             #expect(c.logs?.encoding == .protobuf && c.logs?.compression == Config.Compression.none)
             #expect(c.logs?.timeout == .seconds(10) && c.logs?.headers == [])
         }
@@ -80,6 +81,20 @@ import Testing
         let (_, _, problems) = Config.fromEnvironment(env)
         #expect(problems.map(\.variable).contains(variable), "\(variable)=\(value): \(problems)")
         #expect(problems.allSatisfy { $0.raw == env[$0.variable] })
+    }
+
+    /// A signal's own endpoint alone exports that signal alone: metrics, with their own
+    /// headers added to the common ones.
+    @Test func metricsEndpointAlone() throws {
+        let (config, _, problems) = Config.fromEnvironment([
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://mimir:4318/otlp/v1/metrics",
+            "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a", "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-scope=m",
+        ])
+        #expect(problems.isEmpty)
+        let c = try #require(config)
+        #expect(c.logs == nil && c.traces == nil && c.metrics?.url == "http://mimir:4318/otlp/v1/metrics")
+        #expect(c.metrics?.headers.map(\.name) == ["x-tenant", "x-scope"])
+        #expect(c.signal(for: .otlpMetrics) == c.metrics && c.signal(.metrics) == c.metrics && c.signals.count == 1)
     }
 
     @Test func sdkDisabled() {

@@ -32,7 +32,7 @@ import Testing
                 at += n
             }
             pieces.append(UnsafeRawBufferPointer(rebasing: all[at...]))
-            return try #require(PackedBody.pack(OTLPEncoder.BodyPieces(pieces, logs: true), context: ZstdContext()))
+            return try #require(PackedBody.pack(OTLPEncoder.BodyPieces(pieces, signal: .logs), context: ZstdContext()))
         }
     }
 

@@ -15,7 +15,7 @@ self-signed one for 127.0.0.1, which clients that verify certificates must refus
 
 Data: any POST (also PUT, PATCH, DELETE) to a path outside /_control/ is recorded as an
 attempt and answered with the next scripted response. A request to a path ending in
-/v1/logs or /v1/traces is an OTLP/HTTP export: its body is decompressed (gzip, zstd)
+/v1/logs, /v1/traces or /v1/metrics is an OTLP/HTTP export: its body is decompressed (gzip, zstd)
 and decoded with the official definitions (opentelemetry-proto, strictly; see
 Tests/Tools/otlp_decode.py) into the attempt's "otlp" (and "otlp_signal"), or the
 reason it could not be into "error". An attempt whose Idempotency-Key
@@ -94,7 +94,7 @@ MAX_DECODED = 64 * 1024 * 1024       # decompression stops beyond this (bomb gua
 MAX_KEPT_BODY = 1024 * 1024          # bodies up to this size are kept as base64
 RESPONSE_KEYS = {"status", "retry_after", "body", "body_hex", "content_type", "headers", "stall", "drop",
                  "close", "close_after", "chunked", "raw", "early"}
-OTLP_SIGNALS = {"/v1/logs": "logs", "/v1/traces": "traces"}
+OTLP_SIGNALS = {"/v1/logs": "logs", "/v1/traces": "traces", "/v1/metrics": "metrics"}
 
 
 def decode_otlp(signal, content_type, content_encoding, body):

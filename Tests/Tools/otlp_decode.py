@@ -2,7 +2,7 @@
 """Decodes OTLP export requests with the official definitions (opentelemetry-proto),
 strictly, and prints each as JSON for the tests to read.
 
-    otlp_decode.py logs|traces protobuf|json FILE...
+    otlp_decode.py logs|traces|metrics protobuf|json FILE...
 
 Strict means:
   - protobuf: the bytes parse, and serialising the message again gives the same bytes
@@ -20,6 +20,7 @@ import sys
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 ID_FIELDS = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
@@ -54,8 +55,9 @@ def ids_to_hex(node):
 
 
 def decode(signal, encoding, data):
-    message = (logs_service_pb2.ExportLogsServiceRequest() if signal == "logs"
-               else trace_service_pb2.ExportTraceServiceRequest())
+    message = {"logs": logs_service_pb2.ExportLogsServiceRequest,
+               "traces": trace_service_pb2.ExportTraceServiceRequest,
+               "metrics": metrics_service_pb2.ExportMetricsServiceRequest}[signal]()
     if encoding == "protobuf":
         message.ParseFromString(data)
         again = message.SerializeToString(deterministic=True)
@@ -72,7 +74,7 @@ def decode(signal, encoding, data):
 
 
 def main():
-    if len(sys.argv) < 4 or sys.argv[1] not in ("logs", "traces") or sys.argv[2] not in ("protobuf", "json"):
+    if len(sys.argv) < 4 or sys.argv[1] not in ("logs", "traces", "metrics") or sys.argv[2] not in ("protobuf", "json"):
         print(__doc__, file=sys.stderr)
         return 2
     for path in sys.argv[3:]:

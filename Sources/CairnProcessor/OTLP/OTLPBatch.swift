@@ -23,6 +23,17 @@ struct OTLPBatch<Out: OTLPOutput> {
         var logEnds: [Int] = []
         var spans = Out()
         var spanEnds: [Int] = []
+        var metrics = Out()
+        var metricEnds: [Int] = []
+
+        /// The records of `signal` and where each ends.
+        func records(_ signal: OTLPEncoder.Signal) -> (out: Out, ends: [Int]) {
+            switch signal {
+            case .logs: (logs, logEnds)
+            case .traces: (spans, spanEnds)
+            case .metrics: (metrics, metricEnds)
+            }
+        }
     }
 
     private var groups: [Group] = []
@@ -53,7 +64,7 @@ struct OTLPBatch<Out: OTLPOutput> {
     /// The finished groups' buffers, emptied, for the next batch's groups: a batch's
     /// buffers are reused, not allocated and given back each time (large blocks given
     /// back raise glibc's mmap threshold, and the heap then keeps what they took).
-    private var spare: [(logs: Out, spans: Out)] = []
+    private var spare: [(logs: Out, spans: Out, metrics: Out)] = []
     /// Where a request is put together before its body is copied out at its size.
     private var assembly = Out()
 
@@ -65,11 +76,13 @@ struct OTLPBatch<Out: OTLPOutput> {
         for k in groups.indices {
             groups[k].logs.free()
             groups[k].spans.free()
+            groups[k].metrics.free()
         }
         groups.removeAll()
         for k in spare.indices {
             spare[k].logs.free()
             spare[k].spans.free()
+            spare[k].metrics.free()
         }
         spare.removeAll()
         assembly.free()
@@ -112,12 +125,10 @@ struct OTLPBatch<Out: OTLPOutput> {
         else { return false }
         // Crashes, session ends and spans read their properties before writing them.
         if f.propertiesToEnd, let type = f.type,
-           eq(type, "crash") || eq(type, "session") || eq(type, "span") || eq(type, "log") {
+           eq(type, "crash") || eq(type, "session") || eq(type, "span") || eq(type, "log") || eq(type, "metric") {
             f = Fields()
             guard Self.read(record, openEnded: true, into: &f) else { return false }
         }
-        // A metric report is neither a log record nor a span: not in these requests.
-        if let type = f.type, eq(type, "metric") { return true }
         let empty = UnsafeRawBufferPointer(start: nil, count: 0)
         let session = f.sessionID ?? empty
         let g: Int
@@ -133,7 +144,17 @@ struct OTLPBatch<Out: OTLPOutput> {
                 f.recoveredFalse = eq(recovered, "false")
             }
         }
-        if let type = f.type, eq(type, "span"), let trace = f.traceID, let span = f.spanID,
+        if let type = f.type, eq(type, "metric") {
+            var out = Out()
+            swap(&out, &groups[g].metrics)
+            defer { swap(&out, &groups[g].metrics) }
+            let mark = out.checkpoint
+            guard writeMetric(f, into: &out) else {
+                out.rewind(to: mark)
+                return false
+            }
+            groups[g].metricEnds.append(out.bytes.count)
+        } else if let type = f.type, eq(type, "span"), let trace = f.traceID, let span = f.spanID,
            Self.validID(trace, 32), Self.validID(span, 16) {
             var out = Out()
             swap(&out, &groups[g].spans)
@@ -272,9 +293,10 @@ struct OTLPBatch<Out: OTLPOutput> {
             : Group(key: [], context: Array(key), session: Array(session)) else { return nil }
         group.key = [kind]
         group.key.append(contentsOf: key)
-        if let (logs, spans) = spare.popLast() {
+        if let (logs, spans, metrics) = spare.popLast() {
             group.logs = logs
             group.spans = spans
+            group.metrics = metrics
         }
         groups.append(group)
         last = groups.count - 1
@@ -345,6 +367,95 @@ struct OTLPBatch<Out: OTLPOutput> {
         out.fixed64(11, "observedTimeUnixNano", previousRun ? max(observedNanos, f.nanos) : f.nanos)
         if !log { out.string(12, "eventName", json: f.name!) }
         out.close(t)
+        return true
+    }
+
+    // MARK: Metrics
+
+    /// Writes the `Metric` of the metric report `f` (docs/FORMATS.md, "Metric reports"),
+    /// with its one data point; false when its properties are not a report.
+    private mutating func writeMetric(_ f: borrowing Fields, into out: inout Out) -> Bool {
+        guard let raw = f.properties, let p = CairnValue(json: Array(raw)), let kind = p["kind"]?.text else { return false }
+        func int(_ v: CairnValue?) -> Int64? { if case .int(let i)? = v { i } else { nil } }
+        func double(_ v: CairnValue?) -> Double? {
+            switch v {
+            case .double(let d)?: d
+            case .int(let i)?: Double(i)
+            default: nil
+            }
+        }
+        let start = UInt64(clamping: max(0, int(p["start_ms"]) ?? 0)) &* 1_000_000
+        let temporality: Int32 = p["temporality"]?.text == "delta" ? 1 : 2
+        var dimensions: [(String, String)] = []
+        if case .object(let d)? = p["dimensions"] {
+            dimensions = d.compactMap { k, v in v.text.map { (k, $0) } }.sorted { $0.0 < $1.0 }
+        }
+        func attributes(_ field: UInt32) {
+            guard !dimensions.isEmpty else { return }
+            out.openList(field, "attributes")
+            for (key, value) in dimensions { Self.stringAttribute(field, key, value, into: &out) }
+            out.closeList()
+        }
+        let mark = out.checkpoint
+        let m = out.openRecord(2)
+        out.string(1, "name", json: f.name!)
+        if let unit = p["unit"]?.text { out.string(3, "unit", unit) }
+        switch kind {
+        case "sum", "gauge":
+            let sum = kind == "sum"
+            let data = out.openMessage(sum ? 7 : 5, sum ? "sum" : "gauge")
+            out.openList(1, "dataPoints")
+            let point = out.openElement(1)
+            if sum { out.fixed64(2, "startTimeUnixNano", start) }
+            out.fixed64(3, "timeUnixNano", f.nanos)
+            if case .int(let i)? = p["value"] {
+                out.sfixed64(6, "asInt", i)
+            } else if let d = double(p["value"]) {
+                out.double(4, "asDouble", d, text: nil)
+            } else {
+                out.rewind(to: mark)
+                return false
+            }
+            attributes(7)
+            out.close(point)
+            out.closeList()
+            if sum {
+                out.enumValue(2, "aggregationTemporality", temporality)
+                if case .bool(true)? = p["monotonic"] { out.bool(3, "isMonotonic", true) }
+            }
+            out.close(data)
+        case "histogram":
+            guard case .array(let boundValues)? = p["bounds"], case .array(let countValues)? = p["counts"],
+                  countValues.count == boundValues.count + 1 else {
+                out.rewind(to: mark)
+                return false
+            }
+            let bounds = boundValues.compactMap(double), counts = countValues.compactMap(int)
+            guard bounds.count == boundValues.count, counts.count == countValues.count else {
+                out.rewind(to: mark)
+                return false
+            }
+            let data = out.openMessage(9, "histogram")
+            out.openList(1, "dataPoints")
+            let point = out.openElement(1)
+            out.fixed64(2, "startTimeUnixNano", start)
+            out.fixed64(3, "timeUnixNano", f.nanos)
+            out.fixed64(4, "count", UInt64(clamping: max(0, int(p["count"]) ?? 0)))
+            out.double(5, "sum", double(p["sum"]) ?? 0, text: nil)
+            out.fixed64s(6, "bucketCounts", counts.map { UInt64(clamping: max(0, $0)) })
+            out.doubles(7, "explicitBounds", bounds)
+            attributes(9)
+            if let min = double(p["min"]) { out.double(11, "min", min, text: nil) }
+            if let max = double(p["max"]) { out.double(12, "max", max, text: nil) }
+            out.close(point)
+            out.closeList()
+            out.enumValue(2, "aggregationTemporality", temporality)
+            out.close(data)
+        default:
+            out.rewind(to: mark)
+            return false
+        }
+        out.close(m)
         return true
     }
 
@@ -664,7 +775,8 @@ struct OTLPBatch<Out: OTLPOutput> {
     // MARK: Finishing
 
     mutating func finish<Body>(making make: (OTLPEncoder.BodyPieces) -> Body)
-        -> (logs: [(body: Body, records: Int)], traces: [(body: Body, records: Int)]) {
+        -> (logs: [(body: Body, records: Int)], traces: [(body: Body, records: Int)],
+            metrics: [(body: Body, records: Int)]) {
         defer {
             // The groups' buffers kept for the next batch (a few: a batch rarely has more
             // than one group, the service's current run).
@@ -672,10 +784,12 @@ struct OTLPBatch<Out: OTLPOutput> {
                 if spare.count < 4 {
                     groups[k].logs.reset()
                     groups[k].spans.reset()
-                    spare.append((groups[k].logs, groups[k].spans))
+                    groups[k].metrics.reset()
+                    spare.append((groups[k].logs, groups[k].spans, groups[k].metrics))
                 } else {
                     groups[k].logs.free()
                     groups[k].spans.free()
+                    groups[k].metrics.free()
                 }
             }
             groups.removeAll(keepingCapacity: true)
@@ -683,12 +797,13 @@ struct OTLPBatch<Out: OTLPOutput> {
         }
         var resources: [Resource] = []
         for group in groups { resources.append(resource(of: group)) }
-        return (requests(logs: true, resources: resources, make), requests(logs: false, resources: resources, make))
+        return (requests(.logs, resources: resources, make), requests(.traces, resources: resources, make),
+                requests(.metrics, resources: resources, make))
     }
 
     /// The requests of one signal: the groups' records, cut where a request would pass
     /// the size limit.
-    private mutating func requests<Body>(logs: Bool, resources: [Resource],
+    private mutating func requests<Body>(_ signal: OTLPEncoder.Signal, resources: [Resource],
                                          _ make: (OTLPEncoder.BodyPieces) -> Body) -> [(body: Body, records: Int)] {
         var result: [(body: Body, records: Int)] = []
         // The pieces of the request being formed: group, and its records from..<to.
@@ -696,12 +811,12 @@ struct OTLPBatch<Out: OTLPOutput> {
         var size = 0
         func flush() {
             guard !pieces.isEmpty else { return }
-            result.append(request(logs: logs, pieces: pieces, resources: resources, make))
+            result.append(request(signal, pieces: pieces, resources: resources, make))
             pieces.removeAll()
             size = 0
         }
         for (g, group) in groups.enumerated() {
-            let ends = logs ? group.logEnds : group.spanEnds
+            let ends = group.records(signal).ends
             guard !ends.isEmpty else { continue }
             // Its resource and scope, once in each request it is in.
             let resourceBytes = resources[g].size + 128
@@ -727,33 +842,32 @@ struct OTLPBatch<Out: OTLPOutput> {
         return result
     }
 
-    private mutating func request<Body>(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+    private mutating func request<Body>(_ signal: OTLPEncoder.Signal, pieces: [(group: Int, from: Int, to: Int)],
                                         resources: [Resource], _ make: (OTLPEncoder.BodyPieces) -> Body)
         -> (body: Body, records: Int) {
         if Out.self == ProtobufOutput.self {
-            return protobufRequest(logs: logs, pieces: pieces, resources: resources, make)
+            return protobufRequest(signal, pieces: pieces, resources: resources, make)
         }
         var out = assembly
         assembly = Out()  // (the one storage is not shared while it is written)
         out.reset()
         defer { assembly = out }
         var records = 0
-        out.openList(1, logs ? "resourceLogs" : "resourceSpans")
+        out.openList(1, signal.resourceList)
         for piece in pieces {
-            let group = groups[piece.group]
-            let ends = logs ? group.logEnds : group.spanEnds
+            let (written, ends) = groups[piece.group].records(signal)
             let e = out.openElement(1)
             Self.writeResource(resources[piece.group].attributes, into: &out)
-            out.openList(2, logs ? "scopeLogs" : "scopeSpans")
+            out.openList(2, signal.scopeList)
             let sc = out.openElement(2)
             let scope = out.openMessage(1, "scope")
             out.string(1, "name", literal: "cairn")
             out.string(2, "version", cairnVersion)
             out.close(scope)
-            out.openList(2, logs ? "logRecords" : "spans")
+            out.openList(2, signal.recordList)
             let start = piece.from == 0 ? 0 : ends[piece.from - 1]
             let end = ends[piece.to - 1]
-            (logs ? group.logs : group.spans).bytes.withUnsafeBytes {
+            written.bytes.withUnsafeBytes {
                 out.appendElements(UnsafeRawBufferPointer(rebasing: $0[start..<end]))
             }
             records += piece.to - piece.from
@@ -769,7 +883,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         let body = braces.withUnsafeBytes { b in
             out.bytes.withUnsafeBytes {
                 make(OTLPEncoder.BodyPieces(json ? [UnsafeRawBufferPointer(rebasing: b[0..<1]), $0,
-                                                    UnsafeRawBufferPointer(rebasing: b[1..<2])] : [$0], logs: logs))
+                                                    UnsafeRawBufferPointer(rebasing: b[1..<2])] : [$0], signal: signal))
             }
         }
         return (body, records)
@@ -808,7 +922,7 @@ struct OTLPBatch<Out: OTLPOutput> {
     /// lengths follow from the records' (the same bytes as the general path writes:
     /// fields in number order, each length a canonical varint); the records are not
     /// copied.
-    private mutating func protobufRequest<Body>(logs: Bool, pieces: [(group: Int, from: Int, to: Int)],
+    private mutating func protobufRequest<Body>(_ signal: OTLPEncoder.Signal, pieces: [(group: Int, from: Int, to: Int)],
                                                 resources: [Resource], _ make: (OTLPEncoder.BodyPieces) -> Body)
         -> (body: Body, records: Int) {
         func tagged(_ length: Int) -> Int { 1 + ProtobufOutput.varintSize(UInt64(length)) + length }
@@ -821,8 +935,7 @@ struct OTLPBatch<Out: OTLPOutput> {
         var parts: [(resourceEnd: Int, scopeEnd: Int, records: UnsafeRawBufferPointer, scopeLogs: Int, resourceLogs: Int)] = []
         var records = 0
         for piece in pieces {
-            let group = groups[piece.group]
-            let ends = logs ? group.logEnds : group.spanEnds
+            let (recordsOut, ends) = groups[piece.group].records(signal)
             Self.writeResource(resources[piece.group].attributes, into: &head)
             let resourceEnd = head.bytes.count
             let scope = head.openMessage(1, "scope")
@@ -830,7 +943,7 @@ struct OTLPBatch<Out: OTLPOutput> {
             head.string(2, "version", cairnVersion)
             head.close(scope)
             let start = piece.from == 0 ? 0 : ends[piece.from - 1]
-            let slice = (logs ? group.logs : group.spans).bytes.withUnsafeBytes {
+            let slice = recordsOut.bytes.withUnsafeBytes {
                 UnsafeRawBufferPointer(rebasing: $0[start..<ends[piece.to - 1]])
             }
             let scopeLogs = (head.bytes.count - resourceEnd) + slice.count
@@ -865,7 +978,7 @@ struct OTLPBatch<Out: OTLPOutput> {
                     headAt = part.scopeEnd
                     tagAt = second
                 }
-                return make(OTLPEncoder.BodyPieces(list, logs: logs))
+                return make(OTLPEncoder.BodyPieces(list, signal: signal))
             }
         }
         return (body, records)

@@ -2,15 +2,15 @@ import CairnBase
 
 /// Encodes a batch of events (docs/FORMATS.md, "Event": each record whole, with its
 /// `context`) as OTLP requests, by the mapping of docs/FORMATS.md, "OTLP export": spans
-/// as an `ExportTraceServiceRequest`, every other event as a `LogRecord` of an
-/// `ExportLogsServiceRequest`. Each record is read once, in place, and written straight
+/// as an `ExportTraceServiceRequest`, metric reports as an `ExportMetricsServiceRequest`,
+/// every other event as a `LogRecord` of an `ExportLogsServiceRequest`. Each record is read once, in place, and written straight
 /// into the request; records are grouped under one `Resource` per distinct context and
 /// session.
 ///
 /// ```swift
 /// let encoder = OTLPEncoder(settings: .init(encoding: .protobuf))
 /// for record in batch { _ = encoder.add(record, observedNanos: now) }
-/// let (logs, traces) = encoder.finish()
+/// let (logs, traces, metrics) = encoder.finish()
 /// ```
 ///
 /// Not thread-safe: one encoder per batch-forming thread; its buffers are kept from batch
@@ -22,6 +22,42 @@ package final class OTLPEncoder {
         case protobuf
         /// `http/json`.
         case json
+    }
+
+    /// An OTLP signal: which `Export…ServiceRequest` a request is.
+    package enum Signal: Sendable, Equatable, CaseIterable {
+        /// `ExportLogsServiceRequest` (`/v1/logs`).
+        case logs
+        /// `ExportTraceServiceRequest` (`/v1/traces`).
+        case traces
+        /// `ExportMetricsServiceRequest` (`/v1/metrics`).
+        case metrics
+
+        /// The request's list of resources, its resources' list of scopes, and its
+        /// scopes' list of records (fields 1, 2 and 2 in all three), by JSON name.
+        var resourceList: StaticString {
+            switch self {
+            case .logs: "resourceLogs"
+            case .traces: "resourceSpans"
+            case .metrics: "resourceMetrics"
+            }
+        }
+
+        var scopeList: StaticString {
+            switch self {
+            case .logs: "scopeLogs"
+            case .traces: "scopeSpans"
+            case .metrics: "scopeMetrics"
+            }
+        }
+
+        var recordList: StaticString {
+            switch self {
+            case .logs: "logRecords"
+            case .traces: "spans"
+            case .metrics: "metrics"
+            }
+        }
     }
 
     /// What the encoder adds to what the records carry.
@@ -55,11 +91,11 @@ package final class OTLPEncoder {
         }
     }
 
-    /// One request's body and the number of records (log records or spans) in it.
+    /// One request's body and the number of records (log records, spans or metrics) in it.
     package struct Request: Sendable {
         /// The encoded `Export…ServiceRequest`, uncompressed.
         package var body: [UInt8]
-        /// Log records or spans in it.
+        /// Log records, spans or metrics in it.
         package var records: Int
     }
 
@@ -71,13 +107,13 @@ package final class OTLPEncoder {
         package let pieces: [UnsafeRawBufferPointer]
         /// The body's length: the pieces' bytes together.
         package let count: Int
-        /// Whether it is an `ExportLogsServiceRequest` (else an `ExportTraceServiceRequest`).
-        package let logs: Bool
+        /// The signal whose request it is.
+        package let signal: Signal
 
-        /// The body of `pieces`, of an `ExportLogsServiceRequest` when `logs`.
-        package init(_ pieces: [UnsafeRawBufferPointer], logs: Bool) {
+        /// The body of `pieces`, a request of `signal`.
+        package init(_ pieces: [UnsafeRawBufferPointer], signal: Signal) {
             self.pieces = pieces
-            self.logs = logs
+            self.signal = signal
             count = pieces.reduce(0) { $0 + $1.count }
         }
 
@@ -147,16 +183,17 @@ package final class OTLPEncoder {
     /// The requests of the records added since the last call (none for a signal with no
     /// record), each at most ``Settings/maxRequestBytes`` unless one record alone is
     /// larger; the encoder is then empty, its buffers kept.
-    package func finish() -> (logs: [Request], traces: [Request]) {
-        let (logs, traces) = finish { $0.joined() }
+    package func finish() -> (logs: [Request], traces: [Request], metrics: [Request]) {
+        let (logs, traces, metrics) = finish { $0.joined() }
         return (logs.map { Request(body: $0.body, records: $0.records) },
-                traces.map { Request(body: $0.body, records: $0.records) })
+                traces.map { Request(body: $0.body, records: $0.records) },
+                metrics.map { Request(body: $0.body, records: $0.records) })
     }
 
     /// ``finish()`` with each request's body made by `body` from where the encoder wrote
     /// it (compressed there, say, with no uncompressed copy of its own).
     package func finish<Body>(making body: (BodyPieces) -> Body)
-        -> (logs: [(body: Body, records: Int)], traces: [(body: Body, records: Int)]) {
+        -> (logs: [(body: Body, records: Int)], traces: [(body: Body, records: Int)], metrics: [(body: Body, records: Int)]) {
         if protobuf != nil { return protobuf!.finish(making: body) }
         return json!.finish(making: body)
     }

@@ -61,6 +61,13 @@ protocol OTLPOutput {
     mutating func double(_ field: UInt32, _ name: StaticString, _ value: Double, text: UnsafeRawBufferPointer?)
     /// A trace or span id from its lowercase hex (bytes in protobuf, the hex in JSON).
     mutating func id(_ field: UInt32, _ name: StaticString, hex: UnsafeRawBufferPointer)
+    /// An `sfixed64` field (a decimal string in JSON); written when zero too (it is only
+    /// used as `NumberDataPoint.as_int`, a `oneof` member).
+    mutating func sfixed64(_ field: UInt32, _ name: StaticString, _ value: Int64)
+    /// A packed `repeated fixed64` field (decimal strings in JSON); left out when empty.
+    mutating func fixed64s(_ field: UInt32, _ name: StaticString, _ values: [UInt64])
+    /// A packed `repeated double` field (numbers in JSON); left out when empty.
+    mutating func doubles(_ field: UInt32, _ name: StaticString, _ values: [Double])
 }
 
 /// A value of an attribute that is not a list: what most attributes are.
@@ -333,6 +340,23 @@ struct ProtobufOutput: OTLPOutput {
         withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
+    mutating func sfixed64(_ field: UInt32, _ name: StaticString, _ value: Int64) {
+        tag(field, 1)
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func fixed64s(_ field: UInt32, _ name: StaticString, _ values: [UInt64]) {
+        guard !values.isEmpty else { return }
+        header(field, UInt64(values.count * 8))
+        for v in values { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
+    }
+
+    mutating func doubles(_ field: UInt32, _ name: StaticString, _ values: [Double]) {
+        guard !values.isEmpty else { return }
+        header(field, UInt64(values.count * 8))
+        for v in values { withUnsafeBytes(of: v.bitPattern.littleEndian) { bytes.append(contentsOf: $0) } }
+    }
+
     mutating func id(_ field: UInt32, _ name: StaticString, hex: UnsafeRawBufferPointer) {
         let count = min(hex.count / 2, 16)
         header(field, UInt64(count))
@@ -521,11 +545,8 @@ struct OTLPJSONOutput: OTLPOutput {
         key(name)
         if let text {
             bytes.append(contentsOf: text)
-        } else if value.isFinite {
-            bytes.append(contentsOf: Array(value.description.utf8))
         } else {
-            // Not a JSON number: the mapping's string forms.
-            ascii(value.isNaN ? "\"NaN\"" : value < 0 ? "\"-Infinity\"" : "\"Infinity\"")
+            number(value)
         }
     }
 
@@ -534,5 +555,40 @@ struct OTLPJSONOutput: OTLPOutput {
         bytes.append(0x22)
         bytes.append(contentsOf: hex)
         bytes.append(0x22)
+    }
+
+    mutating func sfixed64(_ field: UInt32, _ name: StaticString, _ value: Int64) { int64(field, name, value) }
+
+    mutating func fixed64s(_ field: UInt32, _ name: StaticString, _ values: [UInt64]) {
+        guard !values.isEmpty else { return }
+        key(name)
+        bytes.append(0x5B)
+        for (k, v) in values.enumerated() {
+            if k > 0 { bytes.append(0x2C) }
+            bytes.append(0x22)
+            decimal(v)
+            bytes.append(0x22)
+        }
+        bytes.append(0x5D)
+    }
+
+    mutating func doubles(_ field: UInt32, _ name: StaticString, _ values: [Double]) {
+        guard !values.isEmpty else { return }
+        key(name)
+        bytes.append(0x5B)
+        for (k, v) in values.enumerated() {
+            if k > 0 { bytes.append(0x2C) }
+            number(v)
+        }
+        bytes.append(0x5D)
+    }
+
+    /// A double as a JSON number (the mapping's strings for what is not finite).
+    private mutating func number(_ value: Double) {
+        if value.isFinite {
+            bytes.append(contentsOf: Array(value.description.utf8))
+        } else {
+            ascii(value.isNaN ? "\"NaN\"" : value < 0 ? "\"-Infinity\"" : "\"Infinity\"")
+        }
     }
 }

@@ -62,7 +62,8 @@ package struct OTLPPartialSuccess: Sendable, Equatable {
             return nil
         }
         var rejected: Int64 = 0
-        for key in ["rejectedLogRecords", "rejected_log_records", "rejectedSpans", "rejected_spans"] {
+        for key in ["rejectedLogRecords", "rejected_log_records", "rejectedSpans", "rejected_spans",
+                    "rejectedDataPoints", "rejected_data_points"] {
             switch p[key] {
             case .int(let i)?: rejected = i
             case .string(let s)?: rejected = Int64(s) ?? 0
