@@ -560,25 +560,25 @@ struct OTLPJSONOutput: OTLPOutput {
     mutating func sfixed64(_ field: UInt32, _ name: StaticString, _ value: Int64) { int64(field, name, value) }
 
     mutating func fixed64s(_ field: UInt32, _ name: StaticString, _ values: [UInt64]) {
-        guard !values.isEmpty else { return }
-        key(name)
-        bytes.append(0x5B)
-        for (k, v) in values.enumerated() {
-            if k > 0 { bytes.append(0x2C) }
-            bytes.append(0x22)
-            decimal(v)
-            bytes.append(0x22)
+        array(name, values) { out, v in
+            out.bytes.append(0x22)
+            out.decimal(v)
+            out.bytes.append(0x22)
         }
-        bytes.append(0x5D)
     }
 
     mutating func doubles(_ field: UInt32, _ name: StaticString, _ values: [Double]) {
+        array(name, values) { out, v in out.number(v) }
+    }
+
+    /// A JSON array of `values`, each written by `write`; nothing when empty.
+    private mutating func array<T>(_ name: StaticString, _ values: [T], _ write: (inout Self, T) -> Void) {
         guard !values.isEmpty else { return }
         key(name)
         bytes.append(0x5B)
         for (k, v) in values.enumerated() {
             if k > 0 { bytes.append(0x2C) }
-            number(v)
+            write(&self, v)
         }
         bytes.append(0x5D)
     }
