@@ -32,7 +32,7 @@ APT_PACKAGES := $(BUILD_PACKAGES) $(TEST_PACKAGES)
 # package's own builds and tests enable them all. Their packages resolve from GitHub, or,
 # where SWIFTPM_MIRROR names a folder of offline mirrors of them (one with a setup.sh
 # that points SwiftPM's mirror settings there), from that folder.
-TRAITS := --traits Logging,Metrics
+TRAITS := --traits Logging,Metrics,ServiceLifecycle
 SWIFTPM_MIRROR ?=
 PIP_MODULES := zstandard lmdb opentelemetry-proto
 # What each is imported as (the check that they are there).

@@ -28,6 +28,8 @@ let ecosystem: [(trait: String, package: Package.Dependency, products: [(name: S
      [("Logging", "swift-log")]),
     ("Metrics", .package(url: "https://github.com/apple/swift-metrics.git", from: "2.4.0"),
      [("CoreMetrics", "swift-metrics"), ("Metrics", "swift-metrics")]),
+    ("ServiceLifecycle", .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.0.0"),
+     [("ServiceLifecycle", "swift-service-lifecycle")]),
 ]
 /// The products of the ecosystem packages that `traits` enable, for a target's dependencies.
 @MainActor func ecosystemProducts(_ traits: String...) -> [Target.Dependency] {
@@ -50,10 +52,14 @@ let package = Package(
         .library(name: "CairnLogging", targets: ["CairnLogging"]),
         // swift-metrics' backend (trait "Metrics").
         .library(name: "CairnMetrics", targets: ["CairnMetrics"]),
+        // A swift-service-lifecycle Service (trait "ServiceLifecycle").
+        .library(name: "CairnServiceLifecycle", targets: ["CairnServiceLifecycle"]),
     ],
     traits: [
         .trait(name: "Logging", description: "CairnLogging: a swift-log LogHandler that tracks log records as Cairn events"),
         .trait(name: "Metrics", description: "CairnMetrics: a swift-metrics MetricsFactory that reports metrics as Cairn events"),
+        .trait(name: "ServiceLifecycle",
+               description: "CairnServiceLifecycle: Cairn as a swift-service-lifecycle Service, shut down with its ServiceGroup"),
         .default(enabledTraits: []),
     ],
     dependencies: ecosystem.map(\.package),
@@ -128,9 +134,12 @@ let package = Package(
                 path: "Sources/CairnLogging", swiftSettings: strictSwift),
         .target(name: "CairnMetrics", dependencies: ["Cairn", "CairnBase", "CairnProcessor"] + ecosystemProducts("Metrics"),
                 path: "Sources/CairnMetrics", swiftSettings: strictSwift),
+        .target(name: "CairnServiceLifecycle", dependencies: ["Cairn"] + ecosystemProducts("ServiceLifecycle"),
+                path: "Sources/CairnServiceLifecycle", swiftSettings: strictSwift),
         // A service that uses Cairn through the ecosystem's APIs, for their tests.
         .executableTarget(name: "cairn-ecosystem-child",
-                          dependencies: ["Cairn", "CairnLogging", "CairnMetrics"] + ecosystemProducts("Logging", "Metrics"),
+                          dependencies: ["Cairn", "CairnLogging", "CairnMetrics", "CairnServiceLifecycle"]
+                              + ecosystemProducts("Logging", "Metrics", "ServiceLifecycle"),
                           path: "Tests/EcosystemChild"),
         .testTarget(name: "CairnEcosystemTests",
                     dependencies: ["CairnTestSupport", "cairn-ecosystem-child"],

@@ -1,7 +1,8 @@
 import CairnTestSupport
 import Foundation
 
-/// What the ecosystem's tests share: the service process that uses the integrations
+/// What the ecosystem's tests share (they run with every integration's trait enabled, as `make
+/// test` builds: the service process needs them all): the service process that uses the integrations
 /// (cairn-ecosystem-child) and what the test collector received from it.
 enum Ecosystem {
     static let child = productsDirectory + "/cairn-ecosystem-child"

@@ -1,4 +1,4 @@
-#if Logging
+#if Logging && Metrics && ServiceLifecycle
 import CairnTestSupport
 import Foundation
 import Testing

@@ -1,4 +1,4 @@
-#if Metrics
+#if Logging && Metrics && ServiceLifecycle
 import CairnTestSupport
 import Foundation
 import Testing

@@ -34,7 +34,8 @@ blocks = readme_blocks(readme, "swift")
 if not blocks:
     sys.exit("consumer: no swift block in README.md")
 # The modules of the ecosystem's packages and of Cairn's integrations.
-ECOSYSTEM = {"Logging", "CairnLogging", "Metrics", "CoreMetrics", "CairnMetrics"}
+ECOSYSTEM = {"Logging", "CairnLogging", "Metrics", "CoreMetrics", "CairnMetrics", "ServiceLifecycle",
+             "CairnServiceLifecycle"}
 
 # The block that starts `// Package.swift` is the README's dependency lines: the consumer's
 # manifest uses them as written, with the URL of the tagged clone for the README's.
@@ -91,7 +92,7 @@ if ecosystem_package is not None:
     if not ecosystem_blocks or not ecosystem_manifests:
         sys.exit("consumer: the README has no snippet of the ecosystem's integrations, or no Package.swift block with traits")
     m = ecosystem_manifests[0]
-    cairn = re.search(r'\.package\(url: "([^"]+)", (from: "[^"]+"), traits: (\[[^\]]*\])\)', m)
+    cairn = re.search(r'\.package\(url: "([^"]+)", (from: "[^"]+"),\s*traits: (\[[^\]]*\])\)', m)
     if not cairn or cairn.group(1).rstrip("/").split("/")[-1].removesuffix(".git").lower() != identity.lower():
         sys.exit("consumer: the README's Package.swift block with traits lacks .package(url: <Cairn's URL>, from:, traits:)")
     others = [d for d in re.findall(r'\.package\(url: "[^"]+", from: "[^"]+"\)', m)]

@@ -22,13 +22,25 @@
 //              "signups" {email: alice@example.com} +1, Counter "short_lived" +5, 30
 //              Counters "per_user" {user: 0 ... 29} +1 each; after 3 intervals, destroy
 //              "short_lived"; after 3 more, shut down
-#if Logging && Metrics
+//   lifecycle  start, then run a ServiceGroup (graceful shutdown on SIGTERM) of
+//              CairnService and a worker that tracks "work" {i} every 10 ms (printing
+//              "ready" after the first) until the group shuts it down, then tracks
+//              "worker_stopped" {count}; print "group ended", exit 0 (without calling
+//              shutdown: the service does)
+//   lifecycle-cancel  the same, but the worker fails after 20 events (the group then
+//              cancels CairnService); print "group failed <ms>", the milliseconds from
+//              the failure to the group's end
+#if Logging && Metrics && ServiceLifecycle
 import Cairn
 import CairnLogging
 import CairnMetrics
+import CairnServiceLifecycle
 import Glibc
 import Logging
 import Metrics
+import ServiceLifecycle
+import Dispatch
+import Synchronization
 
 func fail(_ text: String, _ status: Int32) -> Never {
     let line = text + "\n"
@@ -42,6 +54,34 @@ func worker(_ arg: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
     let worker = Logger(label: "worker")
     for i in 0..<50 { worker.info("threaded", metadata: ["t": "\(t)", "i": "\(i)"]) }
     return nil
+}
+
+/// Tracks "work" every 10 ms until the group shuts it down gracefully (or fails after
+/// `failAfter` events), then "worker_stopped".
+struct Worker: Service {
+    let cairn: Cairn
+    let failAfter: Int?
+    struct Failed: Error {}
+
+    func run() async throws {
+        var i = 0
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            cairn.track("work", properties: ["i": .int(Int64(i))])
+            if i == 0 {
+                print("ready")
+                fflush(nil)
+            }
+            i += 1
+            if let failAfter, i >= failAfter {
+                Worker.failedAt.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+                throw Failed()
+            }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        cairn.track("worker_stopped", properties: ["count": .int(Int64(i))])
+    }
+
+    static let failedAt = Atomic<UInt64>(0)
 }
 
 let mode = CommandLine.arguments.dropFirst().first ?? ""
@@ -84,6 +124,19 @@ case "log-crash":
     UnsafeMutablePointer<Int>(bitPattern: 8)!.pointee = 1
 case "idle":
     break
+case "lifecycle", "lifecycle-cancel":
+    let cancel = mode == "lifecycle-cancel"
+    let group = ServiceGroup(services: [CairnService(cairn: cairn), Worker(cairn: cairn, failAfter: cancel ? 20 : nil)],
+                             gracefulShutdownSignals: [.sigterm],
+                             logger: Logger(label: "group", factory: { _ in SwiftLogNoOpLogHandler() }))
+    do {
+        try await group.run()
+        print("group ended")
+    } catch {
+        let ms = (DispatchTime.now().uptimeNanoseconds - Worker.failedAt.load(ordering: .relaxed)) / 1_000_000
+        print("group failed \(ms)")
+    }
+    exit(0)
 case "metrics":
     func setting(_ name: String, _ fallback: Int) -> Int {
         getenv(name).flatMap { Int(String(cString: $0)) } ?? fallback
