@@ -12,7 +12,7 @@
 SWIFT ?= swift
 CLANG ?= clang
 PYTHON ?= python3
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 10
 FUZZ_LONG_SECONDS ?= 600
 FUZZ_DIR := .build/fuzz
 # The crash tests' children must meet Cairn's handler, not ASan's, for the signals it

@@ -16,7 +16,9 @@ Swift server ecosystem (swift-log's `Logging`, ...) or one of Cairn's integratio
 README's `// Package.swift` block that enables Cairn's traits: its Cairn dependency
 with the tagged clone's URL (and its requirement and traits as written), its other
 dependencies as written (the real URLs). Each of those targets depends on the products
-of that block that its imports name.
+of that block that its imports name. The second package also has every target of the
+first, as they are there (so that one build compiles every snippet: the first package
+is then only resolved).
 """
 import pathlib
 import re
@@ -87,6 +89,7 @@ let package = Package(
 )
 """)
 print(f"consumer: {len(blocks)} README snippets")
+targets_cairn_only = targets
 
 if ecosystem_package is not None:
     if not ecosystem_blocks or not ecosystem_manifests:
@@ -110,6 +113,10 @@ if ecosystem_package is not None:
             sys.exit(f"consumer: an ecosystem snippet imports {sorted(missing)}, which the README's Package.swift block does not list")
         deps = ", ".join(f'.product(name: "{p}", package: "{k}")' for p, k in products if p in imports)
         targets.append(f'        .executableTarget(name: "{name}", dependencies: [{deps}], path: "Sources/{name}"),')
+    # The other snippets too, as they are in the first package: one build of Cairn for all.
+    for name in sorted(p.name for p in (package / "Sources").iterdir()):
+        shutil.copytree(package / "Sources" / name, ecosystem_package / "Sources" / name, dirs_exist_ok=True)
+    targets = targets_cairn_only + targets
     dependencies = [f'.package(url: "{url}", {cairn.group(2)}, traits: {cairn.group(3)})'] + others
     (ecosystem_package / "Package.swift").write_text(f"""// swift-tools-version:6.1
 import PackageDescription
