@@ -2,7 +2,6 @@
 // metric reports and periodic work on the background thread (CairnMetrics).
 import CairnBase
 import CairnProcessor
-import Dispatch
 
 extension Cairn {
     /// Tracks a log record as a `log` event named `logger` (the logger's label) with
@@ -29,8 +28,7 @@ extension Cairn {
     /// SDK it never runs.
     package func addPeriodic(every interval: Duration, _ work: @escaping @Sendable (_ final: Bool) -> Void) {
         guard isEnabled else { return }
-        periodic.withLock { $0.append(PeriodicWork(interval: interval, due: DispatchTime.now().uptimeNanoseconds
-                                                        &+ Self.nanos(interval), work: work)) }
+        periodic.withLock { $0.append(PeriodicWork(interval: interval, due: .now + interval, work: work)) }
         background.signal()
     }
 
@@ -48,12 +46,12 @@ extension Cairn {
 
     /// Runs the periodic work that is due (all of it, when `final`).
     func runPeriodic(final: Bool) {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = ContinuousClock.now
         let due = periodic.withLock { list -> [@Sendable (Bool) -> Void] in
             var out: [@Sendable (Bool) -> Void] = []
             for k in list.indices where final || list[k].due <= now {
                 out.append(list[k].work)
-                list[k].due = now &+ Self.nanos(list[k].interval)
+                list[k].due = now + list[k].interval
             }
             return out
         }
@@ -62,21 +60,14 @@ extension Cairn {
 
     /// How long until the next periodic work is due; nil when none is registered.
     func periodicDueIn() -> Duration? {
-        let now = DispatchTime.now().uptimeNanoseconds
-        return periodic.withLock { list in
-            list.map(\.due).min().map { Duration.nanoseconds(Int64(clamping: $0 > now ? $0 - now : 0)) }
-        }
-    }
-
-    static func nanos(_ d: Duration) -> UInt64 {
-        let (s, a) = d.components
-        return UInt64(clamping: max(0, s)) &* 1_000_000_000 &+ UInt64(clamping: max(0, a / 1_000_000_000))
+        let now = ContinuousClock.now
+        return periodic.withLock { list in list.map(\.due).min().map { max(.zero, $0 - now) } }
     }
 }
 
 /// One integration's periodic work.
 struct PeriodicWork {
     let interval: Duration
-    var due: UInt64
+    var due: ContinuousClock.Instant
     let work: @Sendable (Bool) -> Void
 }

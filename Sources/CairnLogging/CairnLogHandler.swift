@@ -66,28 +66,20 @@ public struct CairnLogHandler: LogHandler {
                     file: String, function: String, line: UInt) {
         guard let cairn = cairn ?? Cairn.shared, cairn.isEnabled else { return }
         let provided = metadataProvider?.get() ?? [:]
-        var properties: [String: CairnValue]
-        if self.metadata.isEmpty, provided.isEmpty, let metadata {
-            // The common case, the call's metadata alone: converted in place, without
-            // hashing its keys again.
-            properties = metadata.mapValues(CairnValue.init)
-            properties.reserveCapacity(metadata.count + 5)
-        } else {
-            properties = [:]
-            properties.reserveCapacity(self.metadata.count + provided.count + (metadata?.count ?? 0) + 5)
-            for (key, value) in self.metadata { properties[key] = CairnValue(value) }
-            if !provided.isEmpty {
-                // The current span's ids are the event's own (`trace_id`, `span_id` in
-                // the envelope): a provider's copies of them are not repeated as properties.
-                let span = Cairn.currentSpan
-                for (key, value) in provided {
-                    if let span, Self.repeatsSpan(key, value, span) { continue }
-                    properties[key] = CairnValue(value)
-                }
+        var properties: [String: CairnValue] = [:]
+        properties.reserveCapacity(self.metadata.count + provided.count + (metadata?.count ?? 0) + 5)
+        for (key, value) in self.metadata { properties[key] = CairnValue(value) }
+        if !provided.isEmpty {
+            // The current span's ids are the event's own (`trace_id`, `span_id` in the
+            // envelope): a provider's copies of them are not repeated as properties.
+            let span = Cairn.currentSpan
+            for (key, value) in provided {
+                if let span, Self.repeatsSpan(key, value, span) { continue }
+                properties[key] = CairnValue(value)
             }
-            if let metadata {
-                for (key, value) in metadata { properties[key] = CairnValue(value) }
-            }
+        }
+        if let metadata {
+            for (key, value) in metadata { properties[key] = CairnValue(value) }
         }
         let text = message.description
         properties["message"] = .string(text)
